@@ -1,0 +1,176 @@
+"""The appliance config file: pydantic models, loading, and errors with locations.
+
+Top-level names (`server`, `models`, `streams`, `profiling`, `sinks`) are fixed: tools and
+docs depend on them. Relative paths (models, workflow files, video files) are resolved
+against the directory of the config file, so a config works from any working directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipelines.errors import format_location
+
+
+class ConfigError(Exception):
+    """The config cannot be used. `problems` lists every `location: message` found."""
+
+    def __init__(self, problems: Sequence[str], source: str = "config") -> None:
+        self.problems = list(problems)
+        self.source = source
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    token: str | None = None
+
+
+class BatchingConfig(_Strict):
+    """Triton's dynamic batching: dispatch at `max_batch_size`, or when the oldest
+    request has waited `max_queue_delay_ms` (0: take whatever is waiting)."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 4
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+
+
+GraphOptimization = Literal["disable", "basic", "extended", "all"]
+Provider = Literal["tensorrt", "cuda", "cpu"]
+
+
+class SessionConfig(_Strict):
+    intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
+    inter_op_threads: Annotated[int, Field(ge=0)] = 0
+    graph_optimization: GraphOptimization = "all"
+
+
+class ModelConfig(_Strict):
+    path: Path
+    decoder: Literal["tf_od", "yolo", "centerface"]
+    labels: list[str] | None = None
+    labels_file: Path | None = None
+    input_size: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+    batching: BatchingConfig = BatchingConfig()
+    providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)
+    session: SessionConfig = SessionConfig()
+
+
+class BackoffConfig(_Strict):
+    """Capped exponential backoff with jitter between reconnect attempts."""
+
+    initial_s: Annotated[float, Field(gt=0)] = 0.5
+    max_s: Annotated[float, Field(gt=0)] = 10.0
+    multiplier: Annotated[float, Field(ge=1)] = 2.0
+    jitter: Annotated[float, Field(ge=0, le=1)] = 0.2  # +- fraction of the delay
+
+
+class SourceConfig(_Strict):
+    url: str
+    transport: Literal["tcp", "udp"] = "tcp"  # RTSP only
+    loop: bool = True  # files only
+    pace: Literal["realtime", "fast"] = "realtime"  # files only
+    stall_timeout_s: Annotated[float, Field(gt=0)] = 5.0
+    open_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    backoff: BackoffConfig = BackoffConfig()
+    options: dict[str, str] = Field(default_factory=dict)  # extra FFmpeg/PyAV options
+
+    @field_validator("url")
+    @classmethod
+    def _not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+_STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class StreamConfig(_Strict):
+    id: Annotated[str, Field(pattern=_STREAM_ID)]
+    source: SourceConfig
+    workflow: Path | dict[str, Any]
+    outputs: list[str] = Field(default_factory=list)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_from_string(cls, v: Any) -> Any:
+        return {"url": v} if isinstance(v, str) else v
+
+
+class AppConfig(_Strict):
+    server: ServerConfig = ServerConfig()
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    streams: list[StreamConfig] = Field(default_factory=list)
+    profiling: dict[str, Any] = Field(default_factory=dict)
+    sinks: dict[str, Any] = Field(default_factory=dict)
+    base_dir: Path = Path(".")  # set by load_config: the config file's directory
+
+    def resolve(self, path: Path | str) -> Path:
+        """A path from the config, made absolute against the config file's directory."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    @field_validator("streams")
+    @classmethod
+    def _unique_ids(cls, streams: list[StreamConfig]) -> list[StreamConfig]:
+        seen: set[str] = set()
+        for s in streams:
+            if s.id in seen:
+                raise ValueError(f"duplicate stream id {s.id!r}")
+            seen.add(s.id)
+        return streams
+
+
+def parse_config(data: Any, base_dir: Path, source: str = "config") -> AppConfig:
+    """Validate a parsed YAML/JSON document; every problem is reported with its location."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"(top): expected a mapping, got {type(data).__name__}"], source)
+    problems: list[str] = []
+    try:
+        config = AppConfig.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        problems = [f"{format_location(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(problems, source) from None
+    problems = _check_references(config)
+    if problems:
+        raise ConfigError(problems, source)
+    return config
+
+
+def _check_references(config: AppConfig) -> list[str]:
+    problems = []
+    for name, model in config.models.items():
+        path = config.resolve(model.path)
+        if not path.is_file():
+            problems.append(f"models.{name}.path: file not found: {path}")
+        if model.labels_file is not None and not config.resolve(model.labels_file).is_file():
+            problems.append(f"models.{name}.labels_file: file not found: {model.labels_file}")
+    for i, stream in enumerate(config.streams):
+        if isinstance(stream.workflow, Path) and not config.resolve(stream.workflow).is_file():
+            problems.append(f"streams[{i}].workflow: file not found: {stream.workflow}")
+    return problems
+
+
+def load_config(path: Path | str) -> AppConfig:
+    """Read and validate a YAML config file; raises ConfigError naming every problem."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"invalid YAML: {exc}"], str(p)) from None
+    return parse_config(data, p.resolve().parent, str(p))

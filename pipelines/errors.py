@@ -1,0 +1,26 @@
+"""Errors of the workflow language; each problem carries its location in the document."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def format_location(loc: Iterable[int | str]) -> str:
+    """('streams', 1, 'source', 'url') -> 'streams[1].source.url'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top)"
+
+
+class WorkflowError(Exception):
+    """A workflow that does not compile. `problems` holds every `location: message`."""
+
+    def __init__(self, problems: Sequence[str], name: str = "workflow") -> None:
+        self.problems = list(problems)
+        self.name = name
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{name}: {len(self.problems)} problem(s)\n{lines}")

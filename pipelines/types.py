@@ -1,0 +1,184 @@
+"""Data types that flow through a workflow: frames in, detections and results out.
+
+These are the only types `sinks/` may import. They are validated once at construction
+(supervision's `Detections` practice) so that code downstream can trust their shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+Image = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded video frame, as a grabber hands it to a worker.
+
+    `capture_time` is wall-clock seconds (time.time()) when the frame left the decoder;
+    `capture_mono` is the same instant on time.perf_counter(), used for frame age.
+    `pts` is the presentation time in seconds from the source, or None when it has none.
+    """
+
+    stream_id: str
+    seq: int
+    pts: float | None
+    capture_time: float
+    capture_mono: float
+    image: Image  # H x W x 3, BGR, uint8
+
+    @property
+    def width(self) -> int:
+        return int(self.image.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.image.shape[0])
+
+
+_EMPTY_NAMES: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Detections:
+    """N boxes in pixel xyxy coordinates of the frame they were found in.
+
+    Arrays are validated in __post_init__; transformations return new objects.
+    """
+
+    xyxy: FloatArray  # (N, 4) float32
+    confidence: FloatArray  # (N,) float32
+    class_id: IntArray  # (N,) int64
+    class_name: tuple[str, ...] = _EMPTY_NAMES  # N names, or () when the model has no labels
+    tracker_id: IntArray | None = None  # (N,) int64, set by trackers
+    landmarks: FloatArray | None = None  # (N, K, 2) float32, e.g. CenterFace's 5 points
+
+    def __post_init__(self) -> None:
+        n = _check_shape("xyxy", self.xyxy, (None, 4))
+        _check_shape("confidence", self.confidence, (n,))
+        _check_shape("class_id", self.class_id, (n,))
+        if self.class_name and len(self.class_name) != n:
+            raise ValueError(f"class_name: expected {n} names, got {len(self.class_name)}")
+        if self.tracker_id is not None:
+            _check_shape("tracker_id", self.tracker_id, (n,))
+        if self.landmarks is not None:
+            _check_shape("landmarks", self.landmarks, (n, None, 2))
+
+    def __len__(self) -> int:
+        return int(self.xyxy.shape[0])
+
+    @classmethod
+    def empty(cls) -> Detections:
+        return cls(
+            xyxy=np.zeros((0, 4), np.float32),
+            confidence=np.zeros((0,), np.float32),
+            class_id=np.zeros((0,), np.int64),
+        )
+
+    @classmethod
+    def from_arrays(
+        cls,
+        xyxy: npt.ArrayLike,
+        confidence: npt.ArrayLike,
+        class_id: npt.ArrayLike,
+        labels: Sequence[str] = (),
+        landmarks: npt.ArrayLike | None = None,
+    ) -> Detections:
+        """Build from any array-likes; names come from `labels[class_id]` when given."""
+        ids = np.asarray(class_id, dtype=np.int64).reshape(-1)
+        names: tuple[str, ...] = ()
+        if labels:
+            names = tuple(labels[i] if 0 <= i < len(labels) else str(i) for i in ids.tolist())
+        return cls(
+            xyxy=np.asarray(xyxy, dtype=np.float32).reshape(-1, 4),
+            confidence=np.asarray(confidence, dtype=np.float32).reshape(-1),
+            class_id=ids,
+            class_name=names,
+            landmarks=None
+            if landmarks is None
+            else np.asarray(landmarks, dtype=np.float32).reshape(len(ids), -1, 2),
+        )
+
+    def select(self, index: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> Detections:
+        """A new Detections with the rows picked by a boolean mask or an index array."""
+        idx = np.asarray(index)
+        rows = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx
+        return Detections(
+            xyxy=self.xyxy[rows],
+            confidence=self.confidence[rows],
+            class_id=self.class_id[rows],
+            class_name=tuple(self.class_name[i] for i in rows.tolist()) if self.class_name else (),
+            tracker_id=None if self.tracker_id is None else self.tracker_id[rows],
+            landmarks=None if self.landmarks is None else self.landmarks[rows],
+        )
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Compact JSON-ready rows: box rounded to 0.1 px, confidence to 1e-3."""
+        out: list[dict[str, Any]] = []
+        boxes = np.round(self.xyxy, 1).tolist()
+        confs = np.round(self.confidence, 3).tolist()
+        ids = self.class_id.tolist()
+        tracks = None if self.tracker_id is None else self.tracker_id.tolist()
+        for i, box in enumerate(boxes):
+            row: dict[str, Any] = {"box": box, "confidence": confs[i], "class_id": ids[i]}
+            if self.class_name:
+                row["class"] = self.class_name[i]
+            if tracks is not None:
+                row["track_id"] = tracks[i]
+            out.append(row)
+        return out
+
+
+def _check_shape(name: str, arr: np.ndarray[Any, Any], shape: tuple[int | None, ...]) -> int:
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array, got {type(arr).__name__}")
+    if arr.ndim != len(shape) or any(
+        want is not None and got != want for got, want in zip(arr.shape, shape, strict=True)
+    ):
+        want_s = "(" + ", ".join("N" if w is None else str(w) for w in shape) + ")"
+        raise ValueError(f"{name}: expected shape {want_s}, got {arr.shape}")
+    return int(arr.shape[0])
+
+
+@dataclass(slots=True)
+class FrameResult:
+    """What a workflow run produces for one frame, handed to the output fan-out.
+
+    `outputs` maps the workflow's declared output names to values (Detections, counts,
+    scalars); `image` is the workflow's `video` output (the frame itself when none).
+    `block_seconds` holds each block's run time in workflow order.
+    """
+
+    stream_id: str
+    seq: int
+    pts: float | None
+    capture_time: float
+    capture_mono: float
+    done_mono: float
+    image: Image
+    outputs: Mapping[str, Any]
+    block_seconds: Sequence[float] = field(default_factory=tuple)
+
+    @property
+    def age_seconds(self) -> float:
+        """Capture to result, seconds."""
+        return self.done_mono - self.capture_mono
+
+    def predictions_json(self) -> dict[str, Any]:
+        """The outputs as JSON-ready values (Detections become lists of rows)."""
+        out: dict[str, Any] = {}
+        for key, value in self.outputs.items():
+            if isinstance(value, Detections):
+                out[key] = value.to_json()
+            elif isinstance(value, np.ndarray):
+                continue  # images do not go into predictions
+            else:
+                out[key] = value
+        return out

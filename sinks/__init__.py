@@ -1,0 +1,1 @@
+"""Outputs (MQTT, webhooks, WebRTC): later issues. Imports pipelines.types only."""
