@@ -153,7 +153,7 @@ class FrameResult:
 
     `outputs` maps the workflow's declared output names to values (Detections, counts,
     scalars); `image` is the workflow's `video` output (the frame itself when none).
-    `block_seconds` holds each block's run time in workflow order.
+    `block_spans` holds each block's (start, end) on time.perf_counter(), in workflow order.
     """
 
     stream_id: str
@@ -164,7 +164,7 @@ class FrameResult:
     done_mono: float
     image: Image
     outputs: Mapping[str, Any]
-    block_seconds: Sequence[float] = field(default_factory=tuple)
+    block_spans: Sequence[tuple[float, float]] = field(default_factory=tuple)
 
     @property
     def age_seconds(self) -> float:

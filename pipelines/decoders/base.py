@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
-from pipelines.models import ModelInfo, Tensor
+import numpy as np
+
+from pipelines.models import Dim, ModelInfo, Tensor, TensorInfo
 from pipelines.types import Detections, Image
 
 
@@ -53,3 +55,77 @@ class Decoder(Protocol):
 
 class DecoderFactory(Protocol):
     def __call__(self, info: ModelInfo, options: DecodeOptions) -> Decoder: ...
+
+
+# Compile-time checks shared by the decoders. They raise `DecoderError` with the model id,
+# what the decoder expects and what the model declares, so a config mistake reads as one line.
+
+Layout = Literal["NCHW", "NHWC"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """A model's single image input as a decoder reads it."""
+
+    name: str
+    dtype: np.dtype[Any]
+    fixed_size: tuple[int, int] | None  # (width, height) when the model fixes both
+
+
+def describe(tensors: Sequence[TensorInfo]) -> str:
+    """'images float32 [1,3,640,640], ...': tensors as an error message shows them."""
+    return ", ".join(f"{t.name} {t.dtype} [{','.join(map(_dim, t.shape))}]" for t in tensors)
+
+
+def mismatch(info: ModelInfo, kind: str, expected: str, actual: str) -> DecoderError:
+    """The one error shape: model, decoder kind, expected, actual."""
+    return DecoderError(
+        f"model {info.id!r}: decoder {kind!r} expects {expected}; the model has {actual}"
+    )
+
+
+def check_image_input(
+    info: ModelInfo, kind: str, layout: Layout, dtypes: Sequence[str]
+) -> ImageInput:
+    """Check that the model takes one 3-channel image of `layout` in one of `dtypes`."""
+    channel_axis, h_axis, w_axis = (1, 2, 3) if layout == "NCHW" else (3, 1, 2)
+    dims = "[N,3,H,W]" if layout == "NCHW" else "[N,H,W,3]"
+    expected = f"one input {'|'.join(dtypes)} {dims} ({layout} RGB)"
+    if len(info.inputs) != 1:
+        raise mismatch(info, kind, expected, f"inputs {describe(info.inputs)}")
+    tensor = info.input
+    shape = tensor.shape
+    if tensor.dtype not in dtypes or len(shape) != 4 or not dim_is(shape[channel_axis], 3):
+        raise mismatch(info, kind, expected, f"input {describe([tensor])}")
+    h, w = shape[h_axis], shape[w_axis]
+    fixed = (w, h) if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0 else None
+    return ImageInput(tensor.name, np.dtype(tensor.dtype), fixed)
+
+
+def resolve_size(info: ModelInfo, kind: str, image: ImageInput) -> tuple[int, int] | None:
+    """Input (width, height): the config's `input_size`, else the model's fixed size, else
+    None (the decoder's default applies). A config size that contradicts a fixed model
+    size is an error now rather than an ONNX Runtime shape error on the first frame."""
+    if info.input_size is None:
+        return image.fixed_size
+    if image.fixed_size is not None and image.fixed_size != info.input_size:
+        raise mismatch(
+            info,
+            kind,
+            f"the configured input_size {_wh(info.input_size)}",
+            f"a fixed input size {_wh(image.fixed_size)}",
+        )
+    return info.input_size
+
+
+def dim_is(d: Dim, value: int) -> bool:
+    """A declared dim equals `value`, or is symbolic/unknown (so it may at run time)."""
+    return not isinstance(d, int) or d == value
+
+
+def _dim(d: Dim) -> str:
+    return "?" if d is None else str(d)
+
+
+def _wh(size: tuple[int, int]) -> str:
+    return f"{size[0]}x{size[1]}"

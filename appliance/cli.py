@@ -1,0 +1,163 @@
+"""The `appliance` command: serve, run, validate.
+
+Exit codes: 0 success; 1 bad input (config, workflow, model) with every problem printed
+to stderr; 2 usage errors (argparse); 3 `run` finished but a stream failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from appliance.config import AppConfig, ConfigError, load_config
+from appliance.models import ModelLoadError
+from appliance.runtime import Runtime
+from appliance.sources import StreamState
+from pipelines.errors import WorkflowError
+
+log = logging.getLogger("appliance")
+
+EXIT_BAD_INPUT = 1
+EXIT_STREAM_FAILED = 3
+BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    command: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return command(args)
+    except BAD_INPUT as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the streams and the HTTP server until stopped")
+    serve.add_argument("--config", required=True, type=Path)
+    serve.add_argument("--host", help="overrides server.host")
+    serve.add_argument("--port", type=int, help="overrides server.port")
+    serve.add_argument("--stats-interval", type=float, default=5.0, help="seconds between fps lines")
+    serve.set_defaults(func=cmd_serve)
+
+    run = sub.add_parser("run", help="headless: process the streams, print a summary")
+    run.add_argument("--config", required=True, type=Path)
+    run.add_argument("--max-frames", type=int, help="stop each stream after N frames")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    run.set_defaults(func=cmd_run)
+
+    val = sub.add_parser("validate", help="check a config or workflow file; exit 1 if invalid")
+    val.add_argument("file", type=Path)
+    val.set_defaults(func=cmd_validate)
+    return p
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+
+
+# -- serve ------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.server.serve import serve
+
+    config = load_config(args.config)
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    runtime = Runtime(config)
+    clean = asyncio.run(serve(runtime, host, port, stats_interval_s=args.stats_interval))
+    return 0 if clean else 1
+
+
+# -- run --------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    runtime = Runtime(config, max_frames=args.max_frames)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        runtime.start()
+        _wait_with_progress(runtime, stop, show=sys.stderr.isatty() and not args.json)
+    finally:
+        runtime.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = {"streams": {sid: s.summary() for sid, s in runtime.streams.items()}}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_table(summary["streams"])
+    failed = any(s.state == StreamState.FAILED for s in runtime.streams.values())
+    return EXIT_STREAM_FAILED if failed else 0
+
+
+def _wait_with_progress(runtime: Runtime, stop: threading.Event, show: bool) -> None:
+    while not stop.is_set() and not runtime.wait_done(timeout=0.5):
+        if show:
+            parts = [f"{sid} {s.rate.count} ({s.rate.recent():.1f} fps)" for sid, s in runtime.streams.items()]
+            print("\r" + "  ".join(parts), end="", file=sys.stderr, flush=True)
+    if show:
+        print(file=sys.stderr)
+
+
+def _print_table(streams: dict[str, dict[str, Any]]) -> None:
+    head = f"{'stream':<16}{'state':<10}{'processed':>10}{'dropped':>9}{'fps':>8}{'p50 ms':>9}{'p99 ms':>9}{'detections':>12}"
+    print(head)
+    for sid, s in streams.items():
+        lat = s["latency_ms"]
+        print(
+            f"{sid:<16}{s['state']:<10}{s['frames_processed']:>10}{s['frames_dropped']:>9}"
+            f"{s['fps']:>8.1f}{_ms(lat['p50']):>9}{_ms(lat['p99']):>9}{s['detections']:>12}"
+        )
+        if s["state"] == "failed":
+            print(f"  failed: {s['last_error']}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+# -- validate ---------------------------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    """A config (has `streams` or `models`) or a workflow (has `blocks`)."""
+    import yaml
+
+    path: Path = args.file
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if isinstance(data, dict) and "blocks" in data:
+        return _validate_workflow(path, data)
+    config = load_config(path)
+    print(f"{path}: valid config: {len(config.models)} model(s), {len(config.streams)} stream(s)")
+    return 0
+
+
+def _validate_workflow(path: Path, data: dict[str, Any]) -> int:
+    """Structure and references; models are loaded only by a config that names them."""
+    from pipelines.compiler import parse_workflow
+
+    spec = parse_workflow(data)
+    print(f"{path}: valid workflow {spec.name!r}: {len(spec.blocks)} block(s), outputs {list(spec.outputs)}")
+    return 0
+
+
+__all__ = ["AppConfig", "main"]

@@ -1,0 +1,118 @@
+"""Prometheus metrics of one runtime, in a registry of its own (several runtimes may live
+in one process, e.g. in tests).
+
+Label values come from configuration only (stream ids, block ids, model ids), never from
+data, so cardinality is bounded by streams × blocks. Children are bound once per stream
+(`StreamMetrics`) so the per-frame path does no label lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipelines.types import FrameResult
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Video work spans sub-millisecond blocks to multi-second stalls: 0.5 ms .. 2 s.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075,
+    0.1, 0.15, 0.25, 0.5, 1.0, 2.0,
+)  # fmt: skip
+BATCH_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+
+
+class Metrics:
+    """Every metric the appliance exports, registered in `self.registry`."""
+
+    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        b = tuple(buckets)
+        self.block_latency = Histogram(
+            "appliance_block_latency_seconds", "Run time of one workflow block.",
+            ["stream", "block", "type"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.workflow_latency = Histogram(
+            "appliance_workflow_latency_seconds", "Run time of a whole workflow.",
+            ["stream"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.frame_age = Histogram(
+            "appliance_frame_age_seconds", "Frame capture to result published.",
+            ["stream"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.model_inference = Histogram(
+            "appliance_model_inference_seconds", "session.run time of one batch.",
+            ["model"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.model_queue = Histogram(
+            "appliance_model_queue_seconds", "Wait of a sample in a model's batch queue.",
+            ["model"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.model_batch_size = Histogram(
+            "appliance_model_batch_size", "Samples per session.run.",
+            ["model"], buckets=BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.frames = Counter(
+            "appliance_frames", "Frames by outcome: processed, dropped (overwritten "
+            "before a worker took them) or failed (the workflow raised).",
+            ["stream", "outcome"], registry=r,
+        )  # fmt: skip
+        self.stream_up = Gauge(
+            "appliance_stream_up", "1 while the stream is running.", ["stream"], registry=r
+        )
+        self.reconnects = Counter(
+            "appliance_stream_reconnects", "Reconnect attempts of a live source.",
+            ["stream"], registry=r,
+        )  # fmt: skip
+        self.source_fps = Gauge(
+            "appliance_source_fps", "Frames per second decoded from the source.",
+            ["stream"], registry=r,
+        )  # fmt: skip
+
+
+class StreamMetrics:
+    """One stream's metric children, bound once when the stream starts."""
+
+    def __init__(
+        self, metrics: Metrics, stream_id: str, blocks: Sequence[tuple[str, str]]
+    ) -> None:
+        self._metrics = metrics
+        self._id = stream_id
+        self._block_labels = tuple(blocks)
+        m = metrics
+        self.blocks = tuple(m.block_latency.labels(stream_id, b, t) for b, t in blocks)
+        self.workflow = m.workflow_latency.labels(stream_id)
+        self.age = m.frame_age.labels(stream_id)
+        self.processed = m.frames.labels(stream_id, "processed")
+        self.dropped = m.frames.labels(stream_id, "dropped")
+        self.failed = m.frames.labels(stream_id, "failed")
+        self.up = m.stream_up.labels(stream_id)
+        self.reconnects = m.reconnects.labels(stream_id)
+        self.source_fps = m.source_fps.labels(stream_id)
+
+    def observe(self, result: FrameResult) -> None:
+        """Per frame: every block's time, the workflow's, the frame's age."""
+        spans = result.block_spans
+        for child, (t0, t1) in zip(self.blocks, spans, strict=False):
+            child.observe(t1 - t0)
+        if spans:
+            self.workflow.observe(spans[-1][1] - spans[0][0])
+        self.age.observe(result.age_seconds)
+        self.processed.inc()
+
+    def remove(self) -> None:
+        """Drop this stream's series so /metrics does not report a removed stream."""
+        m, sid = self._metrics, self._id
+        for block, btype in self._block_labels:
+            _remove(m.block_latency, sid, block, btype)
+        for metric in (m.workflow_latency, m.frame_age, m.stream_up, m.reconnects, m.source_fps):
+            _remove(metric, sid)
+        for outcome in ("processed", "dropped", "failed"):
+            _remove(m.frames, sid, outcome)
+
+
+def _remove(metric: Histogram | Counter | Gauge, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass  # never observed: nothing to drop

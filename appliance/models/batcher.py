@@ -1,0 +1,244 @@
+"""One thread per model that batches samples from many streams into one `session.run`.
+
+Semantics are Triton's dynamic batching: a batch is dispatched as soon as
+`max_batch_size` samples wait, or when the oldest has waited `max_queue_delay_ms`
+(0: whatever is waiting now, no wait). Only samples of one shape and dtype share a batch;
+the oldest sample's shape goes first, so no shape starves. A model with a fixed batch
+dimension k is fed exactly-k chunks, zero-padded, the padded outputs discarded.
+
+The per-sample cost is one `Future`, one tuple and a deque append: ONNX Runtime releases
+the GIL in `session.run`, so the stream threads keep preparing frames meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+
+import numpy as np
+
+from appliance.config import BatchingConfig
+from appliance.models.session import LoadedModel, describe_ort_error
+from pipelines.models import ModelInfo, Tensor
+
+logger = logging.getLogger("appliance.models")
+
+Outputs = Sequence[Tensor]
+# (sample, stream_id, submitted at perf_counter s, future): a plain tuple, the cheapest record.
+_Pending = tuple[Tensor, str, float, Future[Outputs]]
+
+
+class ModelStoppedError(RuntimeError):
+    """The batcher was stopped before this sample ran."""
+
+
+class ModelRunError(RuntimeError):
+    """`session.run` failed for the batch holding this sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One `session.run`, as the `on_batch` profiling hook receives it."""
+
+    model_id: str
+    batch_size: int  # real samples, without fixed-batch padding
+    stream_ids: tuple[str, ...]
+    queue_wait_s: tuple[float, ...]  # per sample: submit → start of its run
+    run_start: float  # perf_counter seconds
+    run_s: float
+    ok: bool = True  # False when session.run raised
+
+
+class ModelBatcher:
+    """A `pipelines.models.ModelHandle` over one shared ONNX Runtime session.
+
+    `on_batch`, if set, is called on the batcher thread after each `session.run` and
+    before that run's futures resolve; it must be cheap and must not raise.
+    """
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        batching: BatchingConfig,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+    ) -> None:
+        self.on_batch = on_batch
+        self._model = model
+        self._max_batch = batching.max_batch_size
+        self._delay_s = batching.max_queue_delay_ms / 1000.0
+        self._chunk = model.info.input.fixed_batch  # None: any batch size
+        self._queue: deque[_Pending] = deque()
+        self._cond = threading.Condition()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"batch:{model.id}")
+        self._buffer: Tensor | None = None  # last batch array, reused while shapes match
+        self._batches = 0
+        self._samples = 0
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._model.info
+
+    @property
+    def batches(self) -> int:
+        """`session.run` calls so far."""
+        return self._batches
+
+    @property
+    def samples(self) -> int:
+        """Samples run so far (padding not counted); samples / batches = mean batch size."""
+        return self._samples
+
+    def start(self) -> None:
+        """Start the batcher thread; samples submitted before are served then."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the thread: waiting samples (and later submits) fail with
+        `ModelStoppedError`; the batch already running finishes. Joins for `timeout` s."""
+        with self._cond:
+            self._stopped.set()
+            pending = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for item in pending:
+            _fail(item[3], ModelStoppedError(f"model {self._model.id!r}: batcher stopped"))
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning(
+                    "model %r: batch thread still busy after %.1fs", self._model.id, timeout
+                )
+
+    def submit(self, sample: Tensor, stream_id: str = "") -> Future[Outputs]:
+        """Queue one sample (no batch dimension); the future holds its outputs, in the
+        model's output order, without the batch dimension."""
+        if not isinstance(sample, np.ndarray):
+            raise TypeError(f"sample must be a numpy array, got {type(sample).__name__}")
+        future: Future[Outputs] = Future()
+        with self._cond:
+            if self._stopped.is_set():
+                future.set_exception(ModelStoppedError(f"model {self._model.id!r}: stopped"))
+                return future
+            self._queue.append((sample, stream_id, perf_counter(), future))
+            waiting = len(self._queue)
+            # Wake the thread only when it has something new to decide: a first sample
+            # (it sleeps without a deadline) or a full batch (it sleeps until the deadline).
+            if waiting == 1 or waiting >= self._max_batch:
+                self._cond.notify()
+        return future
+
+    def __enter__(self) -> ModelBatcher:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _serve(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            chunk = self._chunk or len(batch)
+            for start in range(0, len(batch), chunk):
+                self._run(batch[start : start + chunk], chunk)
+
+    def _next_batch(self) -> list[_Pending] | None:
+        """Block until a batch is due; None once stopped."""
+        queue = self._queue
+        with self._cond:
+            while not self._stopped.is_set():
+                if len(queue) >= self._max_batch:
+                    return self._take()
+                if queue:
+                    wait_s = queue[0][2] + self._delay_s - perf_counter()
+                    if wait_s <= 0:
+                        return self._take()
+                    self._cond.wait(wait_s)
+                else:
+                    self._cond.wait()
+        return None
+
+    def _take(self) -> list[_Pending]:
+        """Up to max_batch_size waiting samples shaped like the oldest, in submit order;
+        the others keep their places. Cancelled futures are dropped. Holds the lock."""
+        queue = self._queue
+        shape, dtype = queue[0][0].shape, queue[0][0].dtype
+        taken: list[_Pending] = []
+        kept: list[_Pending] = []
+        while queue and len(taken) < self._max_batch:
+            item = queue.popleft()
+            sample = item[0]
+            if sample.shape != shape or sample.dtype != dtype:
+                kept.append(item)
+            elif item[3].set_running_or_notify_cancel():
+                taken.append(item)
+        queue.extendleft(reversed(kept))
+        return taken
+
+    def _run(self, items: list[_Pending], size: int) -> None:
+        """One `session.run` over `items`, zero-padded to `size` rows."""
+        if not items:
+            return  # every future in it was cancelled
+        model = self._model
+        run_start = perf_counter()
+        try:
+            batch = self._stack([item[0] for item in items], size)
+            run_start = perf_counter()
+            outputs = model.session.run(model.output_names, {model.input_name: batch})
+        except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
+            self._record(items, run_start, perf_counter() - run_start, ok=False)
+            error = ModelRunError(f"model {model.id!r}: {describe_ort_error(exc)}")
+            for item in items:
+                _fail(item[3], error)
+            return
+        self._record(items, run_start, perf_counter() - run_start, ok=True)
+        # zip(*outputs) yields per-row views (out0[i], out1[i], ...); padded rows are left.
+        for item, result in zip(items, zip(*outputs, strict=False), strict=False):
+            item[3].set_result(result)
+
+    def _stack(self, samples: list[Tensor], size: int) -> Tensor:
+        """Samples as one contiguous (size, *shape) array; rows past them are zeros."""
+        first = samples[0]
+        shape = (size, *first.shape)
+        buffer = self._buffer
+        if buffer is None or buffer.shape != shape or buffer.dtype != first.dtype:
+            buffer = self._buffer = np.empty(shape, first.dtype)
+        np.stack(samples, out=buffer[: len(samples)])
+        if len(samples) < size:
+            buffer[len(samples) :] = 0
+        return buffer
+
+    def _record(self, items: list[_Pending], run_start: float, run_s: float, ok: bool) -> None:
+        self._batches += 1
+        self._samples += len(items)
+        hook = self.on_batch
+        if hook is None:
+            return
+        record = BatchRecord(
+            model_id=self._model.id,
+            batch_size=len(items),
+            stream_ids=tuple(item[1] for item in items),
+            queue_wait_s=tuple(run_start - item[2] for item in items),
+            run_start=run_start,
+            run_s=run_s,
+            ok=ok,
+        )
+        try:
+            hook(record)
+        except Exception:  # a broken profiler must not stop inference
+            logger.exception("model %r: on_batch hook failed", self._model.id)
+
+
+def _fail(future: Future[Outputs], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

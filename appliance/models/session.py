@@ -1,0 +1,238 @@
+"""ONNX Runtime sessions built from a model's config: providers with fallback, options, info.
+
+`load_model` is called once per model at startup or reload. It opens the session on the
+providers the config asks for (TensorRT, CUDA, CPU; CPU is always appended last), and when
+the preferred one is not available it says so in exactly one warning, instead of ONNX
+Runtime's screens of provider-library errors. It then describes the graph as a
+`pipelines.models.ModelInfo`, with class labels from the config or the model's metadata.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from appliance.config import ModelConfig, SessionConfig
+from pipelines.models import Dim, ModelInfo, TensorInfo
+
+logger = logging.getLogger("appliance.models")
+
+PROVIDERS = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+_INSTALL_HINTS = {
+    "tensorrt": "install TensorRT and appliance[cuda]",
+    "cuda": "install appliance[cuda]",
+}
+_DISPLAY_NAMES = {"tensorrt": "TensorRT", "cuda": "CUDA"}
+_OPTIMIZATION = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+# ORT type strings whose element name is not already a numpy dtype name.
+_DTYPES = {"float": "float32", "double": "float64"}
+_ORT_ERROR = 3  # ORT log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+# "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from x.onnx failed:" → "".
+_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Load model from .* failed:)?")
+
+
+class ModelLoadError(Exception):
+    """A model cannot be loaded; the message names the model id and the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """An open session and what a batcher needs to feed it (the session itself is mutable)."""
+
+    info: ModelInfo
+    session: ort.InferenceSession
+    input_name: str
+    output_names: tuple[str, ...]
+    requested_providers: tuple[str, ...]  # ORT names, in order of preference
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+
+def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path]) -> LoadedModel:
+    """Open `cfg.path` (made absolute by `resolve`, e.g. `AppConfig.resolve`) on the
+    configured providers. Raises `ModelLoadError` for a missing file, a file that is not
+    an ONNX model, or a model with more than one input."""
+    path = resolve(cfg.path)
+    if not path.is_file():
+        raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
+    requested = requested_providers(cfg.providers)
+    ort.set_default_logger_severity(_ORT_ERROR)  # provider-library errors: we warn once
+    session, first_error = _open_session(model_id, path, _session_options(cfg.session), requested)
+    obtained = tuple(session.get_providers())
+    _report_providers(model_id, cfg.providers[0], obtained, first_error)
+    inputs = tuple(_tensor_info(a) for a in session.get_inputs())
+    if len(inputs) != 1:
+        names = ", ".join(i.name for i in inputs)
+        raise ModelLoadError(
+            f"model {model_id!r}: {path} has {len(inputs)} inputs ({names}); "
+            "only single-input models are supported"
+        )
+    outputs = tuple(_tensor_info(a) for a in session.get_outputs())
+    metadata = dict(session.get_modelmeta().custom_metadata_map)
+    info = ModelInfo(
+        id=model_id,
+        path=str(path),
+        inputs=inputs,
+        outputs=outputs,
+        decoder=cfg.decoder,
+        labels=_labels(model_id, cfg, resolve, metadata),
+        input_size=cfg.input_size,
+        metadata=metadata,
+        providers=obtained,
+    )
+    return LoadedModel(info, session, inputs[0].name, tuple(o.name for o in outputs), requested)
+
+
+def requested_providers(names: Sequence[str]) -> tuple[str, ...]:
+    """Config provider names → ORT provider names, in the order given, CPU appended."""
+    return tuple(dict.fromkeys([*(PROVIDERS[n] for n in names), PROVIDERS["cpu"]]))
+
+
+def _session_options(cfg: SessionConfig) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.log_severity_level = _ORT_ERROR
+    options.intra_op_num_threads = cfg.intra_op_threads  # 0: ORT picks (one per core)
+    options.inter_op_num_threads = cfg.inter_op_threads
+    options.graph_optimization_level = _OPTIMIZATION[cfg.graph_optimization]
+    return options
+
+
+def _open_session(
+    model_id: str, path: Path, options: ort.SessionOptions, providers: tuple[str, ...]
+) -> tuple[ort.InferenceSession, str | None]:
+    """Try the providers, dropping the first one each time creation fails (TensorRT raises
+    when its libraries are missing; CUDA is dropped silently by ORT itself). A failure with
+    CPU alone is the model's fault. Returns the session and the first failure's reason."""
+    first_error: str | None = None
+    for i in range(len(providers)):
+        try:
+            # enable_fallback=0: ORT's own fallback prints banners to stdout; we do ours.
+            session = ort.InferenceSession(
+                str(path), options, providers=list(providers[i:]), enable_fallback=0
+            )
+        except Exception as exc:  # ORT's exception types share no base class but Exception
+            reason = describe_ort_error(exc)
+            if i == len(providers) - 1:
+                raise ModelLoadError(
+                    f"model {model_id!r}: not a valid ONNX model: {path}: {reason}"
+                ) from exc
+            first_error = first_error or reason
+        else:
+            return session, first_error
+    raise AssertionError("unreachable: providers always ends with CPU")
+
+
+def _report_providers(
+    model_id: str, asked: str, obtained: tuple[str, ...], error: str | None
+) -> None:
+    """One warning when the preferred provider is missing, one info line with the result."""
+    if obtained[0] != PROVIDERS[asked]:
+        reason = _provider_problem(asked) or error or "provider not available"
+        hint = _INSTALL_HINTS.get(asked)
+        logger.warning(
+            "model %r: asked for %s, running on %s (%s%s)",
+            model_id,
+            asked,
+            obtained[0],
+            reason,
+            f"; {hint}" if hint else "",
+        )
+    logger.info("model %r: providers %s", model_id, ", ".join(obtained))
+
+
+def _provider_problem(name: str) -> str | None:
+    """Why a provider's shared library does not load (e.g. "libcublasLt.so.13: cannot open
+    shared object file"), found by loading it the way ORT does; None if it loads."""
+    if name == "cpu":
+        return None
+    capi = Path(ort.__file__).parent / "capi"
+    library = next(iter(capi.glob(f"*onnxruntime_providers_{name}.*")), None)
+    if library is None:
+        return f"this onnxruntime build has no {PROVIDERS[name]}"
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return f"{_DISPLAY_NAMES[name]} libraries not found: {exc}"
+    return None
+
+
+def describe_ort_error(exc: Exception) -> str:
+    """An ORT exception's first line, without its code prefix and the repeated path."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return _ORT_PREFIX.sub("", text).strip() or type(exc).__name__
+
+
+def _tensor_info(arg: Any) -> TensorInfo:
+    """An `ort.NodeArg` ("tensor(float)", [None, 3, "h", "w"]) as a TensorInfo."""
+    element = str(arg.type).removeprefix("tensor(").removesuffix(")")
+    shape: tuple[Dim, ...] = tuple(d if isinstance(d, int | str) else None for d in arg.shape)
+    return TensorInfo(name=arg.name, shape=shape, dtype=_DTYPES.get(element, element))
+
+
+def _labels(
+    model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path], metadata: Mapping[str, str]
+) -> tuple[str, ...]:
+    """Config labels, else the labels file, else the model's metadata, else none."""
+    if cfg.labels is not None:
+        return tuple(cfg.labels)
+    if cfg.labels_file is not None:
+        path = resolve(cfg.labels_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ModelLoadError(
+                f"model {model_id!r}: cannot read labels file {path}: {exc.strerror or exc}"
+            ) from exc
+        return tuple(line.strip() for line in text.splitlines() if line.strip())
+    return labels_from_metadata(metadata)
+
+
+def labels_from_metadata(metadata: Mapping[str, str]) -> tuple[str, ...]:
+    """Class names from model metadata: Ultralytics' "names" (a Python dict literal such
+    as "{0: 'Normal', 1: 'Fall'}"), else "labels"/"classes" as a JSON list or a comma- or
+    newline-separated string."""
+    if "names" in metadata:
+        try:
+            names = ast.literal_eval(metadata["names"])
+        except (ValueError, SyntaxError):
+            names = None
+        if isinstance(names, dict):
+            return tuple(str(names[k]) for k in sorted(names))
+        if isinstance(names, list | tuple):
+            return tuple(str(n) for n in names)
+    for key in ("labels", "classes"):
+        if key in metadata:
+            return _split_labels(metadata[key])
+    return ()
+
+
+def _split_labels(text: str) -> tuple[str, ...]:
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError:
+            items = None
+        if isinstance(items, list):
+            return tuple(str(i) for i in items)
+    parts = text.splitlines() if "\n" in text else text.split(",")
+    return tuple(p.strip() for p in parts if p.strip())

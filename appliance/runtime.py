@@ -1,0 +1,154 @@
+"""The runtime owns everything that runs: models and their batchers, compiled
+workflows, streams, the fan-out and the metrics. `start()` then `stop()`, once each.
+
+Start-up order is fail-fast: models load and every workflow compiles before any stream
+starts, so a bad model or workflow stops the start with every problem named, and nothing
+half-runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from appliance.config import AppConfig, StreamConfig
+from appliance.fanout import Fanout
+from appliance.metrics import Metrics, StreamMetrics
+from appliance.models import BatchRecord, ModelBatcher, load_model
+from appliance.streams import TERMINAL, Stream
+from pipelines.blocks.base import BuildContext
+from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
+from pipelines.errors import WorkflowError
+from pipelines.executor import CompiledWorkflow
+from pipelines.spec import read_workflow_file
+
+log = logging.getLogger("appliance.runtime")
+
+
+class Runtime:
+    def __init__(self, config: AppConfig, *, max_frames: int | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.fanout = Fanout()
+        self.models: dict[str, ModelBatcher] = {}
+        self.streams: dict[str, Stream] = {}
+        self._workflows: dict[str, CompiledWorkflow] = {}  # by digest: compile once
+        self._max_frames = max_frames
+        self._lock = threading.Lock()
+        self.started_at = 0.0
+
+    # -- start-up --------------------------------------------------------------------
+    def start(self) -> None:
+        """Load models, compile workflows, then start every stream."""
+        self.started_at = time.time()
+        try:
+            self._load_models()
+            prepared = [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
+                        for i, s in enumerate(self.config.streams)]  # fmt: skip
+        except BaseException:
+            self._stop_models(1.0)
+            raise
+        for cfg, workflow in prepared:
+            self._start_stream(cfg, workflow)
+
+    def _load_models(self) -> None:
+        for model_id, cfg in self.config.models.items():
+            loaded = load_model(model_id, cfg, self.config.resolve)
+            batcher = ModelBatcher(loaded, cfg.batching)
+            batcher.on_batch = self._model_observer(model_id)
+            batcher.start()
+            self.models[model_id] = batcher
+
+    def _model_observer(self, model_id: str) -> Any:
+        run = self.metrics.model_inference.labels(model_id)
+        queue = self.metrics.model_queue.labels(model_id)
+        size = self.metrics.model_batch_size.labels(model_id)
+
+        def observe(rec: BatchRecord) -> None:
+            run.observe(rec.run_s)
+            size.observe(rec.batch_size)
+            for wait in rec.queue_wait_s:
+                queue.observe(wait)
+
+        return observe
+
+    def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
+        """Compile (or reuse) a stream's workflow; WorkflowError names the stream."""
+        if isinstance(cfg.workflow, Path):
+            path = self.config.resolve(cfg.workflow)
+            document: Mapping[str, Any] = read_workflow_file(path)
+            origin = f"{where}.workflow ({path})"
+        else:
+            document, origin = cfg.workflow, f"{where}.workflow"
+        try:
+            spec = parse_workflow(document)
+            digest = workflow_digest(spec)
+            with self._lock:
+                cached = self._workflows.get(digest)
+            if cached is not None:
+                return cached
+            compiled = compile_workflow(spec, BuildContext(models=self.models))
+        except WorkflowError as exc:
+            raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
+        with self._lock:
+            self._workflows[digest] = compiled
+        return compiled
+
+    def _start_stream(self, cfg: StreamConfig, workflow: CompiledWorkflow) -> Stream:
+        blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
+        stream = Stream(
+            cfg,
+            workflow,
+            self.fanout,
+            StreamMetrics(self.metrics, cfg.id, blocks),
+            lambda p: self.config.resolve(p),
+            max_frames=self._max_frames,
+        )
+        with self._lock:
+            self.streams[cfg.id] = stream
+        stream.start()
+        return stream
+
+    # -- running ---------------------------------------------------------------------
+    def sync_metrics(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.sync_metrics()
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until every stream's worker has ended; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for stream in list(self.streams.values()):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not stream.done.wait(left):
+                return False
+        return True
+
+    # -- shutdown --------------------------------------------------------------------
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop streams (in parallel), then models; True when every thread ended."""
+        deadline = time.monotonic() + timeout
+        streams = list(self.streams.values())
+        results: dict[str, bool] = {}
+        stoppers = [
+            threading.Thread(target=lambda s=s: results.__setitem__(s.id, s.stop(timeout * 0.7)),
+                             name=f"stop:{s.id}", daemon=True)
+            for s in streams
+        ]  # fmt: skip
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        models_ok = self._stop_models(max(0.1, deadline - time.monotonic()))
+        ok = models_ok and all(results.get(s.id, False) for s in streams)
+        log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
+        return ok
+
+    def _stop_models(self, timeout: float) -> bool:
+        ok = True
+        for batcher in self.models.values():
+            ok = batcher.stop(timeout) is not False and ok
+        return ok

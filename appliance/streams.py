@@ -1,0 +1,196 @@
+"""A stream: one grabber thread, one worker thread, a lifecycle and its statistics.
+
+The grabber decodes continuously into a one-slot `LatestFrame`; the worker takes the
+newest frame, runs the compiled workflow and publishes the result. A slow workflow never
+makes frames pile up: frames it had no time for are overwritten and counted as dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.config import StreamConfig
+from appliance.fanout import Fanout
+from appliance.metrics import StreamMetrics
+from appliance.sources import Grabber, StreamState, mask_url, slot_for
+from appliance.stats import LatencyWindow, RateMeter
+from pipelines.executor import CompiledWorkflow
+from pipelines.types import Detections, FrameResult
+
+log = logging.getLogger("appliance.streams")
+
+TERMINAL = frozenset({StreamState.STOPPED, StreamState.FAILED})
+GET_TIMEOUT_S = 0.25  # how often an idle worker re-checks its stop flag
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change: wall-clock time (s), new state, why."""
+
+    time: float
+    state: StreamState
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time": self.time, "state": self.state.value, "reason": self.reason}
+
+
+class Stream:
+    """Owns a stream's threads; `start` once, `stop` once (idempotent)."""
+
+    def __init__(
+        self,
+        cfg: StreamConfig,
+        workflow: CompiledWorkflow,
+        fanout: Fanout,
+        metrics: StreamMetrics,
+        resolve_path: Callable[[str], Path],
+        *,
+        max_frames: int | None = None,
+        history: int = 50,
+    ) -> None:
+        self.id = cfg.id
+        self.cfg = cfg
+        self.url = mask_url(cfg.source.url)
+        self.workflow = workflow
+        self._fanout = fanout
+        self._metrics = metrics
+        self._max_frames = max_frames
+        self._state = StreamState.STARTING
+        self._state_lock = threading.Lock()
+        self.transitions: deque[Transition] = deque(maxlen=history)
+        self.last_error: str | None = None
+        self.slot = slot_for(cfg.source)
+        self._grabber = Grabber(cfg.id, cfg.source, self.slot, self._on_state, resolve_path)
+        self._stop = threading.Event()
+        self.done = threading.Event()  # set when the worker has ended
+        self._worker = threading.Thread(target=self._work, name=f"work:{cfg.id}", daemon=True)
+        self.latency = LatencyWindow()
+        self.rate = RateMeter()
+        self.failed_frames = 0
+        self.detections = 0
+        self.last_result_mono = 0.0
+        self._dropped_reported = 0
+
+    # -- lifecycle -----------------------------------------------------------------
+    @property
+    def state(self) -> StreamState:
+        return self._state
+
+    def start(self) -> None:
+        self._on_state(StreamState.STARTING, f"starting {self.url}")
+        self._worker.start()
+        self._grabber.start()
+
+    def stop(self, timeout: float = 3.0) -> bool:
+        """Stop both threads; True when both ended within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        self._stop.set()
+        grabbed = self._grabber.stop(timeout)
+        self.slot.close()
+        self._worker.join(max(0.0, deadline - time.monotonic()))
+        ended = grabbed and not self._worker.is_alive()
+        self._metrics.up.set(0)
+        if not ended:
+            log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
+        return ended
+
+    def _on_state(self, state: StreamState, reason: str) -> None:
+        """Called by the grabber thread (and start/stop) on every state change."""
+        with self._state_lock:
+            if state in TERMINAL and self._state == StreamState.FAILED:
+                return  # a failure's reason is the one to keep
+            changed = state != self._state or not self.transitions
+            self._state = state
+            if changed or state == StreamState.RECONNECTING:
+                self.transitions.append(Transition(time.time(), state, reason))
+        if state == StreamState.FAILED or state == StreamState.RECONNECTING:
+            self.last_error = reason
+        if state == StreamState.RECONNECTING:
+            self._metrics.reconnects.inc()
+        self._metrics.up.set(1 if state == StreamState.RUNNING else 0)
+        level = logging.WARNING if state in (StreamState.FAILED, StreamState.RECONNECTING) else logging.INFO
+        if changed or level == logging.WARNING:
+            log.log(level, "stream %s: %s (%s)", self.id, state.value, reason)
+
+    # -- the worker ------------------------------------------------------------------
+    def _work(self) -> None:
+        run, publish, observe = self.workflow.run, self._fanout.publish, self._metrics.observe
+        get, stop = self.slot.get, self._stop
+        while not stop.is_set():
+            frame = get(GET_TIMEOUT_S)
+            if frame is None:
+                if self._state in TERMINAL and not self._grabber.alive:
+                    break
+                continue
+            try:
+                result = run(frame)
+            except Exception as exc:  # one bad frame must not end the stream
+                self._frame_failed(exc)
+                continue
+            self._account(result)
+            observe(result)
+            publish(result)
+            if self._max_frames is not None and self.rate.count >= self._max_frames:
+                self._grabber.stop(0)  # stop decoding; the worker ends here
+                self._on_state(StreamState.STOPPED, f"processed {self._max_frames} frames")
+                break
+        self.done.set()
+
+    def _account(self, result: FrameResult) -> None:
+        self.rate.tick(result.done_mono)
+        self.latency.add(result.age_seconds)
+        self.last_result_mono = result.done_mono
+        for value in result.outputs.values():
+            if isinstance(value, Detections):
+                self.detections += len(value)
+
+    def _frame_failed(self, exc: Exception) -> None:
+        self.failed_frames += 1
+        self._metrics.failed.inc()
+        self.last_error = f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}"
+        # The first failure with its traceback, then one line per 100 so logs stay readable.
+        if self.failed_frames == 1:
+            log.exception("stream %s: %s", self.id, self.last_error)
+        elif self.failed_frames % 100 == 0:
+            log.warning("stream %s: %d failed frames, last: %s", self.id, self.failed_frames, self.last_error)
+
+    # -- views -----------------------------------------------------------------------
+    def sync_metrics(self) -> None:
+        """Copy counters owned by other threads into gauges (called by the stats loop)."""
+        self._metrics.dropped.inc(self.slot.dropped - self._dropped_reported)
+        self._dropped_reported = self.slot.dropped
+        fps = self._grabber.fps
+        if fps is not None:
+            self._metrics.source_fps.set(fps)
+
+    def summary(self) -> dict[str, Any]:
+        """The per-stream figures of `appliance run` and the API."""
+        return {
+            "state": self.state.value,
+            "url": self.url,
+            "workflow": self.workflow.name,
+            "frames_processed": self.rate.count,
+            "frames_dropped": self.slot.dropped,
+            "frames_failed": self.failed_frames,
+            "fps": round(self.rate.overall(), 2),
+            "source_fps": _round(self._grabber.fps),
+            "latency_ms": self.latency.percentiles_ms(50, 99),
+            "detections": self.detections,
+            "reconnects": self._grabber.reconnects,
+            "last_error": self.last_error,
+        }
+
+    def history(self) -> Sequence[dict[str, Any]]:
+        return [t.to_json() for t in self.transitions]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

@@ -1,0 +1,260 @@
+"""Workflow spec -> CompiledWorkflow: validate, resolve, type-check, order, bind.
+
+Problems are collected, not first-only: one WorkflowError lists every problem with its
+location and, where it helps, a hint (`blocks[1].image: unknown block 'peple' (did you
+mean 'people'?)`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from pipelines.blocks.base import BlockBuildError, BlockType, BuildContext, Kind
+from pipelines.errors import WorkflowError, format_location
+from pipelines.executor import FIRST_FREE_SLOT, FRAME_SLOT, IMAGE_SLOT, CompiledWorkflow, Step
+from pipelines.registry import DEFAULT_REGISTRY, BlockImportError, BlockRegistry
+from pipelines.spec import RESERVED_IDS, BlockSpec, WorkflowSpec
+
+FRAME_REF = "frame"
+
+
+@dataclass
+class _Node:
+    """A block during compilation: its spec, type, params and resolved input slots."""
+
+    index: int
+    spec: BlockSpec
+    cls: type[BlockType]
+    params: Any = None
+    refs: dict[str, str] = field(default_factory=dict)  # input name -> reference text
+    args: list[int] = field(default_factory=list)
+    deps: set[str] = field(default_factory=set)
+    outs: dict[str, int] = field(default_factory=dict)  # output name -> slot
+
+
+class _Compilation:
+    def __init__(self, registry: BlockRegistry) -> None:
+        self.registry = registry
+        self.problems: list[str] = []
+        self.nodes: dict[str, _Node] = {}
+
+    def error(self, where: str, message: str) -> None:
+        self.problems.append(f"{where}: {message}")
+
+    # -- pass 1: every block's type, parameters and input references ---------------
+    def declare(self, blocks: list[BlockSpec]) -> None:
+        slot = FIRST_FREE_SLOT
+        first_at: dict[str, int] = {}
+        for i, spec in enumerate(blocks):
+            where = f"blocks[{i}]"
+            if spec.id in RESERVED_IDS:
+                self.error(f"{where}.id", f"{spec.id!r} is reserved (it names the input frame)")
+                continue
+            if spec.id in first_at:
+                self.error(f"{where}.id", f"duplicate id {spec.id!r} (first at blocks[{first_at[spec.id]}])")
+                continue
+            first_at[spec.id] = i
+            cls = self._block_class(where, spec.type)
+            if cls is None:
+                continue
+            node = _Node(i, spec, cls)
+            self._split_params(node, where)
+            for name in cls.outputs:
+                node.outs[name] = slot
+                slot += 1
+            self.nodes[spec.id] = node
+        self.n_slots = slot
+
+    def _block_class(self, where: str, type_name: str) -> type[BlockType] | None:
+        if type_name not in self.registry:
+            known = ", ".join(self.registry.names())
+            self.error(f"{where}.type", f"unknown block type {type_name!r}{_hint(type_name, self.registry.names())} (known: {known})")
+            return None
+        try:
+            return self.registry.get(type_name)
+        except BlockImportError as exc:
+            self.error(f"{where}.type", str(exc))
+            return None
+
+    def _split_params(self, node: _Node, where: str) -> None:
+        raw = node.spec.params
+        for name, (_kind, default) in node.cls.inputs.items():
+            ref = raw.pop(name, default)
+            if ref is None:
+                self.error(f"{where}.{name}", "required input is missing")
+            elif not isinstance(ref, str):
+                self.error(f"{where}.{name}", f"expected a reference like 'frame' or 'block.output', got {type(ref).__name__}")
+            else:
+                node.refs[name] = ref
+        try:
+            node.params = node.cls.Params.model_validate(raw)
+        except ValidationError as exc:
+            for e in exc.errors():
+                self.error(format_location((where, *e["loc"])), _pydantic_message(e))
+
+    # -- pass 2: references -> slots, with kinds checked ----------------------------
+    def resolve(self) -> None:
+        for node in self.nodes.values():
+            where = f"blocks[{node.index}]"
+            for name, ref in node.refs.items():
+                want = node.cls.inputs[name][0]
+                found = self.lookup(f"{where}.{name}", ref, want)
+                if found is not None:
+                    slot, dep = found
+                    node.args.append(slot)
+                    if dep:
+                        node.deps.add(dep)
+            if node.cls.wants_frame:
+                node.args.append(FRAME_SLOT)
+
+    def lookup(self, where: str, ref: str, want: Kind) -> tuple[int, str | None] | None:
+        """The slot a reference names and the block it depends on, or None (error noted)."""
+        if ref == FRAME_REF:
+            return self._check_kind(where, ref, "image", want, (IMAGE_SLOT, None))
+        block_id, _, out_name = ref.partition(".")
+        node = self.nodes.get(block_id)
+        if node is None:
+            self.error(where, f"unknown block {block_id!r}{_hint(block_id, [*self.nodes, FRAME_REF])}")
+            return None
+        out_name = out_name or next(iter(node.cls.outputs), "")
+        if out_name not in node.outs:
+            outs = ", ".join(node.cls.outputs) or "none"
+            self.error(where, f"block {block_id!r} has no output {out_name!r} (outputs: {outs})")
+            return None
+        got = node.cls.outputs[out_name]
+        return self._check_kind(where, ref, got, want, (node.outs[out_name], block_id))
+
+    def _check_kind(
+        self, where: str, ref: str, got: Kind, want: Kind, found: tuple[int, str | None]
+    ) -> tuple[int, str | None] | None:
+        if want != "any" and got != want:
+            self.error(where, f"expected {want}, got {got} from {ref!r}")
+            return None
+        return found
+
+    # -- pass 3: order and bind ------------------------------------------------------
+    def order(self) -> list[_Node]:
+        """Kahn's topological sort, stable in file order; cycles become errors."""
+        pending = {bid: set(n.deps) & self.nodes.keys() for bid, n in self.nodes.items()}
+        ordered: list[_Node] = []
+        while True:
+            ready = [bid for bid, deps in pending.items() if not deps]
+            if not ready:
+                break
+            for bid in ready:
+                ordered.append(self.nodes[bid])
+                del pending[bid]
+            for deps in pending.values():
+                deps.difference_update(ready)
+        for cycle in _cycles(pending):
+            first = self.nodes[cycle[0]]
+            self.error(f"blocks[{first.index}]", "cycle " + " → ".join([*cycle, cycle[0]]))
+        return ordered
+
+    def bind(self, ordered: list[_Node], ctx: BuildContext) -> list[Step]:
+        steps = []
+        for node in ordered:
+            where = f"blocks[{node.index}]"
+            try:
+                fn = node.cls.build(node.params, ctx)
+            except BlockBuildError as exc:
+                self.error(f"{where}.{exc.field}" if exc.field else where, str(exc))
+                continue
+            except ValueError as exc:  # e.g. a decoder that does not fit its model
+                self.error(where, str(exc))
+                continue
+            steps.append(Step(node.spec.id, node.spec.type, fn, tuple(node.args), tuple(node.outs.values())))
+        return steps
+
+
+def compile_workflow(
+    source: WorkflowSpec | Mapping[str, Any],
+    ctx: BuildContext,
+    registry: BlockRegistry = DEFAULT_REGISTRY,
+) -> CompiledWorkflow:
+    """Compile a workflow; raises WorkflowError listing every problem found."""
+    spec = parse_workflow(source)
+    comp = _Compilation(registry)
+    comp.declare(spec.blocks)
+    comp.resolve()
+    outputs = _resolve_outputs(comp, spec.outputs)
+    ordered = comp.order()
+    if comp.problems:
+        raise WorkflowError(comp.problems, spec.name)
+    steps = comp.bind(ordered, ctx)
+    if comp.problems:
+        raise WorkflowError(comp.problems, spec.name)
+    video = dict(outputs).get("video", IMAGE_SLOT)
+    return CompiledWorkflow(spec.name, workflow_digest(spec), steps, outputs, video, comp.n_slots)
+
+
+def parse_workflow(source: WorkflowSpec | Mapping[str, Any]) -> WorkflowSpec:
+    """Validate the document's structure; raises WorkflowError with locations."""
+    if isinstance(source, WorkflowSpec):
+        return source
+    if not isinstance(source, Mapping):
+        raise WorkflowError([f"(top): expected a mapping, got {type(source).__name__}"])
+    try:
+        return WorkflowSpec.model_validate(source)
+    except ValidationError as exc:
+        name = source.get("name") if isinstance(source.get("name"), str) else "workflow"
+        problems = [f"{format_location(e['loc'])}: {_pydantic_message(e)}" for e in exc.errors()]
+        raise WorkflowError(problems, str(name)) from None
+
+
+def workflow_digest(spec: WorkflowSpec) -> str:
+    """sha256 of the normalised document: equal workflows share one compilation."""
+    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _resolve_outputs(comp: _Compilation, outputs: Mapping[str, str]) -> list[tuple[str, int]]:
+    if not outputs:
+        comp.error("outputs", "at least one output is required (e.g. `people: people`)")
+    resolved = []
+    for name, ref in outputs.items():
+        want: Kind = "image" if name == "video" else "any"
+        found = comp.lookup(f"outputs.{name}", ref, want)
+        if found is not None:
+            resolved.append((name, found[0]))
+    return resolved
+
+
+def _cycles(pending: Mapping[str, set[str]]) -> list[list[str]]:
+    """One representative path per cycle left after the topological sort."""
+    seen: set[str] = set()
+    cycles = []
+    for start in pending:
+        if start in seen:
+            continue
+        path: list[str] = []
+        node = start
+        while node not in path and node not in seen:
+            path.append(node)
+            node = min(pending[node])
+        if node in path:
+            cycles.append(path[path.index(node) :])
+        seen.update(path)
+    return cycles
+
+
+def _hint(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _pydantic_message(e: Any) -> str:
+    """Pydantic's message, plus the value it got, so users see expected vs got."""
+    msg = str(e["msg"])
+    if e.get("type") not in ("missing", "extra_forbidden") and "input" in e:
+        msg += f" (got {e['input']!r})"
+    if e.get("type") == "extra_forbidden":
+        msg = "unknown parameter"
+    return msg

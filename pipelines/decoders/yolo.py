@@ -1,0 +1,153 @@
+"""YOLO exports: Ultralytics YOLOv8/v11 and YOLOv5 raw heads (NMS done here).
+
+Input: float32 or float16 (the model's own dtype) [N,3,H,W] RGB scaled to 0..1; the
+frame is letterboxed (aspect kept, centred, grey 114 padding as Ultralytics trains) to
+the input size: the config's, else the model's fixed one, else 640x640.
+
+Output 0 is the head; its layout is read from the declared shape at compile time:
+- v8/v11: [4+nc, A] (cx, cy, w, h, then nc class scores; no objectness), or [A, 4+nc];
+- v5: [A, 5+nc] (cx, cy, w, h, objectness, nc class scores; score = obj * cls).
+With nc known (from `labels`, else the model's Ultralytics `names` metadata) the dim equal
+to 4+nc or 5+nc decides. Without it the smaller dim is the channel dim and a channel-first
+head reads as v8, a channel-last one as v5 (their export defaults): give labels to make
+any other case explicit. Each anchor keeps its best class; NMS is class-aware.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from pipelines.decoders.base import (
+    DecodeOptions,
+    Transform,
+    check_image_input,
+    describe,
+    mismatch,
+    resolve_size,
+)
+from pipelines.decoders.nms import nms
+from pipelines.decoders.resize import PAD_GREY, Letterbox, boxes_to_frame
+from pipelines.models import Dim, ModelInfo, Tensor
+from pipelines.types import Detections, FloatArray, Image
+
+KIND = "yolo"
+DEFAULT_SIZE = (640, 640)  # Ultralytics default imgsz
+_PIXEL_SCALE = 1 / 255  # Ultralytics feeds RGB in 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class HeadLayout:
+    """How one sample's head output is laid out."""
+
+    channels_first: bool  # [C, A] (v8 export default) rather than [A, C]
+    objectness: bool  # YOLOv5: channel 4 is objectness, class scores follow
+    num_classes: int
+
+    @property
+    def name(self) -> str:
+        return "v5" if self.objectness else "v8"
+
+
+class YoloDecoder:
+    """Decoder for raw YOLOv5/v8/v11 detection heads."""
+
+    def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
+        image = check_image_input(info, KIND, "NCHW", ("float32", "float16"))
+        self._labels = tuple(info.labels) or metadata_names(info.metadata)
+        self.layout = head_layout(info, len(self._labels) or None)
+        self.input_size = resolve_size(info, KIND, image) or DEFAULT_SIZE
+        self._letterbox = Letterbox(self.input_size, pad_value=PAD_GREY, center=True)
+        self._dtype = image.dtype
+        self._options = options
+
+    def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
+        """BGR frame -> [3,H,W] RGB 0..1 in the model's dtype."""
+        boxed, transform = self._letterbox(image)
+        blob = cv2.dnn.blobFromImage(boxed, _PIXEL_SCALE, swapRB=True)[0]
+        return blob.astype(self._dtype, copy=False), transform
+
+    def decode(self, outputs: Sequence[Tensor], transform: Transform) -> Detections:
+        """Head output -> boxes with score >= confidence after class-aware NMS."""
+        head = outputs[0]
+        table = head if self.layout.channels_first else head.T  # [C, A] view either way
+        cxcywh, scores, class_ids = self._candidates(table)
+        if len(scores) == 0:
+            return Detections.empty()
+        half = cxcywh[:, 2:] / 2
+        xyxy = np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1)
+        keep = nms(xyxy, scores, self._options.nms_iou, self._options.max_detections, class_ids)
+        return Detections.from_arrays(
+            boxes_to_frame(xyxy[keep], transform), scores[keep], class_ids[keep], self._labels
+        )
+
+    def _candidates(self, table: Tensor) -> tuple[FloatArray, FloatArray, np.ndarray]:
+        """Anchors scoring >= confidence: boxes (K,4), best-class scores, class ids."""
+        conf = self._options.confidence
+        if self.layout.objectness:
+            # obj * cls <= obj, so the objectness alone filters almost all anchors cheaply
+            cols = np.flatnonzero(table[4] >= conf)
+            class_scores = table[5:, cols] * table[4, cols]
+        else:
+            cols = np.flatnonzero(table[4:].max(axis=0) >= conf)
+            class_scores = table[4:, cols]
+        class_ids = class_scores.argmax(axis=0)
+        scores = class_scores[class_ids, np.arange(len(cols))]
+        sure = scores >= conf  # v5 only: the product may fall below the threshold
+        boxes = table[:4, cols[sure]].T.astype(np.float32)
+        return boxes, scores[sure].astype(np.float32), class_ids[sure].astype(np.int64)
+
+
+def head_layout(info: ModelInfo, num_classes: int | None) -> HeadLayout:
+    """Read the head layout from output 0's declared shape, or raise DecoderError."""
+    head = info.outputs[0] if info.outputs else None
+    if head is None or len(head.shape) != 3:
+        expected = "output 0 [N,4+nc,A] (v8/v11) or [N,A,5+nc] (v5)"
+        raise mismatch(info, KIND, expected, describe(info.outputs) or "no outputs")
+    first, second = head.shape[1], head.shape[2]
+    layout = (
+        _layout_for_classes(first, second, num_classes)
+        if num_classes
+        else _layout_by_size(first, second)
+    )
+    if layout is None or layout.num_classes < 1:
+        nc = f"nc={num_classes} " if num_classes else ""
+        expected = f"output 0 [N,4+nc,A] or [N,A,4+nc] (v8/v11) or [N,A,5+nc] (v5) {nc}"
+        raise mismatch(info, KIND, expected.rstrip(), describe([head]))
+    return layout
+
+
+def _layout_for_classes(first: Dim, second: Dim, nc: int) -> HeadLayout | None:
+    if first == 4 + nc:
+        return HeadLayout(channels_first=True, objectness=False, num_classes=nc)
+    if second == 4 + nc:
+        return HeadLayout(channels_first=False, objectness=False, num_classes=nc)
+    if second == 5 + nc:
+        return HeadLayout(channels_first=False, objectness=True, num_classes=nc)
+    if first == 5 + nc:
+        return HeadLayout(channels_first=True, objectness=True, num_classes=nc)
+    return None
+
+
+def _layout_by_size(first: Dim, second: Dim) -> HeadLayout | None:
+    """No class count: the smaller fixed dim holds the channels (a few vs thousands)."""
+    if isinstance(first, int) and (not isinstance(second, int) or first <= second):
+        return HeadLayout(channels_first=True, objectness=False, num_classes=first - 4)
+    if isinstance(second, int):
+        return HeadLayout(channels_first=False, objectness=True, num_classes=second - 5)
+    return None
+
+
+def metadata_names(metadata: Mapping[str, str]) -> tuple[str, ...]:
+    """Class names from Ultralytics' `names` metadata ("{0: 'person', 1: 'bicycle'}")."""
+    try:
+        names = ast.literal_eval(metadata.get("names", "{}"))
+    except (ValueError, SyntaxError):
+        return ()
+    if not isinstance(names, dict) or sorted(names) != list(range(len(names))):
+        return ()
+    return tuple(str(names[i]) for i in range(len(names)))

@@ -1,0 +1,16 @@
+#!/bin/sh
+# Debian packages the test suite needs (real parts, see ../shared/TESTBED.md):
+#   GStreamer's RTSP server, driven by Debian's own python3 (it has `gi`), and ffmpeg.
+# Installs only what is missing; needs root (or sudo) the first time.
+set -eu
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-tools ffmpeg"
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing Debian packages:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
