@@ -50,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True, type=Path)
     serve.add_argument("--host", help="overrides server.host")
     serve.add_argument("--port", type=int, help="overrides server.port")
-    serve.add_argument("--stats-interval", type=float, default=5.0, help="seconds between fps lines")
+    serve.add_argument(
+        "--stats-interval", type=float, default=5.0, help="seconds between fps lines"
+    )
     serve.set_defaults(func=cmd_serve)
 
     run = sub.add_parser("run", help="headless: process the streams, print a summary")
@@ -90,7 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     runtime = Runtime(config, max_frames=args.max_frames)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         runtime.start()
         _wait_with_progress(runtime, stop, show=sys.stderr.isatty() and not args.json)
@@ -110,14 +114,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _wait_with_progress(runtime: Runtime, stop: threading.Event, show: bool) -> None:
     while not stop.is_set() and not runtime.wait_done(timeout=0.5):
         if show:
-            parts = [f"{sid} {s.rate.count} ({s.rate.recent():.1f} fps)" for sid, s in runtime.streams.items()]
+            parts = [
+                f"{sid} {s.rate.count} ({s.rate.recent():.1f} fps)"
+                for sid, s in runtime.streams.items()
+            ]
             print("\r" + "  ".join(parts), end="", file=sys.stderr, flush=True)
     if show:
         print(file=sys.stderr)
 
 
 def _print_table(streams: dict[str, dict[str, Any]]) -> None:
-    head = f"{'stream':<16}{'state':<10}{'processed':>10}{'dropped':>9}{'fps':>8}{'p50 ms':>9}{'p99 ms':>9}{'detections':>12}"
+    head = (
+        f"{'stream':<16}{'state':<10}{'processed':>10}{'dropped':>9}{'fps':>8}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'detections':>12}"
+    )
     print(head)
     for sid, s in streams.items():
         lat = s["latency_ms"]
@@ -146,8 +156,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if isinstance(data, dict) and "blocks" in data:
         return _validate_workflow(path, data)
-    config = load_config(path)
-    print(f"{path}: valid config: {len(config.models)} model(s), {len(config.streams)} stream(s)")
+    runtime = Runtime(load_config(path))
+    prepared = runtime.prepare()  # loads models and compiles workflows: the full check
+    runtime.stop(2.0)
+    print(f"{path}: valid config: {len(runtime.models)} model(s), {len(prepared)} stream(s)")
+    for cfg, workflow in prepared:
+        print(f"  {cfg.id}: {workflow.summary()}")
     return 0
 
 
@@ -156,7 +170,8 @@ def _validate_workflow(path: Path, data: dict[str, Any]) -> int:
     from pipelines.compiler import parse_workflow
 
     spec = parse_workflow(data)
-    print(f"{path}: valid workflow {spec.name!r}: {len(spec.blocks)} block(s), outputs {list(spec.outputs)}")
+    blocks, outputs = len(spec.blocks), list(spec.outputs)
+    print(f"{path}: valid workflow {spec.name!r}: {blocks} block(s), outputs {outputs}")
     return 0
 
 

@@ -62,7 +62,7 @@ class ModelConfig(_Strict):
     labels_file: Path | None = None
     input_size: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
     batching: BatchingConfig = BatchingConfig()
-    providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)
+    providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)  # type: ignore[arg-type]
     session: SessionConfig = SessionConfig()
 
 

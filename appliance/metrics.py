@@ -8,11 +8,12 @@ data, so cardinality is bounded by streams × blocks. Children are bound once pe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
-from pipelines.types import FrameResult
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from pipelines.types import FrameResult
 
 # Video work spans sub-millisecond blocks to multi-second stalls: 0.5 ms .. 2 s.
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -73,9 +74,7 @@ class Metrics:
 class StreamMetrics:
     """One stream's metric children, bound once when the stream starts."""
 
-    def __init__(
-        self, metrics: Metrics, stream_id: str, blocks: Sequence[tuple[str, str]]
-    ) -> None:
+    def __init__(self, metrics: Metrics, stream_id: str, blocks: Sequence[tuple[str, str]]) -> None:
         self._metrics = metrics
         self._id = stream_id
         self._block_labels = tuple(blocks)
@@ -112,7 +111,5 @@ class StreamMetrics:
 
 
 def _remove(metric: Histogram | Counter | Gauge, *labels: str) -> None:
-    try:
+    with contextlib.suppress(KeyError):  # never observed: nothing to drop
         metric.remove(*labels)
-    except KeyError:
-        pass  # never observed: nothing to drop

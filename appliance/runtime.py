@@ -19,7 +19,7 @@ from appliance.config import AppConfig, StreamConfig
 from appliance.fanout import Fanout
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import BatchRecord, ModelBatcher, load_model
-from appliance.streams import TERMINAL, Stream
+from appliance.streams import Stream
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
@@ -42,17 +42,24 @@ class Runtime:
         self.started_at = 0.0
 
     # -- start-up --------------------------------------------------------------------
-    def start(self) -> None:
-        """Load models, compile workflows, then start every stream."""
-        self.started_at = time.time()
+    def prepare(self) -> list[tuple[StreamConfig, CompiledWorkflow]]:
+        """Load every model and compile every stream's workflow; start nothing yet.
+
+        Raises ModelLoadError or WorkflowError (every problem listed); models already
+        loaded are stopped again, so a failed prepare leaves no thread behind.
+        """
         try:
             self._load_models()
-            prepared = [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
-                        for i, s in enumerate(self.config.streams)]  # fmt: skip
+            return [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
+                    for i, s in enumerate(self.config.streams)]  # fmt: skip
         except BaseException:
             self._stop_models(1.0)
             raise
-        for cfg, workflow in prepared:
+
+    def start(self) -> None:
+        """Prepare, then start every stream."""
+        self.started_at = time.time()
+        for cfg, workflow in self.prepare():
             self._start_stream(cfg, workflow)
 
     def _load_models(self) -> None:
@@ -105,7 +112,7 @@ class Runtime:
             workflow,
             self.fanout,
             StreamMetrics(self.metrics, cfg.id, blocks),
-            lambda p: self.config.resolve(p),
+            self.config.resolve,
             max_frames=self._max_frames,
         )
         with self._lock:

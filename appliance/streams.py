@@ -111,12 +111,16 @@ class Stream:
             self._state = state
             if changed or state == StreamState.RECONNECTING:
                 self.transitions.append(Transition(time.time(), state, reason))
-        if state == StreamState.FAILED or state == StreamState.RECONNECTING:
+        if state in (StreamState.FAILED, StreamState.RECONNECTING):
             self.last_error = reason
         if state == StreamState.RECONNECTING:
             self._metrics.reconnects.inc()
         self._metrics.up.set(1 if state == StreamState.RUNNING else 0)
-        level = logging.WARNING if state in (StreamState.FAILED, StreamState.RECONNECTING) else logging.INFO
+        level = (
+            logging.WARNING
+            if state in (StreamState.FAILED, StreamState.RECONNECTING)
+            else logging.INFO
+        )
         if changed or level == logging.WARNING:
             log.log(level, "stream %s: %s (%s)", self.id, state.value, reason)
 
@@ -160,7 +164,12 @@ class Stream:
         if self.failed_frames == 1:
             log.exception("stream %s: %s", self.id, self.last_error)
         elif self.failed_frames % 100 == 0:
-            log.warning("stream %s: %d failed frames, last: %s", self.id, self.failed_frames, self.last_error)
+            log.warning(
+                "stream %s: %d failed frames, last: %s",
+                self.id,
+                self.failed_frames,
+                self.last_error,
+            )
 
     # -- views -----------------------------------------------------------------------
     def sync_metrics(self) -> None:

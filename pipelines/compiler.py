@@ -58,7 +58,10 @@ class _Compilation:
                 self.error(f"{where}.id", f"{spec.id!r} is reserved (it names the input frame)")
                 continue
             if spec.id in first_at:
-                self.error(f"{where}.id", f"duplicate id {spec.id!r} (first at blocks[{first_at[spec.id]}])")
+                self.error(
+                    f"{where}.id",
+                    f"duplicate id {spec.id!r} (first at blocks[{first_at[spec.id]}])",
+                )
                 continue
             first_at[spec.id] = i
             cls = self._block_class(where, spec.type)
@@ -74,8 +77,9 @@ class _Compilation:
 
     def _block_class(self, where: str, type_name: str) -> type[BlockType] | None:
         if type_name not in self.registry:
-            known = ", ".join(self.registry.names())
-            self.error(f"{where}.type", f"unknown block type {type_name!r}{_hint(type_name, self.registry.names())} (known: {known})")
+            names = self.registry.names()
+            hint, known = _hint(type_name, names), ", ".join(names)
+            self.error(f"{where}.type", f"unknown block type {type_name!r}{hint} (known: {known})")
             return None
         try:
             return self.registry.get(type_name)
@@ -90,7 +94,10 @@ class _Compilation:
             if ref is None:
                 self.error(f"{where}.{name}", "required input is missing")
             elif not isinstance(ref, str):
-                self.error(f"{where}.{name}", f"expected a reference like 'frame' or 'block.output', got {type(ref).__name__}")
+                got = type(ref).__name__
+                self.error(
+                    f"{where}.{name}", f"expected a reference like 'block.output', got {got}"
+                )
             else:
                 node.refs[name] = ref
         try:
@@ -121,7 +128,9 @@ class _Compilation:
         block_id, _, out_name = ref.partition(".")
         node = self.nodes.get(block_id)
         if node is None:
-            self.error(where, f"unknown block {block_id!r}{_hint(block_id, [*self.nodes, FRAME_REF])}")
+            self.error(
+                where, f"unknown block {block_id!r}{_hint(block_id, [*self.nodes, FRAME_REF])}"
+            )
             return None
         out_name = out_name or next(iter(node.cls.outputs), "")
         if out_name not in node.outs:
@@ -134,7 +143,7 @@ class _Compilation:
     def _check_kind(
         self, where: str, ref: str, got: Kind, want: Kind, found: tuple[int, str | None]
     ) -> tuple[int, str | None] | None:
-        if want != "any" and got != want:
+        if want not in ("any", got):
             self.error(where, f"expected {want}, got {got} from {ref!r}")
             return None
         return found
@@ -170,7 +179,9 @@ class _Compilation:
             except ValueError as exc:  # e.g. a decoder that does not fit its model
                 self.error(where, str(exc))
                 continue
-            steps.append(Step(node.spec.id, node.spec.type, fn, tuple(node.args), tuple(node.outs.values())))
+            steps.append(
+                Step(node.spec.id, node.spec.type, fn, tuple(node.args), tuple(node.outs.values()))
+            )
         return steps
 
 

@@ -64,7 +64,7 @@ class CompiledWorkflow:
         for fn, args, out in self._plan:
             t0 = perf_counter()
             value = fn(*[vals[a] for a in args])
-            if type(out) is int:
+            if isinstance(out, int):
                 vals[out] = value
             else:
                 for slot, v in zip(out, value, strict=True):
@@ -84,7 +84,9 @@ class CompiledWorkflow:
 
     def summary(self) -> str:
         """One line: name, blocks in order, outputs."""
-        chain = " → ".join(f"{b}:{t}" for b, t in zip(self.block_ids, self.block_types, strict=True))
+        chain = " → ".join(
+            f"{b}:{t}" for b, t in zip(self.block_ids, self.block_types, strict=True)
+        )
         return (
             f"workflow {self.name!r}: {len(self.steps)} block(s) [{chain}], "
             f"outputs {list(self.output_names)}"

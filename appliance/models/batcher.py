@@ -99,22 +99,18 @@ class ModelBatcher:
         """Start the batcher thread; samples submitted before are served then."""
         self._thread.start()
 
-    def stop(self, timeout: float = 2.0) -> None:
+    def stop(self, timeout: float = 2.0) -> bool:
         """Stop the thread: waiting samples (and later submits) fail with
-        `ModelStoppedError`; the batch already running finishes. Joins for `timeout` s."""
-        with self._cond:
-            self._stopped.set()
-            pending = list(self._queue)
-            self._queue.clear()
-            self._cond.notify_all()
-        for item in pending:
-            _fail(item[3], ModelStoppedError(f"model {self._model.id!r}: batcher stopped"))
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                logger.warning(
-                    "model %r: batch thread still busy after %.1fs", self._model.id, timeout
-                )
+        `ModelStoppedError`; the batch already running finishes. Joins for `timeout` s;
+        returns False if the thread is still busy then."""
+        self._close("batcher stopped")
+        if self._thread.ident is None:
+            return True  # never started
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("model %r: batch thread still busy after %.1fs", self._model.id, timeout)
+            return False
+        return True
 
     def submit(self, sample: Tensor, stream_id: str = "") -> Future[Outputs]:
         """Queue one sample (no batch dimension); the future holds its outputs, in the
@@ -146,11 +142,26 @@ class ModelBatcher:
     ) -> None:
         self.stop()
 
+    def _close(self, reason: str) -> None:
+        """Refuse new samples and fail the waiting ones."""
+        with self._cond:
+            self._stopped.set()
+            pending = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        error = ModelStoppedError(f"model {self._model.id!r}: {reason}")
+        for item in pending:
+            _fail(item[3], error)
+
     def _serve(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            chunk = self._chunk or len(batch)
-            for start in range(0, len(batch), chunk):
-                self._run(batch[start : start + chunk], chunk)
+        try:
+            while (batch := self._next_batch()) is not None:
+                chunk = self._chunk or len(batch)  # len 0 when every future was cancelled
+                for start in range(0, len(batch), max(1, chunk)):
+                    self._run(batch[start : start + chunk], chunk)
+        except BaseException:  # a bug here must not leave every stream waiting forever
+            self._close("batch thread crashed")
+            raise
 
     def _next_batch(self) -> list[_Pending] | None:
         """Block until a batch is due; None once stopped."""
@@ -187,8 +198,6 @@ class ModelBatcher:
 
     def _run(self, items: list[_Pending], size: int) -> None:
         """One `session.run` over `items`, zero-padded to `size` rows."""
-        if not items:
-            return  # every future in it was cancelled
         model = self._model
         run_start = perf_counter()
         try:

@@ -44,7 +44,11 @@ _OPTIMIZATION = {
 }
 # ORT type strings whose element name is not already a numpy dtype name.
 _DTYPES = {"float": "float32", "double": "float64"}
-_ORT_ERROR = 3  # ORT log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+# ORT log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal. A missing CUDA or
+# TensorRT library is logged at 3 by ORT's default logger, so that one gets 4; sessions
+# log at 3. Every error that matters is also raised, and reported by us.
+_ORT_ERROR = 3
+_ORT_FATAL = 4
 # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from x.onnx failed:" → "".
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Load model from .* failed:)?")
 
@@ -76,7 +80,7 @@ def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path])
     if not path.is_file():
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
     requested = requested_providers(cfg.providers)
-    ort.set_default_logger_severity(_ORT_ERROR)  # provider-library errors: we warn once
+    ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
     session, first_error = _open_session(model_id, path, _session_options(cfg.session), requested)
     obtained = tuple(session.get_providers())
     _report_providers(model_id, cfg.providers[0], obtained, first_error)

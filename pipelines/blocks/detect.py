@@ -52,12 +52,15 @@ class DetectBlock(BlockType):
             known = ", ".join(sorted(ctx.models)) or "none"
             raise BlockBuildError(f"unknown model {p.model!r} (models: {known})", "model")
         info = handle.info
-        decoder = build_decoder(
-            info, DecodeOptions(p.confidence, p.nms_iou, p.max_detections)
-        )
+        decoder = build_decoder(info, DecodeOptions(p.confidence, p.nms_iou, p.max_detections))
         keep_ids, keep_names = _class_filter(info, p.classes)
         filtering = p.classes is not None
-        preprocess, decode, submit, timeout = decoder.preprocess, decoder.decode, handle.submit, p.timeout_s
+        preprocess, decode, submit, timeout = (
+            decoder.preprocess,
+            decoder.decode,
+            handle.submit,
+            p.timeout_s,
+        )
 
         def detect(image: Image, frame: Frame) -> Detections:
             sample, transform = preprocess(image)
@@ -82,5 +85,7 @@ def _class_filter(
     unknown = sorted(names - set(info.labels))
     if unknown:
         known = ", ".join(info.labels) or "the model has no labels; use class ids"
-        raise BlockBuildError(f"unknown class {unknown[0]!r} for model {info.id!r} ({known})", "classes")
+        raise BlockBuildError(
+            f"unknown class {unknown[0]!r} for model {info.id!r} ({known})", "classes"
+        )
     return np.asarray(sorted(set(ids)), dtype=np.int64), names

@@ -1,0 +1,49 @@
+"""Model output decoders, one module per format, registered as import strings.
+
+The registry is plain data (uvicorn's `HTTP_PROTOCOLS` practice): a decoder module, and
+whatever it imports, loads only when a model of its kind is compiled.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from pipelines.decoders.base import DecodeOptions, Decoder, DecoderError, DecoderFactory, Transform
+from pipelines.models import ModelInfo
+
+__all__ = [
+    "DECODERS",
+    "DecodeOptions",
+    "Decoder",
+    "DecoderError",
+    "DecoderFactory",
+    "Transform",
+    "build_decoder",
+    "decoder_factory",
+]
+
+DECODERS: dict[str, str] = {
+    "tf_od": "pipelines.decoders.tf_od:TfOdDecoder",
+    "yolo": "pipelines.decoders.yolo:YoloDecoder",
+    "centerface": "pipelines.decoders.centerface:CenterFaceDecoder",
+}
+
+
+def decoder_factory(kind: str) -> DecoderFactory:
+    """The decoder class registered as `kind`; DecoderError listing the known kinds."""
+    target = DECODERS.get(kind)
+    if target is None:
+        known = ", ".join(sorted(DECODERS))
+        raise DecoderError(f"unknown decoder {kind!r}; known decoders: {known}")
+    module_name, _, attr = target.partition(":")
+    factory: DecoderFactory = getattr(importlib.import_module(module_name), attr)
+    return factory
+
+
+def build_decoder(info: ModelInfo, options: DecodeOptions) -> Decoder:
+    """Build and validate the decoder for `info.decoder` (all checks happen here)."""
+    try:
+        factory = decoder_factory(info.decoder)
+    except DecoderError as exc:
+        raise DecoderError(f"model {info.id!r}: {exc}") from None
+    return factory(info, options)

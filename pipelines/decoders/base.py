@@ -67,7 +67,6 @@ Layout = Literal["NCHW", "NHWC"]
 class ImageInput:
     """A model's single image input as a decoder reads it."""
 
-    name: str
     dtype: np.dtype[Any]
     fixed_size: tuple[int, int] | None  # (width, height) when the model fixes both
 
@@ -99,7 +98,7 @@ def check_image_input(
         raise mismatch(info, kind, expected, f"input {describe([tensor])}")
     h, w = shape[h_axis], shape[w_axis]
     fixed = (w, h) if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0 else None
-    return ImageInput(tensor.name, np.dtype(tensor.dtype), fixed)
+    return ImageInput(np.dtype(tensor.dtype), fixed)
 
 
 def resolve_size(info: ModelInfo, kind: str, image: ImageInput) -> tuple[int, int] | None:

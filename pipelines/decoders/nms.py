@@ -9,6 +9,8 @@ so a box scored exactly 0 is dropped.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cv2
 import numpy as np
 import numpy.typing as npt
@@ -36,10 +38,12 @@ def nms(
     # NMSBoxesBatched separates classes by shifting each by class_id * (max coord + 1),
     # which only holds for non-negative boxes; a translation does not change any IoU.
     xywh[:, :2] -= min(0.0, float(xywh[:, :2].min()))
-    score_list = scores.astype(np.float32, copy=False)
+    # The stubs say Sequence; cv2 reads numpy arrays directly, without a Python list.
+    boxes: Any = xywh
+    score_list: Any = scores.astype(np.float32, copy=False)
     if class_ids is None:
-        kept = cv2.dnn.NMSBoxes(xywh, score_list, 0.0, iou)
+        kept = cv2.dnn.NMSBoxes(boxes, score_list, 0.0, iou)
     else:
-        ids = class_ids.astype(np.int32, copy=False)
-        kept = cv2.dnn.NMSBoxesBatched(xywh, score_list, ids, 0.0, iou)
+        ids: Any = class_ids.astype(np.int32, copy=False)
+        kept = cv2.dnn.NMSBoxesBatched(boxes, score_list, ids, 0.0, iou)
     return np.asarray(kept, np.intp).reshape(-1)[:max_detections]

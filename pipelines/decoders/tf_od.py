@@ -64,7 +64,7 @@ class TfOdDecoder:
 
     def decode(self, outputs: Sequence[Tensor], transform: Transform) -> Detections:
         """Keep rows with score >= confidence (at most max_detections), boxes in frame px."""
-        boxes, scores, classes, count = (outputs[i] for i in self._index)
+        boxes, scores, classes, count = (np.asarray(outputs[i], np.float32) for i in self._index)
         n = min(int(np.asarray(count).reshape(-1)[0]), scores.shape[0])
         rows = np.flatnonzero(scores[:n] >= self._options.confidence)
         if len(rows) > self._options.max_detections:  # the graph sorts, but do not rely on it
@@ -72,7 +72,7 @@ class TfOdDecoder:
             rows = rows[best[: self._options.max_detections]]
         if len(rows) == 0:
             return Detections.empty()
-        xyxy: FloatArray = boxes[rows][:, _YX_TO_XY].astype(np.float32) * self._box_scale
+        xyxy: FloatArray = boxes[rows][:, _YX_TO_XY] * self._box_scale
         return Detections.from_arrays(
             boxes_to_frame(xyxy, transform),
             scores[rows],

@@ -7,19 +7,18 @@ the input size: the config's, else the model's fixed one, else 640x640.
 Output 0 is the head; its layout is read from the declared shape at compile time:
 - v8/v11: [4+nc, A] (cx, cy, w, h, then nc class scores; no objectness), or [A, 4+nc];
 - v5: [A, 5+nc] (cx, cy, w, h, objectness, nc class scores; score = obj * cls).
-With nc known (from `labels`, else the model's Ultralytics `names` metadata) the dim equal
-to 4+nc or 5+nc decides. Without it the smaller dim is the channel dim and a channel-first
-head reads as v8, a channel-last one as v5 (their export defaults): give labels to make
-any other case explicit. Each anchor keeps its best class; NMS is class-aware.
+With nc known (from `labels`, which the runtime fills from Ultralytics' `names` metadata
+when the config has none) the dim equal to 4+nc or 5+nc decides. Without it the smaller
+dim is the channel dim, and a channel-first head reads as v8, a channel-last one as v5
+(their export defaults): give labels to make any other case explicit. Each anchor keeps
+its best class; NMS is class-aware (Ultralytics' default).
 """
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from pipelines.decoders.base import (
@@ -31,9 +30,9 @@ from pipelines.decoders.base import (
     resolve_size,
 )
 from pipelines.decoders.nms import nms
-from pipelines.decoders.resize import PAD_GREY, Letterbox, boxes_to_frame
+from pipelines.decoders.resize import PAD_GREY, Letterbox, boxes_to_frame, planar_rgb
 from pipelines.models import Dim, ModelInfo, Tensor
-from pipelines.types import Detections, FloatArray, Image
+from pipelines.types import Detections, FloatArray, Image, IntArray
 
 KIND = "yolo"
 DEFAULT_SIZE = (640, 640)  # Ultralytics default imgsz
@@ -48,17 +47,13 @@ class HeadLayout:
     objectness: bool  # YOLOv5: channel 4 is objectness, class scores follow
     num_classes: int
 
-    @property
-    def name(self) -> str:
-        return "v5" if self.objectness else "v8"
-
 
 class YoloDecoder:
     """Decoder for raw YOLOv5/v8/v11 detection heads."""
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
         image = check_image_input(info, KIND, "NCHW", ("float32", "float16"))
-        self._labels = tuple(info.labels) or metadata_names(info.metadata)
+        self._labels = info.labels
         self.layout = head_layout(info, len(self._labels) or None)
         self.input_size = resolve_size(info, KIND, image) or DEFAULT_SIZE
         self._letterbox = Letterbox(self.input_size, pad_value=PAD_GREY, center=True)
@@ -68,12 +63,12 @@ class YoloDecoder:
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
         """BGR frame -> [3,H,W] RGB 0..1 in the model's dtype."""
         boxed, transform = self._letterbox(image)
-        blob = cv2.dnn.blobFromImage(boxed, _PIXEL_SCALE, swapRB=True)[0]
-        return blob.astype(self._dtype, copy=False), transform
+        return planar_rgb(boxed, self._dtype, _PIXEL_SCALE), transform
 
     def decode(self, outputs: Sequence[Tensor], transform: Transform) -> Detections:
         """Head output -> boxes with score >= confidence after class-aware NMS."""
-        head = outputs[0]
+        # float16 heads too: numpy has no native float16 maths, float32 is faster
+        head = np.asarray(outputs[0], np.float32)
         table = head if self.layout.channels_first else head.T  # [C, A] view either way
         cxcywh, scores, class_ids = self._candidates(table)
         if len(scores) == 0:
@@ -85,7 +80,7 @@ class YoloDecoder:
             boxes_to_frame(xyxy[keep], transform), scores[keep], class_ids[keep], self._labels
         )
 
-    def _candidates(self, table: Tensor) -> tuple[FloatArray, FloatArray, np.ndarray]:
+    def _candidates(self, table: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
         """Anchors scoring >= confidence: boxes (K,4), best-class scores, class ids."""
         conf = self._options.confidence
         if self.layout.objectness:
@@ -105,20 +100,24 @@ class YoloDecoder:
 def head_layout(info: ModelInfo, num_classes: int | None) -> HeadLayout:
     """Read the head layout from output 0's declared shape, or raise DecoderError."""
     head = info.outputs[0] if info.outputs else None
-    if head is None or len(head.shape) != 3:
-        expected = "output 0 [N,4+nc,A] (v8/v11) or [N,A,5+nc] (v5)"
-        raise mismatch(info, KIND, expected, describe(info.outputs) or "no outputs")
-    first, second = head.shape[1], head.shape[2]
-    layout = (
-        _layout_for_classes(first, second, num_classes)
-        if num_classes
-        else _layout_by_size(first, second)
-    )
+    layout = None
+    if head is not None and len(head.shape) == 3:
+        first, second = head.shape[1], head.shape[2]
+        if num_classes:
+            layout = _layout_for_classes(first, second, num_classes)
+        else:
+            layout = _layout_by_size(first, second)
     if layout is None or layout.num_classes < 1:
-        nc = f"nc={num_classes} " if num_classes else ""
-        expected = f"output 0 [N,4+nc,A] or [N,A,4+nc] (v8/v11) or [N,A,5+nc] (v5) {nc}"
-        raise mismatch(info, KIND, expected.rstrip(), describe([head]))
+        raise mismatch(info, KIND, _expected_head(num_classes), describe(info.outputs[:1]))
     return layout
+
+
+def _expected_head(nc: int | None) -> str:
+    if nc is None:
+        return "output 0 [N,4+nc,A] or [N,A,4+nc] (v8/v11) or [N,A,5+nc] (v5) with fixed channels"
+    return (
+        f"output 0 [N,{4 + nc},A] or [N,A,{4 + nc}] (v8/v11) or [N,A,{5 + nc}] (v5) for {nc} labels"
+    )
 
 
 def _layout_for_classes(first: Dim, second: Dim, nc: int) -> HeadLayout | None:
@@ -140,14 +139,3 @@ def _layout_by_size(first: Dim, second: Dim) -> HeadLayout | None:
     if isinstance(second, int):
         return HeadLayout(channels_first=False, objectness=True, num_classes=second - 5)
     return None
-
-
-def metadata_names(metadata: Mapping[str, str]) -> tuple[str, ...]:
-    """Class names from Ultralytics' `names` metadata ("{0: 'person', 1: 'bicycle'}")."""
-    try:
-        names = ast.literal_eval(metadata.get("names", "{}"))
-    except (ValueError, SyntaxError):
-        return ()
-    if not isinstance(names, dict) or sorted(names) != list(range(len(names))):
-        return ()
-    return tuple(str(names[i]) for i in range(len(names)))

@@ -73,9 +73,15 @@ def test_config_labels_win_over_labels_file_and_metadata(tmp_path: Path) -> None
     labels_file = tmp_path / "labels.txt"
     labels_file.write_text("cat\n\n  dog  \n\n", encoding="utf-8")
 
-    from_file = _load("pets", "models/person_ssdlite.onnx", providers=["cpu"], labels_file=labels_file)
+    from_file = _load(
+        "pets", "models/person_ssdlite.onnx", providers=["cpu"], labels_file=labels_file
+    )
     both = _load(
-        "pets", "models/person_ssdlite.onnx", providers=["cpu"], labels=["x"], labels_file=labels_file
+        "pets",
+        "models/person_ssdlite.onnx",
+        providers=["cpu"],
+        labels=["x"],
+        labels_file=labels_file,
     )
 
     assert from_file.info.labels == ("cat", "dog")
@@ -84,7 +90,12 @@ def test_config_labels_win_over_labels_file_and_metadata(tmp_path: Path) -> None
 
 def test_unreadable_labels_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"'pets'.*labels file .*missing\.txt"):
-        _load("pets", "models/person_ssdlite.onnx", providers=["cpu"], labels_file=tmp_path / "missing.txt")
+        _load(
+            "pets",
+            "models/person_ssdlite.onnx",
+            providers=["cpu"],
+            labels_file=tmp_path / "missing.txt",
+        )
 
 
 @pytest.mark.parametrize(
@@ -144,7 +155,7 @@ def test_session_options_come_from_config() -> None:
 
 def test_missing_file_names_model_and_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.onnx"
-    with pytest.raises(ModelLoadError, match="'ghost'.*file not found") as caught:
+    with pytest.raises(ModelLoadError, match=r"'ghost'.*file not found") as caught:
         _load("ghost", missing)
     assert str(missing) in str(caught.value)
 

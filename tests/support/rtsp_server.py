@@ -79,7 +79,9 @@ def _factory(args: argparse.Namespace) -> GstRtspServer.RTSPMediaFactory:
     return factory
 
 
-def _protect(server: GstRtspServer.RTSPServer, factory: GstRtspServer.RTSPMediaFactory, cred: str) -> None:
+def _protect(
+    server: GstRtspServer.RTSPServer, factory: GstRtspServer.RTSPMediaFactory, cred: str
+) -> None:
     user, password = cred.split(":", 1)
     auth = GstRtspServer.RTSPAuth()
     token = GstRtspServer.RTSPToken()

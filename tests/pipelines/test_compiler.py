@@ -1,0 +1,200 @@
+"""The compiler: every problem reported with its location; valid graphs ordered and bound."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipelines.blocks.base import BlockParams, BlockType, BuildContext, StepFn
+from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
+from pipelines.errors import WorkflowError
+from pipelines.registry import BlockRegistry
+from pipelines.types import Frame
+
+
+class InvertParams(BlockParams):
+    amount: int = 255
+
+
+class Invert(BlockType):
+    """image -> image: a real, tiny block to exercise the compiler without a model."""
+
+    type_name = "invert"
+    Params = InvertParams
+    inputs = {"image": ("image", "frame")}
+    outputs = {"image": "image"}
+
+    @classmethod
+    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
+        amount = np.uint8(params.amount)
+        return lambda image: amount - image
+
+
+class Brightness(BlockType):
+    """image -> (mean, max): two outputs, returned as a tuple."""
+
+    type_name = "brightness"
+    inputs = {"image": ("image", None)}
+    outputs = {"mean": "scalar", "max": "scalar"}
+
+    @classmethod
+    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
+        return lambda image: (float(image.mean()), int(image.max()))
+
+
+class StreamName(BlockType):
+    """Uses the Frame the executor passes to blocks that ask for it."""
+
+    type_name = "stream_name"
+    outputs = {"name": "scalar"}
+    wants_frame = True
+
+    @classmethod
+    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
+        return lambda frame: frame.stream_id
+
+
+REGISTRY = BlockRegistry(
+    {
+        "invert": f"{__name__}:Invert",
+        "brightness": f"{__name__}:Brightness",
+        "stream_name": f"{__name__}:StreamName",
+        "detect": "pipelines.blocks.detect:DetectBlock",
+        "broken": "no.such.module:Block",
+    }
+)
+CTX = BuildContext(models={})
+
+
+def compile_(doc: dict[str, Any]) -> Any:
+    return compile_workflow(doc, CTX, REGISTRY)
+
+
+def problems(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(WorkflowError) as info:
+        compile_(doc)
+    return info.value.problems
+
+
+def frame(value: int = 10) -> Frame:
+    image = np.full((4, 6, 3), value, np.uint8)
+    return Frame("cam1", 7, 0.5, time.time(), time.perf_counter(), image)
+
+
+def test_runs_blocks_in_dependency_order_whatever_the_file_order() -> None:
+    wf = compile_(
+        {
+            "name": "t",
+            "blocks": [
+                {"id": "stats", "type": "brightness", "image": "twice"},
+                {"id": "twice", "type": "invert", "image": "once"},
+                {"id": "once", "type": "invert", "amount": 100},
+                {"id": "who", "type": "stream_name"},
+            ],
+            "outputs": {"video": "once", "mean": "stats.mean", "max": "stats.max", "who": "who"},
+        }
+    )
+    assert wf.block_ids == ("once", "who", "twice", "stats")  # Kahn levels, file order within
+    result = wf.run(frame(10))
+    assert result.outputs["mean"] == 255 - (100 - 10)
+    assert result.outputs["max"] == 165
+    assert result.outputs["who"] == "cam1"
+    assert int(result.image[0, 0, 0]) == 90  # the `video` output
+    assert len(result.block_spans) == 4
+    assert all(t1 >= t0 for t0, t1 in result.block_spans)
+    assert (result.stream_id, result.seq) == ("cam1", 7)
+
+
+def test_every_problem_is_reported_with_its_location() -> None:
+    found = problems(
+        {
+            "name": "bad",
+            "blocks": [
+                {"id": "people", "type": "invert"},
+                {"id": "b", "type": "invert", "image": "peple"},
+                {"id": "c", "type": "invrt"},
+                {"id": "d", "type": "invert", "amount": "lots"},
+                {"id": "e", "type": "invert", "colour": "red"},
+                {"id": "people", "type": "invert"},
+                {"id": "f", "type": "brightness"},
+            ],
+            "outputs": {"x": "nowhere.image", "y": "people.nope"},
+        }
+    )
+    text = "\n".join(found)
+    assert "blocks[1].image: unknown block 'peple' (did you mean 'people'?)" in found
+    assert "blocks[2].type: unknown block type 'invrt' (did you mean 'invert'?)" in text
+    assert "known: brightness, broken, detect, invert, stream_name" in text
+    assert any(p.startswith("blocks[3].amount:") and "'lots'" in p for p in found)
+    assert "blocks[4].colour: unknown parameter" in found
+    assert "blocks[5].id: duplicate id 'people' (first at blocks[0])" in found
+    assert "blocks[6].image: required input is missing" in found
+    assert "outputs.x: unknown block 'nowhere'" in text
+    assert "outputs.y: block 'people' has no output 'nope' (outputs: image)" in found
+    assert len(found) == 8
+
+
+def test_cycles_are_named() -> None:
+    found = problems(
+        {
+            "blocks": [
+                {"id": "a", "type": "invert", "image": "b"},
+                {"id": "b", "type": "invert", "image": "a"},
+            ],
+            "outputs": {"video": "a"},
+        }
+    )
+    assert found == ["blocks[0]: cycle a → b → a"]
+
+
+def test_kinds_are_checked_between_outputs_and_inputs() -> None:
+    found = problems(
+        {
+            "blocks": [
+                {"id": "s", "type": "brightness", "image": "frame"},
+                {"id": "i", "type": "invert", "image": "s.mean"},
+            ],
+            "outputs": {"video": "s.max"},
+        }
+    )
+    assert "blocks[1].image: expected image, got scalar from 's.mean'" in found
+    assert "outputs.video: expected image, got scalar from 's.max'" in found
+
+
+def test_structure_errors_and_missing_outputs() -> None:
+    assert (
+        problems({"blocks": [{"type": "invert"}], "outputs": {}})[0]
+        == "blocks[0].id: Field required"
+    )
+    assert problems({"blocks": []}) == [
+        "outputs: at least one output is required (e.g. `people: people`)"
+    ]
+    assert "(top): expected a mapping" in problems([1, 2])[0]  # type: ignore[arg-type]
+
+
+def test_a_block_type_that_cannot_be_imported_is_a_located_error() -> None:
+    found = problems({"blocks": [{"id": "x", "type": "broken"}], "outputs": {"x": "x"}})
+    assert found[0].startswith("blocks[0].type: block type 'broken': cannot import")
+
+
+def test_detect_with_an_undeclared_model_is_a_compile_error() -> None:
+    found = problems(
+        {"blocks": [{"id": "p", "type": "detect", "model": "person"}], "outputs": {"p": "p"}}
+    )
+    assert found == ["blocks[0].model: unknown model 'person' (models: none)"]
+
+
+def test_digest_ignores_formatting_but_not_content() -> None:
+    a = parse_workflow(
+        {"name": "w", "blocks": [{"id": "x", "type": "invert"}], "outputs": {"v": "x"}}
+    )
+    b = parse_workflow(
+        {"outputs": {"v": "x"}, "blocks": [{"type": "invert", "id": "x"}], "name": "w"}
+    )
+    c = parse_workflow(
+        {"name": "w", "blocks": [{"id": "x", "type": "invert", "amount": 1}], "outputs": {"v": "x"}}
+    )
+    assert workflow_digest(a) == workflow_digest(b) != workflow_digest(c)
