@@ -91,11 +91,10 @@ class StreamMetrics:
 
     def observe(self, result: FrameResult) -> None:
         """Per frame: every block's time, the workflow's, the frame's age."""
-        spans = result.block_spans
-        for child, (t0, t1) in zip(self.blocks, spans, strict=False):
-            child.observe(t1 - t0)
-        if spans:
-            self.workflow.observe(spans[-1][1] - spans[0][0])
+        for child, span in zip(self.blocks, result.block_spans, strict=False):
+            if span is not None:  # None: skipped this frame (rate limit)
+                child.observe(span[1] - span[0])
+        self.workflow.observe(result.done_mono - result.start_mono)
         self.age.observe(result.age_seconds)
         self.processed.inc()
 

@@ -126,7 +126,8 @@ class Stream:
 
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
-        run, publish, observe = self.workflow.run, self._fanout.publish, self._metrics.observe
+        run = self.workflow.instantiate().run  # this stream's own block state
+        publish, observe = self._fanout.publish, self._metrics.observe
         get, stop = self.slot.get, self._stop
         while not stop.is_set():
             frame = get(GET_TIMEOUT_S)

@@ -53,7 +53,7 @@ def config(clip: Path) -> Any:
                 "path": str(MODEL),
                 "decoder": "centerface",
                 "input_size": INPUT_SIZE,
-                "providers": ["cpu"],
+                "providers": ["cuda", "cpu"],  # the GPU where there is one
                 "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
             }
         },

@@ -30,7 +30,7 @@ def config(frames: int) -> Any:
                 "path": str(MODEL),
                 "decoder": "tf_od",
                 "labels": ["person"],
-                "providers": ["cpu"],
+                "providers": ["cuda", "cpu"],  # the GPU where there is one
                 "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
             }
         },

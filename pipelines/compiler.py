@@ -169,19 +169,20 @@ class _Compilation:
 
     def bind(self, ordered: list[_Node], ctx: BuildContext) -> list[Step]:
         steps = []
+        position = {node.spec.id: i for i, node in enumerate(ordered)}
         for node in ordered:
             where = f"blocks[{node.index}]"
             try:
-                fn = node.cls.build(node.params, ctx)
+                factory = node.cls.build(node.params, ctx)
             except BlockBuildError as exc:
                 self.error(f"{where}.{exc.field}" if exc.field else where, str(exc))
                 continue
             except ValueError as exc:  # e.g. a decoder that does not fit its model
                 self.error(where, str(exc))
                 continue
-            steps.append(
-                Step(node.spec.id, node.spec.type, fn, tuple(node.args), tuple(node.outs.values()))
-            )
+            deps = tuple(sorted(position[d] for d in node.deps))
+            outs = tuple(node.outs.values())
+            steps.append(Step(node.spec.id, node.spec.type, factory, tuple(node.args), outs, deps))
         return steps
 
 
@@ -203,7 +204,9 @@ def compile_workflow(
     if comp.problems:
         raise WorkflowError(comp.problems, spec.name)
     video = dict(outputs).get("video", IMAGE_SLOT)
-    return CompiledWorkflow(spec.name, workflow_digest(spec), steps, outputs, video, comp.n_slots)
+    gated = any(node.cls.may_skip for node in ordered)
+    digest = workflow_digest(spec)
+    return CompiledWorkflow(spec.name, digest, steps, outputs, video, comp.n_slots, gated)
 
 
 def parse_workflow(source: WorkflowSpec | Mapping[str, Any]) -> WorkflowSpec:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from pipelines.blocks.base import StepFn
+from pipelines.blocks.base import SKIP, StepFactory
 from pipelines.types import Frame, FrameResult
 
 IMAGE_SLOT = 0  # the frame's image, what `frame` refers to
@@ -22,17 +22,25 @@ FIRST_FREE_SLOT = 2
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One bound block: call `fn` with the values in `args`, store into `outs`."""
+    """One bound block: call its step with the values in `args`, store into `outs`.
+
+    `deps` are the indices of the steps whose outputs it reads (for skip propagation).
+    """
 
     block_id: str
     block_type: str
-    fn: StepFn
+    factory: StepFactory
     args: tuple[int, ...]
     outs: tuple[int, ...]
+    deps: tuple[int, ...] = ()
 
 
 class CompiledWorkflow:
-    """A workflow ready to run: immutable, shareable by every stream that uses it."""
+    """A workflow ready to run: immutable, shared by every stream that uses it.
+
+    `instantiate()` makes one stream's runnable copy (its blocks' own state and its
+    value slots); the plan itself was fixed at compile time.
+    """
 
     def __init__(
         self,
@@ -42,6 +50,7 @@ class CompiledWorkflow:
         outputs: Sequence[tuple[str, int]],
         video_slot: int,
         n_slots: int,
+        gated: bool = False,
     ) -> None:
         self.name = name
         self.digest = digest
@@ -49,38 +58,14 @@ class CompiledWorkflow:
         self.block_ids = tuple(s.block_id for s in steps)
         self.block_types = tuple(s.block_type for s in steps)
         self.output_names = tuple(name for name, _ in outputs)
-        self._outputs = tuple(outputs)
-        self._video_slot = video_slot
-        self._n_slots = n_slots
-        # Flattened plan: tuples unpack faster than attribute access on the hot path.
-        self._plan = tuple((s.fn, s.args, s.outs[0] if len(s.outs) == 1 else s.outs) for s in steps)
+        self.outputs = tuple(outputs)
+        self.video_slot = video_slot
+        self.n_slots = n_slots
+        self.gated = gated  # some block may return SKIP: check freshness per step
 
-    def run(self, frame: Frame) -> FrameResult:
-        """Run every block in order on `frame`; each block's (start, end) is recorded."""
-        vals: list[Any] = [None] * self._n_slots
-        vals[IMAGE_SLOT] = frame.image
-        vals[FRAME_SLOT] = frame
-        spans: list[tuple[float, float]] = []
-        for fn, args, out in self._plan:
-            t0 = perf_counter()
-            value = fn(*[vals[a] for a in args])
-            if isinstance(out, int):
-                vals[out] = value
-            else:
-                for slot, v in zip(out, value, strict=True):
-                    vals[slot] = v
-            spans.append((t0, perf_counter()))
-        return FrameResult(
-            stream_id=frame.stream_id,
-            seq=frame.seq,
-            pts=frame.pts,
-            capture_time=frame.capture_time,
-            capture_mono=frame.capture_mono,
-            done_mono=perf_counter(),
-            image=vals[self._video_slot],
-            outputs={name: vals[slot] for name, slot in self._outputs},
-            block_spans=spans,
-        )
+    def instantiate(self) -> WorkflowRun:
+        """A runnable copy for one stream, with fresh per-stream block state."""
+        return WorkflowRun(self)
 
     def summary(self) -> str:
         """One line: name, blocks in order, outputs."""
@@ -91,3 +76,80 @@ class CompiledWorkflow:
             f"workflow {self.name!r}: {len(self.steps)} block(s) [{chain}], "
             f"outputs {list(self.output_names)}"
         )
+
+
+class WorkflowRun:
+    """One stream's instance of a compiled workflow; `run` is the per-frame path.
+
+    Value slots persist between frames: a block that is skipped (a rate limit upstream
+    said SKIP) keeps its last outputs, which later blocks and the outputs then read.
+    """
+
+    def __init__(self, workflow: CompiledWorkflow) -> None:
+        self.workflow = workflow
+        self._vals: list[Any] = [None] * workflow.n_slots
+        # Flattened plan: tuples unpack faster than attribute access on the hot path.
+        self._plan = tuple(
+            (s.factory(), s.args, s.outs[0] if len(s.outs) == 1 else s.outs, s.deps)
+            for s in workflow.steps
+        )
+        self._fresh = [False] * len(self._plan)
+        self._outputs = workflow.outputs
+        self._video_slot = workflow.video_slot
+        self._run = self._run_gated if workflow.gated else self._run_plain
+
+    def run(self, frame: Frame) -> FrameResult:
+        """Run every block in order on `frame`; each block's (start, end) is recorded
+        (None for a block skipped this frame)."""
+        vals = self._vals
+        vals[IMAGE_SLOT] = frame.image
+        vals[FRAME_SLOT] = frame
+        start = perf_counter()
+        spans = self._run(vals)
+        return FrameResult(
+            stream_id=frame.stream_id,
+            seq=frame.seq,
+            pts=frame.pts,
+            capture_time=frame.capture_time,
+            capture_mono=frame.capture_mono,
+            start_mono=start,
+            done_mono=perf_counter(),
+            image=vals[self._video_slot],
+            outputs={name: vals[slot] for name, slot in self._outputs},
+            block_spans=spans,
+        )
+
+    def _run_plain(self, vals: list[Any]) -> list[tuple[float, float] | None]:
+        spans: list[tuple[float, float] | None] = []
+        for fn, args, out, _deps in self._plan:
+            t0 = perf_counter()
+            value = fn(*[vals[a] for a in args])
+            if isinstance(out, int):
+                vals[out] = value
+            else:
+                for slot, v in zip(out, value, strict=True):
+                    vals[slot] = v
+            spans.append((t0, perf_counter()))
+        return spans
+
+    def _run_gated(self, vals: list[Any]) -> list[tuple[float, float] | None]:
+        """Like _run_plain, but a block whose block inputs are all stale is skipped."""
+        spans: list[tuple[float, float] | None] = []
+        fresh = self._fresh
+        for i, (fn, args, out, deps) in enumerate(self._plan):
+            if deps and not any(fresh[d] for d in deps):
+                fresh[i] = False
+                spans.append(None)
+                continue
+            t0 = perf_counter()
+            value = fn(*[vals[a] for a in args])
+            fresh[i] = value is not SKIP
+            if value is SKIP:
+                pass  # keep the last outputs
+            elif isinstance(out, int):
+                vals[out] = value
+            else:
+                for slot, v in zip(out, value, strict=True):
+                    vals[slot] = v
+            spans.append((t0, perf_counter()))
+        return spans

@@ -12,7 +12,17 @@ from collections.abc import Mapping
 from pipelines.blocks.base import BlockType
 
 BUILTIN_BLOCKS: Mapping[str, str] = {
+    "annotate": "pipelines.blocks.annotate:AnnotateBlock",
+    "blur": "pipelines.blocks.blur:BlurBlock",
+    "classify": "pipelines.blocks.classify:ClassifyBlock",
+    "crop": "pipelines.blocks.crop:CropBlock",
     "detect": "pipelines.blocks.detect:DetectBlock",
+    "filter": "pipelines.blocks.filter:FilterBlock",
+    "line_counter": "pipelines.blocks.line_counter:LineCounterBlock",
+    "ocr": "pipelines.blocks.ocr:OcrBlock",
+    "rate_limit": "pipelines.blocks.rate_limit:RateLimitBlock",
+    "track": "pipelines.blocks.track:TrackBlock",
+    "zone_counter": "pipelines.blocks.zone_counter:ZoneCounterBlock",
 }
 
 

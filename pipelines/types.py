@@ -147,13 +147,90 @@ def _check_shape(name: str, arr: np.ndarray[Any, Any], shape: tuple[int | None, 
     return int(arr.shape[0])
 
 
+@dataclass(frozen=True, slots=True)
+class Crops:
+    """Image regions cut from a frame, one per detection (`detections` holds the boxes
+    actually cut, padding included, in the frame's pixels)."""
+
+    images: tuple[Image, ...]
+    detections: Detections
+
+    def __post_init__(self) -> None:
+        if len(self.images) != len(self.detections):
+            raise ValueError(f"crops: {len(self.images)} images for {len(self.detections)} boxes")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return self.detections.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class Classifications:
+    """Top-k classes per input (one row per crop, or one row for a whole frame)."""
+
+    class_id: IntArray  # (N, k) int64, best first
+    confidence: FloatArray  # (N, k) float32
+    class_name: tuple[tuple[str, ...], ...] = ()  # N rows of k names, or ()
+
+    def __post_init__(self) -> None:
+        n = _check_shape("class_id", self.class_id, (None, None))
+        _check_shape("confidence", self.confidence, (n, self.class_id.shape[1]))
+        if self.class_name and len(self.class_name) != n:
+            raise ValueError(f"class_name: expected {n} rows, got {len(self.class_name)}")
+
+    def __len__(self) -> int:
+        return int(self.class_id.shape[0])
+
+    def to_json(self) -> list[list[dict[str, Any]]]:
+        ids, confs = self.class_id.tolist(), np.round(self.confidence, 3).tolist()
+        return [
+            [
+                {
+                    "class_id": c,
+                    "confidence": p,
+                    **({"class": self.class_name[i][j]} if self.class_name else {}),
+                }
+                for j, (c, p) in enumerate(zip(ids[i], confs[i], strict=True))
+            ]
+            for i in range(len(ids))
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Texts:
+    """Recognised text, one entry per region (`detections` holds the regions)."""
+
+    text: tuple[str, ...]
+    confidence: FloatArray  # (N,) float32, mean character probability
+    detections: Detections
+
+    def __post_init__(self) -> None:
+        n = len(self.detections)
+        if len(self.text) != n:
+            raise ValueError(f"text: expected {n} strings, got {len(self.text)}")
+        _check_shape("confidence", self.confidence, (n,))
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        rows = self.detections.to_json()
+        confs = np.round(self.confidence, 3).tolist()
+        for row, text, conf in zip(rows, self.text, confs, strict=True):
+            row["text"], row["text_confidence"] = text, conf
+        return rows
+
+
 @dataclass(slots=True)
 class FrameResult:
     """What a workflow run produces for one frame, handed to the output fan-out.
 
     `outputs` maps the workflow's declared output names to values (Detections, counts,
     scalars); `image` is the workflow's `video` output (the frame itself when none).
-    `block_spans` holds each block's (start, end) on time.perf_counter(), in workflow order.
+    `block_spans` holds each block's (start, end) on time.perf_counter(), in workflow
+    order; None for a block skipped on this frame.
     """
 
     stream_id: str
@@ -161,10 +238,11 @@ class FrameResult:
     pts: float | None
     capture_time: float
     capture_mono: float
+    start_mono: float  # the workflow run's start, time.perf_counter()
     done_mono: float
     image: Image
     outputs: Mapping[str, Any]
-    block_spans: Sequence[tuple[float, float]] = field(default_factory=tuple)
+    block_spans: Sequence[tuple[float, float] | None] = field(default_factory=tuple)
 
     @property
     def age_seconds(self) -> float:
@@ -175,10 +253,8 @@ class FrameResult:
         """The outputs as JSON-ready values (Detections become lists of rows)."""
         out: dict[str, Any] = {}
         for key, value in self.outputs.items():
-            if isinstance(value, Detections):
-                out[key] = value.to_json()
-            elif isinstance(value, np.ndarray):
+            if isinstance(value, np.ndarray):
                 continue  # images do not go into predictions
-            else:
-                out[key] = value
+            to_json = getattr(value, "to_json", None)
+            out[key] = to_json() if callable(to_json) else value
         return out

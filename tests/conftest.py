@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.media",
     "tests.support.rtsp",
     "tests.support.models",
+    "tests.support.appliance",
 ]

@@ -1,10 +1,13 @@
 """The one interface every block type implements.
 
 A block type is a class with a pydantic `Params` model, declared `inputs` and `outputs`
-(name -> value kind), and a `build` classmethod run once at compile time that returns the
-per-frame callable. The callable receives the input values in declared order (and the
-`Frame` last when `wants_frame` is set) and returns the single output value, or a tuple in
-declared output order when the block has several.
+(name -> value kind), and a `build` classmethod run once at compile time. `build` does the
+expensive work (validation against models, decoders, lookup tables) and returns a *step
+factory*; the factory is called once per stream to make that stream's step, so stateful
+blocks (trackers, counters, rate limits) get fresh state per stream while a compiled
+workflow is shared. A step receives the input values in declared order (and the `Frame`
+last when `wants_frame` is set) and returns the single output value, a tuple in declared
+output order when the block has several, or `SKIP` for "no new output this frame".
 """
 
 from __future__ import annotations
@@ -17,8 +20,31 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines.models import ModelHandle
 
-Kind = Literal["image", "detections", "tracks", "counts", "scalar", "any"]
+Kind = Literal["image", "detections", "tracks", "crops", "counts", "scalar", "text", "any"]
 StepFn = Callable[..., Any]
+StepFactory = Callable[[], StepFn]
+
+
+class _Skip:
+    """Returned by a step that has no new output this frame (e.g. a rate limit)."""
+
+    _instance: _Skip | None = None
+
+    def __new__(cls) -> _Skip:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "SKIP"
+
+
+SKIP = _Skip()
+
+
+def stateless(step: StepFn) -> StepFactory:
+    """The factory of a block without per-stream state: every stream shares `step`."""
+    return lambda: step
 
 
 class BlockParams(BaseModel):
@@ -44,9 +70,11 @@ class BlockType:
     inputs: ClassVar[Mapping[str, tuple[Kind, str | None]]] = {}
     outputs: ClassVar[Mapping[str, Kind]] = {}
     wants_frame: ClassVar[bool] = False
+    may_skip: ClassVar[bool] = False  # its step may return SKIP (e.g. rate_limit)
 
     @classmethod
-    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+        """Prepare the block once; return the factory of per-stream steps."""
         raise NotImplementedError
 
 

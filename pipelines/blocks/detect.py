@@ -14,13 +14,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field
 
-from pipelines.blocks.base import BlockBuildError, BlockParams, BlockType, BuildContext
+from pipelines.blocks.base import (
+    BlockBuildError,
+    BlockParams,
+    BlockType,
+    BuildContext,
+    StepFactory,
+    stateless,
+)
 from pipelines.decoders import build_decoder
 from pipelines.decoders.base import DecodeOptions
 from pipelines.models import ModelInfo
@@ -45,7 +51,7 @@ class DetectBlock(BlockType):
     wants_frame = True  # the stream id travels with each sample to the batcher
 
     @classmethod
-    def build(cls, params: Any, ctx: BuildContext) -> Callable[[Image, Frame], Detections]:
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
         p: DetectParams = params
         handle = ctx.models.get(p.model)
         if handle is None:
@@ -73,7 +79,7 @@ class DetectBlock(BlockType):
                 dets = dets.select(mask)
             return dets
 
-        return detect
+        return stateless(detect)
 
 
 def _class_filter(

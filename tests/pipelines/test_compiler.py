@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.blocks.base import BlockParams, BlockType, BuildContext, StepFn
+from pipelines.blocks.base import BlockParams, BlockType, BuildContext, StepFactory, stateless
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
 from pipelines.registry import BlockRegistry
@@ -28,9 +28,9 @@ class Invert(BlockType):
     outputs = {"image": "image"}
 
     @classmethod
-    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
         amount = np.uint8(params.amount)
-        return lambda image: amount - image
+        return stateless(lambda image: amount - image)
 
 
 class Brightness(BlockType):
@@ -41,8 +41,8 @@ class Brightness(BlockType):
     outputs = {"mean": "scalar", "max": "scalar"}
 
     @classmethod
-    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
-        return lambda image: (float(image.mean()), int(image.max()))
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+        return stateless(lambda image: (float(image.mean()), int(image.max())))
 
 
 class StreamName(BlockType):
@@ -53,8 +53,8 @@ class StreamName(BlockType):
     wants_frame = True
 
     @classmethod
-    def build(cls, params: Any, ctx: BuildContext) -> StepFn:
-        return lambda frame: frame.stream_id
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+        return stateless(lambda frame: frame.stream_id)
 
 
 REGISTRY = BlockRegistry(
@@ -98,7 +98,7 @@ def test_runs_blocks_in_dependency_order_whatever_the_file_order() -> None:
         }
     )
     assert wf.block_ids == ("once", "who", "twice", "stats")  # Kahn levels, file order within
-    result = wf.run(frame(10))
+    result = wf.instantiate().run(frame(10))
     assert result.outputs["mean"] == 255 - (100 - 10)
     assert result.outputs["max"] == 165
     assert result.outputs["who"] == "cam1"

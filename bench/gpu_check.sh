@@ -1,0 +1,22 @@
+#!/bin/sh
+# The GPU checks, as one short run on a lent GPU machine (see the device tool's README).
+#
+# Prepare once here (the GPU machine has no network; its python3 is 3.12 and has numpy,
+# opencv-python-headless, aiohttp, PyYAML, prometheus-client and a CPU onnxruntime):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl onnxruntime-gpu av pydantic pydantic-core \
+#     annotated-types typing-inspection
+# Then: device run, command "sh bench/gpu_check.sh", carry [".whl"], timeout_s 480.
+set -eu
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/gpu_check}"
+mkdir -p "$OUT"
+nvidia-smi -L | tee "$OUT/gpu.txt"
+python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())" | tee -a "$OUT/gpu.txt"
+for bench in batching pipeline_efficiency latency; do
+    timeout 120 python3 "bench/$bench.py" --quick 2>&1 | tee "$OUT/$bench.txt" || true
+done
+cp bench/results/*.json "$OUT/" 2>/dev/null || true

@@ -1,0 +1,44 @@
+"""Points, lines and zones from block parameters, in pixels or normalised (0-1) units.
+
+The frame size is known only when frames arrive, so a `Points` resolves to pixels on the
+first frame of a size and caches the result: one tuple comparison per frame after that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+
+Units = Literal["auto", "px", "norm"]
+# A parameter holding points: [[x, y], ...]. Validated by pydantic in each block's Params.
+PointList = Annotated[list[tuple[float, float]], Field(min_length=2)]
+Polygon = Annotated[list[tuple[float, float]], Field(min_length=3)]
+
+
+class Points:
+    """Fixed points from a config; `pixels(w, h)` gives them as a float32 (N, 2) array.
+
+    `units="auto"` treats the points as normalised when every coordinate is within 0..1
+    (a 1-pixel-wide zone in the corner is not a realistic config), as pixels otherwise.
+    """
+
+    def __init__(self, points: Sequence[Sequence[float]], units: Units = "auto") -> None:
+        self._raw = np.asarray(points, dtype=np.float32).reshape(-1, 2)
+        in_unit_box = bool(np.all((self._raw >= 0.0) & (self._raw <= 1.0)))
+        self.normalised = units == "norm" or (units == "auto" and in_unit_box)
+        self._size: tuple[int, int] = (-1, -1)
+        self._px = self._raw
+
+    def pixels(self, width: int, height: int) -> npt.NDArray[np.float32]:
+        if (width, height) != self._size:
+            scale = np.array([width, height], np.float32) if self.normalised else 1.0
+            self._px = (self._raw * scale).astype(np.float32)
+            self._size = (width, height)
+        return self._px
+
+    def __len__(self) -> int:
+        return int(self._raw.shape[0])

@@ -1,0 +1,137 @@
+"""Fixtures that run the real appliance: configs on disk and `appliance serve` processes.
+
+`served` starts the console script in a subprocess on an unused loopback port (uvicorn's
+`run_server` practice) and always stops it at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "configs" / "models"
+DEMO_CLIP = ROOT / "configs" / "media" / "demo.mp4"
+APPLIANCE = [sys.executable, "-m", "appliance"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def person_model(**batching: Any) -> dict[str, Any]:
+    return {
+        "path": str(MODELS / "person_ssdlite.onnx"),
+        "decoder": "tf_od",
+        "labels": ["person"],
+        "providers": ["cpu"],
+        "batching": batching or {"max_batch_size": 4, "max_queue_delay_ms": 2},
+    }
+
+
+def detect_workflow(model: str = "person", block: str = "people") -> dict[str, Any]:
+    return {
+        "name": f"detect_{model}",
+        "blocks": [{"id": block, "type": "detect", "model": model, "confidence": 0.4}],
+        "outputs": {block: block},
+    }
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
+    """Write a config document as YAML in a fresh folder; returns its path."""
+    counter = iter(range(1000))
+
+    def write(doc: dict[str, Any]) -> Path:
+        path = tmp_path / f"config{next(counter)}.yaml"
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        return path
+
+    return write
+
+
+@dataclass
+class Served:
+    """A running `appliance serve` process."""
+
+    process: subprocess.Popen[str]
+    url: str
+    log_path: Path
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+                return int(resp.status), bytes(resp.read())
+        except urllib.error.HTTPError as err:
+            return int(err.code), bytes(err.read())
+
+    def json(self, path: str) -> Any:
+        status, body = self.get(path)
+        assert status == 200, (path, status, body)
+        return json.loads(body)
+
+    def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll an HTTP-observable condition (the process is outside ours) until true."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"appliance exited ({self.process.returncode}): {self.log()}")
+            try:
+                if check():
+                    return
+            except (OSError, AssertionError):
+                pass  # not up yet
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """Start `appliance serve --config PATH` on a free port; waits for /health."""
+    started: list[Served] = []
+
+    def start(config: Path, *extra: str, wait: bool = True) -> Served:
+        port = free_port()
+        log_path = tmp_path / f"serve-{port}.log"
+        log = log_path.open("w")
+        proc = subprocess.Popen(
+            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        served = Served(proc, f"http://127.0.0.1:{port}", log_path)
+        started.append(served)
+        if wait:
+            served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
+        return served
+
+    yield start
+    for s in started:
+        if s.process.poll() is None:
+            s.process.kill()
+            s.process.wait(10)

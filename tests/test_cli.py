@@ -1,0 +1,162 @@
+"""`appliance run` and `appliance validate` as a user runs them: real processes, real
+models, real H.264 video; bad input gets a located message and exit code 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, detect_workflow, person_model
+
+WriteConfig = Callable[[dict[str, Any]], Path]
+
+
+def appliance(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*APPLIANCE, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def file_stream(stream_id: str, url: str, **source: Any) -> dict[str, Any]:
+    return {
+        "id": stream_id,
+        "source": {"url": url, "pace": "fast", "loop": False, **source},
+        "workflow": detect_workflow(),
+    }
+
+
+def test_run_json_summarises_every_stream(write_config: WriteConfig) -> None:
+    config = write_config(
+        {
+            "models": {"person": person_model()},
+            "streams": [file_stream("a", str(DEMO_CLIP)), file_stream("b", str(DEMO_CLIP))],
+        }
+    )
+    done = appliance("run", "--config", str(config), "--max-frames", "30", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)  # nothing else on stdout
+    assert set(summary["streams"]) == {"a", "b"}
+    for stream in summary["streams"].values():
+        assert stream["frames_processed"] == 30
+        assert stream["frames_dropped"] == 0  # pace: fast never drops
+        assert stream["state"] == "stopped"
+        assert stream["detections"] > 0  # the demo clip shows people in most frames
+        assert stream["fps"] > 0
+        assert 0 < stream["latency_ms"]["p50"] <= stream["latency_ms"]["p99"]
+
+
+def test_run_plays_a_whole_file_and_prints_a_table(write_config: WriteConfig) -> None:
+    config = write_config(
+        {"models": {"person": person_model()}, "streams": [file_stream("clip", str(DEMO_CLIP))]}
+    )
+    done = appliance("run", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["stream", "state", "processed", "dropped"]
+    row = lines[1].split()
+    assert row[:4] == ["clip", "stopped", "240", "0"]  # every frame of the 16 s, 15 fps clip
+
+
+def test_a_corrupt_file_fails_its_stream_only(write_config: WriteConfig, tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40)
+    config = write_config(
+        {
+            "models": {"person": person_model()},
+            "streams": [file_stream("good", str(DEMO_CLIP)), file_stream("bad", str(corrupt))],
+        }
+    )
+    done = appliance("run", "--config", str(config), "--max-frames", "20", "--json")
+    assert done.returncode == 3, done.stderr  # a failed stream
+    streams = json.loads(done.stdout)["streams"]
+    assert streams["good"]["frames_processed"] == 20
+    assert streams["bad"]["state"] == "failed"
+    assert str(corrupt) in streams["bad"]["last_error"]
+
+
+def test_invalid_config_lists_every_problem_and_starts_nothing(write_config: WriteConfig) -> None:
+    config = write_config(
+        {
+            "server": {"port": "eighty"},
+            "models": {"person": {**person_model(), "decoder": "ssd"}},
+            "streams": [{"id": "a", "source": {"url": ""}, "workflow": "missing.yaml"}],
+        }
+    )
+    done = appliance("run", "--config", str(config))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    err = done.stderr
+    assert "3 problem(s)" in err
+    assert "server.port:" in err
+    assert "models.person.decoder: Input should be 'tf_od', 'yolo' or 'centerface'" in err
+    assert "streams[0].source.url: Value error, must not be empty" in err
+
+
+def test_missing_files_are_named(write_config: WriteConfig) -> None:
+    config = write_config(
+        {
+            "models": {"person": {**person_model(), "path": "nowhere/model.onnx"}},
+            "streams": [{"id": "a", "source": str(DEMO_CLIP), "workflow": "flows/none.yaml"}],
+        }
+    )
+    done = appliance("validate", str(config))
+    assert done.returncode == 1
+    assert "models.person.path: file not found:" in done.stderr
+    assert "nowhere/model.onnx" in done.stderr
+    assert "streams[0].workflow: file not found: flows/none.yaml" in done.stderr
+
+
+def test_a_file_that_is_not_onnx_is_named(write_config: WriteConfig, tmp_path: Path) -> None:
+    fake = tmp_path / "fake.onnx"
+    fake.write_text("not a model")
+    config = write_config({"models": {"person": {**person_model(), "path": str(fake)}}})
+    done = appliance("validate", str(config))
+    assert done.returncode == 1
+    assert f"not a valid ONNX model: {fake}" in done.stderr
+
+
+def test_a_workflow_that_does_not_compile_names_stream_and_block(
+    write_config: WriteConfig,
+) -> None:
+    bad = detect_workflow(model="persn")
+    config = write_config(
+        {
+            "models": {"person": person_model()},
+            "streams": [{"id": "a", "source": str(DEMO_CLIP), "workflow": bad}],
+        }
+    )
+    done = appliance("run", "--config", str(config))
+    assert done.returncode == 1
+    assert "streams[0].workflow" in done.stderr
+    assert "blocks[0].model: unknown model 'persn' (models: person)" in done.stderr
+
+
+def test_a_decoder_that_does_not_fit_the_model_is_a_compile_error(
+    write_config: WriteConfig,
+) -> None:
+    faces = {**person_model(), "path": str(ROOT / "configs/models/centerface.onnx")}
+    config = write_config(
+        {
+            "models": {"faces": faces},  # CenterFace declared as a TF-OD model
+            "streams": [
+                {"id": "a", "source": str(DEMO_CLIP), "workflow": detect_workflow("faces")}
+            ],
+        }
+    )
+    done = appliance("validate", str(config))
+    assert done.returncode == 1
+    assert "blocks[0]: model 'faces'" in done.stderr
+    assert "tf_od" in done.stderr
+
+
+def test_validate_accepts_the_demo_and_its_workflows() -> None:
+    done = appliance("validate", str(ROOT / "configs/demo.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert "valid config: 2 model(s), 2 stream(s)" in done.stdout
+    assert "people-cam: workflow 'detect_people'" in done.stdout
+    flow = appliance("validate", str(ROOT / "configs/workflows/detect_faces.yaml"))
+    assert flow.returncode == 0, flow.stderr
+    assert "valid workflow 'detect_faces': 1 block(s), outputs ['faces']" in flow.stdout

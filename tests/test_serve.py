@@ -1,0 +1,83 @@
+"""`appliance serve` on the embedded demo (what `make run` starts) and on a live camera."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.appliance import ROOT, Served
+
+
+def demo_copy(tmp_path: Path) -> Path:
+    """configs/demo.yaml with its paths made absolute, so it runs from a temp folder."""
+    doc = yaml.safe_load((ROOT / "configs/demo.yaml").read_text())
+    base = ROOT / "configs"
+    for model in doc["models"].values():
+        model["path"] = str(base / model["path"])
+    for stream in doc["streams"]:
+        stream["source"]["url"] = str(base / stream["source"]["url"])
+        stream["workflow"] = str(base / stream["workflow"])
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def streams(served: Served) -> dict[str, Any]:
+    return {s["id"]: s for s in served.json("/v1/streams")["streams"]}
+
+
+def test_demo_serves_health_metrics_and_processes_both_streams(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    served = serve(demo_copy(tmp_path), "--stats-interval", "1")
+    assert served.json("/health") == {"status": "ok"}
+
+    def both_processing() -> bool:
+        s = streams(served)
+        return all(s[i]["frames_processed"] >= 5 for i in ("people-cam", "faces-cam"))
+
+    served.wait_for(both_processing, 60, "both demo streams to process frames")
+    s = streams(served)
+    assert s["people-cam"]["state"] == "running"
+    assert s["people-cam"]["detections"] > 0
+    assert s["faces-cam"]["workflow"] == "detect_faces"
+    assert served.get("/ready")[0] == 200
+
+    status, body = served.get("/metrics")
+    text = body.decode()
+    assert status == 200
+    assert (
+        'appliance_block_latency_seconds_count{block="people",stream="people-cam",type="detect"}'
+        in text
+    )
+    assert 'appliance_model_batch_size_count{model="faces"}' in text
+    assert 'appliance_frames_total{outcome="processed",stream="faces-cam"}' in text
+    assert 'appliance_stream_up{stream="people-cam"} 1.0' in text
+
+    one = served.json("/v1/streams/people-cam")
+    assert [t["state"] for t in one["transitions"]][:2] == ["starting", "running"]
+    assert served.get("/v1/streams/nope")[0] == 404
+
+    served.wait_for(lambda: "people-cam running:" in served.log(), 10, "an fps log line")
+    assert served.terminate(timeout=10) == 0  # graceful within the 5 s grace period
+    assert "runtime stopped" in served.log()
+    assert "did not end" not in served.log()
+
+
+def test_a_missing_source_file_fails_only_that_stream(
+    serve: Callable[..., Served], tmp_path: Path, write_config: Callable[[dict[str, Any]], Path]
+) -> None:
+    doc = yaml.safe_load(demo_copy(tmp_path).read_text())
+    gone = tmp_path / "gone.mp4"
+    shutil.copy(ROOT / "configs/media/demo.mp4", gone)
+    doc["streams"][1]["source"]["url"] = str(gone)
+    gone.unlink()  # the config was valid when written; the file vanished since
+    served = serve(write_config(doc))
+    served.wait_for(lambda: streams(served)["faces-cam"]["state"] == "failed", 30, "failed")
+    served.wait_for(lambda: streams(served)["people-cam"]["frames_processed"] > 3, 60, "frames")
+    assert str(gone) in streams(served)["faces-cam"]["last_error"]
+    assert served.terminate() == 0
