@@ -61,8 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     run.set_defaults(func=cmd_run)
 
+    blocks = sub.add_parser("blocks", help="list the block types, plugins included")
+    blocks.add_argument("--json", action="store_true")
+    blocks.set_defaults(func=cmd_blocks)
+
     val = sub.add_parser("validate", help="check a config or workflow file; exit 1 if invalid")
     val.add_argument("file", type=Path)
+    val.add_argument("--config", type=Path, help="a config whose models a workflow may use")
     val.set_defaults(func=cmd_validate)
     return p
 
@@ -143,9 +148,39 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+# -- blocks -----------------------------------------------------------------------------
+def cmd_blocks(args: argparse.Namespace) -> int:
+    from pipelines.catalog import describe_blocks
+    from pipelines.registry import DEFAULT_REGISTRY
+
+    broken = DEFAULT_REGISTRY.load_plugins()
+    catalog = describe_blocks(DEFAULT_REGISTRY)
+    if args.json:
+        print(json.dumps({"blocks": catalog, "broken_plugins": broken}, indent=2))
+        return 0
+    for entry in catalog:
+        origin = " (plugin)" if entry["plugin"] else ""
+        print(f"{entry['type']}{origin}: {entry['description']}")
+        if "error" in entry:
+            print(f"  error: {entry['error']}")
+            continue
+        ins = ", ".join(f"{k}: {v}" for k, v in entry["inputs"].items()) or "-"
+        outs = ", ".join(f"{k}: {v}" for k, v in entry["outputs"].items())
+        print(f"  inputs: {ins}\n  outputs: {outs}")
+        for name, param in entry["parameters"].items():
+            print(f"  - {name}: {param['type']}{_default_text(param)}")
+    for name, problem in broken.items():
+        print(f"{name} (plugin, left out): {problem}")
+    return 0
+
+
+def _default_text(param: dict[str, Any]) -> str:
+    return " (required)" if param["required"] else f" = {param['default']!r}"
+
+
 # -- validate ---------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
-    """A config (has `streams` or `models`) or a workflow (has `blocks`)."""
+    """A config (models loaded, workflows compiled) or a workflow file (has `blocks`)."""
     import yaml
 
     path: Path = args.file
@@ -154,24 +189,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    config = load_config(args.config) if args.config else None
     if isinstance(data, dict) and "blocks" in data:
-        return _validate_workflow(path, data)
-    runtime = Runtime(load_config(path))
-    prepared = runtime.prepare()  # loads models and compiles workflows: the full check
-    runtime.stop(2.0)
+        return _validate_workflow(path, config)
+    runtime = Runtime(config or load_config(path))
+    try:
+        prepared = runtime.prepare()  # loads models and compiles workflows: the full check
+    finally:
+        runtime.stop(2.0)
     print(f"{path}: valid config: {len(runtime.models)} model(s), {len(prepared)} stream(s)")
     for cfg, workflow in prepared:
         print(f"  {cfg.id}: {workflow.summary()}")
     return 0
 
 
-def _validate_workflow(path: Path, data: dict[str, Any]) -> int:
-    """Structure and references; models are loaded only by a config that names them."""
-    from pipelines.compiler import parse_workflow
+def _validate_workflow(path: Path, config: AppConfig | None) -> int:
+    """Compile a workflow file with its own models (and a config's, with --config)."""
+    from appliance.config import StreamConfig, parse_config
 
-    spec = parse_workflow(data)
-    blocks, outputs = len(spec.blocks), list(spec.outputs)
-    print(f"{path}: valid workflow {spec.name!r}: {blocks} block(s), outputs {outputs}")
+    config = config or parse_config({}, path.resolve().parent)
+    runtime = Runtime(config)
+    stream = StreamConfig(id="validate", source="-", workflow=path.resolve())
+    try:
+        runtime.load_models()
+        workflow = runtime.compile_stream_workflow(stream, "workflow")
+    finally:
+        runtime.stop(2.0)
+    print(f"{path}: valid: {workflow.summary()}")
     return 0
 
 

@@ -15,6 +15,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipelines.errors import format_location
+from pipelines.spec import BatchingSpec as BatchingConfig
+from pipelines.spec import ModelSpec as ModelConfig
+from pipelines.spec import SessionSpec as SessionConfig
+
+__all__ = ["AppConfig", "BatchingConfig", "ConfigError", "ModelConfig", "SessionConfig"]
 
 
 class ConfigError(Exception):
@@ -35,35 +40,6 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     token: str | None = None
-
-
-class BatchingConfig(_Strict):
-    """Triton's dynamic batching: dispatch at `max_batch_size`, or when the oldest
-    request has waited `max_queue_delay_ms` (0: take whatever is waiting)."""
-
-    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 4
-    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
-
-
-GraphOptimization = Literal["disable", "basic", "extended", "all"]
-Provider = Literal["tensorrt", "cuda", "cpu"]
-
-
-class SessionConfig(_Strict):
-    intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
-    inter_op_threads: Annotated[int, Field(ge=0)] = 0
-    graph_optimization: GraphOptimization = "all"
-
-
-class ModelConfig(_Strict):
-    path: Path
-    decoder: Literal["tf_od", "yolo", "centerface"]
-    labels: list[str] | None = None
-    labels_file: Path | None = None
-    input_size: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
-    batching: BatchingConfig = BatchingConfig()
-    providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)  # type: ignore[arg-type]
-    session: SessionConfig = SessionConfig()
 
 
 class BackoffConfig(_Strict):

@@ -12,18 +12,21 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from appliance.config import AppConfig, StreamConfig
 from appliance.fanout import Fanout
 from appliance.metrics import Metrics, StreamMetrics
-from appliance.models import BatchRecord, ModelBatcher, load_model
+from appliance.models import ModelBatcher
+from appliance.models.pool import ModelPool
 from appliance.streams import Stream
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
 from pipelines.executor import CompiledWorkflow
+from pipelines.registry import DEFAULT_REGISTRY
 from pipelines.spec import read_workflow_file
 
 log = logging.getLogger("appliance.runtime")
@@ -34,7 +37,7 @@ class Runtime:
         self.config = config
         self.metrics = Metrics()
         self.fanout = Fanout()
-        self.models: dict[str, ModelBatcher] = {}
+        self.pool = ModelPool(self.metrics)
         self.streams: dict[str, Stream] = {}
         self._workflows: dict[str, CompiledWorkflow] = {}  # by digest: compile once
         self._max_frames = max_frames
@@ -48,8 +51,10 @@ class Runtime:
         Raises ModelLoadError or WorkflowError (every problem listed); models already
         loaded are stopped again, so a failed prepare leaves no thread behind.
         """
+        for name, problem in DEFAULT_REGISTRY.load_plugins().items():
+            log.error("block plugin %r left out: %s", name, problem)
         try:
-            self._load_models()
+            self.load_models()
             return [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
                     for i, s in enumerate(self.config.streams)]  # fmt: skip
         except BaseException:
@@ -62,33 +67,21 @@ class Runtime:
         for cfg, workflow in self.prepare():
             self._start_stream(cfg, workflow)
 
-    def _load_models(self) -> None:
-        for model_id, cfg in self.config.models.items():
-            loaded = load_model(model_id, cfg, self.config.resolve)
-            batcher = ModelBatcher(loaded, cfg.batching)
-            batcher.on_batch = self._model_observer(model_id)
-            batcher.start()
-            self.models[model_id] = batcher
-
-    def _model_observer(self, model_id: str) -> Any:
-        run = self.metrics.model_inference.labels(model_id)
-        queue = self.metrics.model_queue.labels(model_id)
-        size = self.metrics.model_batch_size.labels(model_id)
-
-        def observe(rec: BatchRecord) -> None:
-            run.observe(rec.run_s)
-            size.observe(rec.batch_size)
-            for wait in rec.queue_wait_s:
-                queue.observe(wait)
-
-        return observe
+    def load_models(self) -> None:
+        """Load the config's models (workflows may add their own when compiled)."""
+        for model_id, spec in self.config.models.items():
+            self.pool.ensure(model_id, spec, self.config.resolve, f"models.{model_id}")
 
     def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
-        """Compile (or reuse) a stream's workflow; WorkflowError names the stream."""
+        """Compile (or reuse) a stream's workflow, loading the models it declares itself.
+
+        WorkflowError and ModelLoadError name the stream and, for files, the file.
+        """
+        base = self.config.base_dir
         if isinstance(cfg.workflow, Path):
             path = self.config.resolve(cfg.workflow)
             document: Mapping[str, Any] = read_workflow_file(path)
-            origin = f"{where}.workflow ({path})"
+            origin, base = f"{where}.workflow ({path})", path.parent
         else:
             document, origin = cfg.workflow, f"{where}.workflow"
         try:
@@ -98,7 +91,10 @@ class Runtime:
                 cached = self._workflows.get(digest)
             if cached is not None:
                 return cached
-            compiled = compile_workflow(spec, BuildContext(models=self.models))
+            for model_id, model in spec.models.items():
+                resolve = partial(_resolve_against, base)
+                self.pool.ensure(model_id, model, resolve, f"{origin} models.{model_id}")
+            compiled = compile_workflow(spec, BuildContext(models=self.pool.handles))
         except WorkflowError as exc:
             raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
         with self._lock:
@@ -155,7 +151,13 @@ class Runtime:
         return ok
 
     def _stop_models(self, timeout: float) -> bool:
-        ok = True
-        for batcher in self.models.values():
-            ok = batcher.stop(timeout) is not False and ok
-        return ok
+        return self.pool.stop(timeout)
+
+    @property
+    def models(self) -> Mapping[str, ModelBatcher]:
+        return self.pool.handles
+
+
+def _resolve_against(base: Path, path: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (base / p).resolve()

@@ -16,13 +16,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipelines.blocks.base import BlockBuildError, BlockType, BuildContext, Kind
+from pipelines.blocks.base import OPTIONAL, BlockBuildError, BlockType, BuildContext, Kind
 from pipelines.errors import WorkflowError, format_location
-from pipelines.executor import FIRST_FREE_SLOT, FRAME_SLOT, IMAGE_SLOT, CompiledWorkflow, Step
+from pipelines.executor import (
+    FIRST_FREE_SLOT,
+    FRAME_SLOT,
+    IMAGE_SLOT,
+    NONE_SLOT,
+    CompiledWorkflow,
+    Step,
+)
 from pipelines.registry import DEFAULT_REGISTRY, BlockImportError, BlockRegistry
 from pipelines.spec import RESERVED_IDS, BlockSpec, WorkflowSpec
 
 FRAME_REF = "frame"
+SUBKINDS = frozenset({("tracks", "detections")})  # (got, wanted): tracks are detections with ids
 
 
 @dataclass
@@ -33,7 +41,7 @@ class _Node:
     spec: BlockSpec
     cls: type[BlockType]
     params: Any = None
-    refs: dict[str, str] = field(default_factory=dict)  # input name -> reference text
+    refs: dict[str, str | None] = field(default_factory=dict)  # input -> reference; None: absent
     args: list[int] = field(default_factory=list)
     deps: set[str] = field(default_factory=set)
     outs: dict[str, int] = field(default_factory=dict)  # output name -> slot
@@ -91,7 +99,9 @@ class _Compilation:
         raw = node.spec.params
         for name, (_kind, default) in node.cls.inputs.items():
             ref = raw.pop(name, default)
-            if ref is None:
+            if ref == OPTIONAL:
+                node.refs[name] = None
+            elif ref is None:
                 self.error(f"{where}.{name}", "required input is missing")
             elif not isinstance(ref, str):
                 got = type(ref).__name__
@@ -111,6 +121,9 @@ class _Compilation:
         for node in self.nodes.values():
             where = f"blocks[{node.index}]"
             for name, ref in node.refs.items():
+                if ref is None:
+                    node.args.append(NONE_SLOT)
+                    continue
                 want = node.cls.inputs[name][0]
                 found = self.lookup(f"{where}.{name}", ref, want)
                 if found is not None:
@@ -143,7 +156,7 @@ class _Compilation:
     def _check_kind(
         self, where: str, ref: str, got: Kind, want: Kind, found: tuple[int, str | None]
     ) -> tuple[int, str | None] | None:
-        if want not in ("any", got):
+        if want not in ("any", got) and (got, want) not in SUBKINDS:
             self.error(where, f"expected {want}, got {got} from {ref!r}")
             return None
         return found
@@ -180,6 +193,9 @@ class _Compilation:
             except ValueError as exc:  # e.g. a decoder that does not fit its model
                 self.error(where, str(exc))
                 continue
+            except Exception as exc:  # a plugin's build may raise anything: name the block
+                self.error(where, f"block type {node.spec.type!r} failed to build: {exc!r}")
+                continue
             deps = tuple(sorted(position[d] for d in node.deps))
             outs = tuple(node.outs.values())
             steps.append(Step(node.spec.id, node.spec.type, factory, tuple(node.args), outs, deps))
@@ -197,6 +213,7 @@ def compile_workflow(
     comp.declare(spec.blocks)
     comp.resolve()
     outputs = _resolve_outputs(comp, spec.outputs)
+    _check_unused(comp, {slot for _, slot in outputs})
     ordered = comp.order()
     if comp.problems:
         raise WorkflowError(comp.problems, spec.name)
@@ -239,6 +256,20 @@ def _resolve_outputs(comp: _Compilation, outputs: Mapping[str, str]) -> list[tup
         if found is not None:
             resolved.append((name, found[0]))
     return resolved
+
+
+def _check_unused(comp: _Compilation, output_slots: set[int]) -> None:
+    """A block whose outputs nothing reads is work for nothing: an error, with a hint."""
+    read = set(output_slots)
+    for node in comp.nodes.values():
+        read.update(node.args)
+    for node in comp.nodes.values():
+        if node.outs and not read.intersection(node.outs.values()):
+            comp.error(
+                f"blocks[{node.index}]",
+                f"the output of {node.spec.id!r} is never used "
+                f"(use it in another block or in `outputs`, or remove the block)",
+            )
 
 
 def _cycles(pending: Mapping[str, set[str]]) -> list[list[str]]:

@@ -17,7 +17,8 @@ from pipelines.types import Frame, FrameResult
 
 IMAGE_SLOT = 0  # the frame's image, what `frame` refers to
 FRAME_SLOT = 1  # the Frame itself, passed to blocks that want it (stream id, timestamps)
-FIRST_FREE_SLOT = 2
+NONE_SLOT = 2  # never written: what an optional input that was left out reads
+FIRST_FREE_SLOT = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,22 @@
 """Block type name -> import string, imported lazily (uvicorn's importer practice).
 
-Built-ins are plain data below; plugins add theirs through the `appliance.blocks`
-entry-point group (a later issue wires discovery into start-up).
+Built-ins are plain data below. Users add block types as Python classes published through
+the `appliance.blocks` entry-point group (`[project.entry-points."appliance.blocks"]
+my_block = "my_pkg.blocks:MyBlock"`); `load_plugins` imports and checks each at start-up,
+and a broken plugin is reported by name without touching the built-ins.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from importlib.metadata import entry_points
+
+from pydantic import BaseModel
 
 from pipelines.blocks.base import BlockType
+
+PLUGIN_GROUP = "appliance.blocks"
 
 BUILTIN_BLOCKS: Mapping[str, str] = {
     "annotate": "pipelines.blocks.annotate:AnnotateBlock",
@@ -27,7 +34,7 @@ BUILTIN_BLOCKS: Mapping[str, str] = {
 
 
 class BlockImportError(ImportError):
-    """A registered block type could not be imported."""
+    """A registered block type could not be imported, or is not a valid block type."""
 
 
 class BlockRegistry:
@@ -36,6 +43,9 @@ class BlockRegistry:
     def __init__(self, entries: Mapping[str, str] = BUILTIN_BLOCKS) -> None:
         self._entries = dict(entries)
         self._loaded: dict[str, type[BlockType]] = {}
+        self.plugins: dict[str, str] = {}  # plugin name -> import string
+        self.broken: dict[str, str] = {}  # plugin name -> why it was left out
+        self._plugin_groups: set[str] = set()
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -49,15 +59,36 @@ class BlockRegistry:
             cls = self._loaded[name] = _import(name, self._entries[name])
         return cls
 
+    def load_plugins(self, group: str = PLUGIN_GROUP) -> dict[str, str]:
+        """Import every block type published in `group`; returns {name: problem} for those
+        left out (import errors, not a BlockType, a name taken by a built-in). Each
+        group is loaded once; later calls return the same problems."""
+        if group in self._plugin_groups:
+            return dict(self.broken)
+        self._plugin_groups.add(group)
+        for ep in entry_points(group=group):
+            if ep.name in self._entries:
+                self.broken[ep.name] = f"the name is taken by {self._entries[ep.name]!r}"
+                continue
+            try:
+                self._loaded[ep.name] = _import(ep.name, ep.value)
+            except BlockImportError as exc:
+                self.broken[ep.name] = str(exc)
+                continue
+            self._entries[ep.name] = self.plugins[ep.name] = ep.value
+        return dict(self.broken)
+
 
 def _import(name: str, target: str) -> type[BlockType]:
     module_name, _, attr = target.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # a plugin's module may raise anything at import
         raise BlockImportError(f"block type {name!r}: cannot import {target!r}: {exc}") from exc
     if not (isinstance(obj, type) and issubclass(obj, BlockType)):
         raise BlockImportError(f"block type {name!r}: {target!r} is not a BlockType subclass")
+    if not (isinstance(obj.Params, type) and issubclass(obj.Params, BaseModel)):
+        raise BlockImportError(f"block type {name!r}: {target!r}.Params is not a pydantic model")
     return obj
 
 

@@ -15,15 +15,64 @@ outputs:                  # what leaves the workflow: name -> reference
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.errors import WorkflowError
 
 BLOCK_ID = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 RESERVED_IDS = frozenset({"frame"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BatchingSpec(_Strict):
+    """Triton's dynamic batching: dispatch at `max_batch_size`, or when the oldest
+    request has waited `max_queue_delay_ms` (0: take whatever is waiting)."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 4
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+
+
+GraphOptimization = Literal["disable", "basic", "extended", "all"]
+Provider = Literal["tensorrt", "cuda", "cpu"]
+
+
+class SessionSpec(_Strict):
+    intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
+    inter_op_threads: Annotated[int, Field(ge=0)] = 0
+    graph_optimization: GraphOptimization = "all"
+
+
+class ModelSpec(_Strict):
+    """A model as a config's `models:` or a workflow's `models:` declares it.
+
+    `decoder` names the output format for `detect` blocks (see pipelines.decoders);
+    models used by other blocks (classify, ocr) need none.
+    """
+
+    path: Path
+    decoder: str | None = None
+    labels: list[str] | None = None
+    labels_file: Path | None = None
+    input_size: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+    batching: BatchingSpec = BatchingSpec()
+    providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)  # type: ignore[arg-type]
+    session: SessionSpec = SessionSpec()
+
+    @field_validator("decoder")
+    @classmethod
+    def _known_decoder(cls, v: str | None) -> str | None:
+        from pipelines.decoders import DECODERS  # the registry of output formats
+
+        if v is not None and v not in DECODERS:
+            known = ", ".join(sorted(DECODERS))
+            raise ValueError(f"unknown decoder {v!r} (known: {known})")
+        return v
 
 
 class BlockSpec(BaseModel):
@@ -44,6 +93,7 @@ class WorkflowSpec(BaseModel):
 
     name: Annotated[str, Field(min_length=1, max_length=128)] = "workflow"
     description: str = ""
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
     blocks: list[BlockSpec] = Field(default_factory=list)
     outputs: dict[str, str] = Field(default_factory=dict)
 

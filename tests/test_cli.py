@@ -157,6 +157,15 @@ def test_validate_accepts_the_demo_and_its_workflows() -> None:
     assert done.returncode == 0, done.stderr
     assert "valid config: 2 model(s), 2 stream(s)" in done.stdout
     assert "people-cam: workflow 'detect_people'" in done.stdout
-    flow = appliance("validate", str(ROOT / "configs/workflows/detect_faces.yaml"))
+    flow = appliance(
+        "validate", str(ROOT / "configs/workflows/detect_faces.yaml"),
+        "--config", str(ROOT / "configs/demo.yaml"),
+    )  # fmt: skip
     assert flow.returncode == 0, flow.stderr
-    assert "valid workflow 'detect_faces': 1 block(s), outputs ['faces']" in flow.stdout
+    assert (
+        "valid: workflow 'detect_faces': 1 block(s) [faces:detect], outputs ['faces']"
+        in flow.stdout
+    )
+    alone = appliance("validate", str(ROOT / "configs/workflows/detect_faces.yaml"))
+    assert alone.returncode == 1
+    assert "blocks[0].model: unknown model 'faces' (models: none)" in alone.stderr

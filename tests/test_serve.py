@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.support.appliance import ROOT, Served
+from tests.support.appliance import ROOT, Served, free_port
 
 
 def demo_copy(tmp_path: Path) -> Path:
@@ -72,12 +71,35 @@ def test_a_missing_source_file_fails_only_that_stream(
     serve: Callable[..., Served], tmp_path: Path, write_config: Callable[[dict[str, Any]], Path]
 ) -> None:
     doc = yaml.safe_load(demo_copy(tmp_path).read_text())
-    gone = tmp_path / "gone.mp4"
-    shutil.copy(ROOT / "configs/media/demo.mp4", gone)
+    gone = tmp_path / "gone.mp4"  # source URLs are not checked by config validation
     doc["streams"][1]["source"]["url"] = str(gone)
-    gone.unlink()  # the config was valid when written; the file vanished since
     served = serve(write_config(doc))
     served.wait_for(lambda: streams(served)["faces-cam"]["state"] == "failed", 30, "failed")
     served.wait_for(lambda: streams(served)["people-cam"]["frames_processed"] > 3, 60, "frames")
     assert str(gone) in streams(served)["faces-cam"]["last_error"]
+    assert served.terminate() == 0
+
+
+def test_an_unreachable_camera_reconnects_while_the_others_run(
+    serve: Callable[..., Served], tmp_path: Path, write_config: Callable[[dict[str, Any]], Path]
+) -> None:
+    doc = yaml.safe_load(demo_copy(tmp_path).read_text())
+    port = free_port()  # nothing listens there: connection refused, at once, every time
+    doc["streams"][1]["source"] = {
+        "url": f"rtsp://admin:hunter2@127.0.0.1:{port}/live",
+        "backoff": {"initial_s": 0.2, "max_s": 0.5},
+    }
+    served = serve(write_config(doc))
+
+    def retried_twice() -> bool:
+        one = served.json("/v1/streams/faces-cam")
+        return sum(t["state"] == "reconnecting" for t in one["transitions"]) >= 2
+
+    served.wait_for(retried_twice, 30, "two reconnect attempts")
+    served.wait_for(lambda: streams(served)["people-cam"]["frames_processed"] > 3, 60, "frames")
+    cam = served.json("/v1/streams/faces-cam")
+    assert cam["state"] == "reconnecting"
+    assert cam["url"] == f"rtsp://***:***@127.0.0.1:{port}/live"
+    assert "hunter2" not in served.log()
+    assert "hunter2" not in str(cam)
     assert served.terminate() == 0

@@ -98,7 +98,7 @@ def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path])
         path=str(path),
         inputs=inputs,
         outputs=outputs,
-        decoder=cfg.decoder,
+        decoder=cfg.decoder or "",
         labels=_labels(model_id, cfg, resolve, metadata),
         input_size=cfg.input_size,
         metadata=metadata,

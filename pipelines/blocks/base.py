@@ -22,6 +22,7 @@ from pipelines.models import ModelHandle
 
 Kind = Literal["image", "detections", "tracks", "crops", "counts", "scalar", "text", "any"]
 StepFn = Callable[..., Any]
+OPTIONAL = ""  # an input default: may be left out; the step then receives None
 StepFactory = Callable[[], StepFn]
 
 
@@ -66,7 +67,8 @@ class BlockType:
     type_name: ClassVar[str]
     description: ClassVar[str] = ""
     Params: ClassVar[type[BlockParams]] = BlockParams
-    # Input name -> (kind, default reference or None when required).
+    # Input name -> (kind, default): the default is a reference (e.g. "frame"), None for a
+    # required input, or OPTIONAL for an input the step receives as None when not given.
     inputs: ClassVar[Mapping[str, tuple[Kind, str | None]]] = {}
     outputs: ClassVar[Mapping[str, Kind]] = {}
     wants_frame: ClassVar[bool] = False

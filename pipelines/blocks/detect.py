@@ -58,6 +58,12 @@ class DetectBlock(BlockType):
             known = ", ".join(sorted(ctx.models)) or "none"
             raise BlockBuildError(f"unknown model {p.model!r} (models: {known})", "model")
         info = handle.info
+        if not info.decoder:
+            raise BlockBuildError(
+                f"model {p.model!r} declares no decoder; detect needs one "
+                "(models.<id>.decoder: tf_od, yolo, centerface, ...)",
+                "model",
+            )
         decoder = build_decoder(info, DecodeOptions(p.confidence, p.nms_iou, p.max_detections))
         keep_ids, keep_names = _class_filter(info, p.classes)
         filtering = p.classes is not None

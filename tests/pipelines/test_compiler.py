@@ -134,7 +134,42 @@ def test_every_problem_is_reported_with_its_location() -> None:
     assert "blocks[6].image: required input is missing" in found
     assert "outputs.x: unknown block 'nowhere'" in text
     assert "outputs.y: block 'people' has no output 'nope' (outputs: image)" in found
-    assert len(found) == 8
+    others = [p for p in found if "is never used" not in p]
+    assert len(others) == 8
+    assert any(p.startswith("blocks[3]: the output of 'd' is never used") for p in found)
+
+
+def test_unused_blocks_are_rejected_and_outputs_count_as_use() -> None:
+    doc = {
+        "blocks": [
+            {"id": "a", "type": "invert"},
+            {"id": "b", "type": "invert", "image": "a"},
+            {"id": "c", "type": "invert"},
+        ],
+        "outputs": {"video": "b"},
+    }
+    assert problems(doc) == [
+        "blocks[2]: the output of 'c' is never used "
+        "(use it in another block or in `outputs`, or remove the block)"
+    ]
+
+
+def test_optional_inputs_and_subkinds() -> None:
+    class Maybe(BlockType):
+        type_name = "maybe"
+        inputs = {"image": ("image", "frame"), "extra": ("detections", "")}
+        outputs = {"has_extra": "scalar"}
+
+        @classmethod
+        def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+            return stateless(lambda image, extra: extra is not None)
+
+    registry = BlockRegistry({"maybe": f"{__name__}:Maybe"})
+    globals()["Maybe"] = Maybe
+    wf = compile_workflow(
+        {"blocks": [{"id": "m", "type": "maybe"}], "outputs": {"m": "m"}}, CTX, registry
+    )
+    assert wf.instantiate().run(frame()).outputs["m"] is False
 
 
 def test_cycles_are_named() -> None:

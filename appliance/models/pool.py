@@ -1,0 +1,77 @@
+"""Every loaded model of a process, by id: one ONNX Runtime session and batcher each.
+
+Models come from the config's `models:` and from workflows' own `models:`; the same id
+declared twice with the same file and settings is loaded once, with different ones it is
+an error naming both places.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from appliance.metrics import Metrics
+from appliance.models.batcher import BatchRecord, ModelBatcher
+from appliance.models.session import ModelLoadError, load_model
+from pipelines.spec import ModelSpec
+
+
+class ModelConflictError(ModelLoadError):
+    """One model id declared with two different definitions."""
+
+
+class ModelPool:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._batchers: dict[str, ModelBatcher] = {}
+        self._specs: dict[str, tuple[ModelSpec, str]] = {}  # id -> (resolved spec, where)
+        self._lock = threading.Lock()
+
+    @property
+    def handles(self) -> Mapping[str, ModelBatcher]:
+        return self._batchers
+
+    def ensure(
+        self, model_id: str, spec: ModelSpec, resolve: Callable[[Path], Path], where: str
+    ) -> ModelBatcher:
+        """The running batcher for this model, loading it on first use."""
+        resolved = _resolved(spec, resolve)
+        with self._lock:
+            known = self._specs.get(model_id)
+            if known is not None:
+                if known[0] != resolved:
+                    raise ModelConflictError(
+                        f"{where}: model {model_id!r} is already declared differently at {known[1]}"
+                    )
+                return self._batchers[model_id]
+            loaded = load_model(model_id, resolved, lambda p: p)
+            batcher = ModelBatcher(loaded, resolved.batching, self._observer(model_id))
+            batcher.start()
+            self._batchers[model_id] = batcher
+            self._specs[model_id] = (resolved, where)
+            return batcher
+
+    def stop(self, timeout: float) -> bool:
+        with self._lock:
+            batchers = list(self._batchers.values())
+        return all([b.stop(timeout) for b in batchers])
+
+    def _observer(self, model_id: str) -> Callable[[BatchRecord], None]:
+        run = self._metrics.model_inference.labels(model_id)
+        queue = self._metrics.model_queue.labels(model_id)
+        size = self._metrics.model_batch_size.labels(model_id)
+
+        def observe(rec: BatchRecord) -> None:
+            run.observe(rec.run_s)
+            size.observe(rec.batch_size)
+            for wait in rec.queue_wait_s:
+                queue.observe(wait)
+
+        return observe
+
+
+def _resolved(spec: ModelSpec, resolve: Callable[[Path], Path]) -> ModelSpec:
+    """The spec with absolute paths, so equal models compare equal wherever declared."""
+    labels_file = None if spec.labels_file is None else resolve(spec.labels_file)
+    return spec.model_copy(update={"path": resolve(spec.path), "labels_file": labels_file})
