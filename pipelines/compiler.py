@@ -16,7 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipelines.blocks.base import OPTIONAL, BlockBuildError, BlockType, BuildContext, Kind
+from pipelines.blocks.base import (
+    LIKE,
+    OPTIONAL,
+    BlockBuildError,
+    BlockType,
+    BuildContext,
+    Kind,
+)
 from pipelines.errors import WorkflowError, format_location
 from pipelines.executor import (
     FIRST_FREE_SLOT,
@@ -150,13 +157,32 @@ class _Compilation:
             outs = ", ".join(node.cls.outputs) or "none"
             self.error(where, f"block {block_id!r} has no output {out_name!r} (outputs: {outs})")
             return None
-        got = node.cls.outputs[out_name]
+        got = self.out_kind(node, out_name, set())
         return self._check_kind(where, ref, got, want, (node.outs[out_name], block_id))
+
+    def out_kind(self, node: _Node, out_name: str, seen: set[str]) -> Kind:
+        """An output's kind; `like:<input>` follows that input's reference (cycles: any)."""
+        kind = node.cls.outputs[out_name]
+        if not kind.startswith(LIKE):
+            return kind  # type: ignore[return-value]  # a Kind, by BlockType's contract
+        ref = node.refs.get(kind.removeprefix(LIKE))
+        if ref is None or node.spec.id in seen:
+            return "any"
+        if ref == FRAME_REF:
+            return "image"
+        source_id, _, source_out = ref.partition(".")
+        source = self.nodes.get(source_id)
+        if source is None:
+            return "any"
+        source_out = source_out or next(iter(source.cls.outputs), "")
+        if source_out not in source.cls.outputs:
+            return "any"
+        return self.out_kind(source, source_out, seen | {node.spec.id})
 
     def _check_kind(
         self, where: str, ref: str, got: Kind, want: Kind, found: tuple[int, str | None]
     ) -> tuple[int, str | None] | None:
-        if want not in ("any", got) and (got, want) not in SUBKINDS:
+        if want not in ("any", got) and got != "any" and (got, want) not in SUBKINDS:
             self.error(where, f"expected {want}, got {got} from {ref!r}")
             return None
         return found

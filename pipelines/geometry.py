@@ -30,15 +30,16 @@ class Points:
         self._raw = np.asarray(points, dtype=np.float32).reshape(-1, 2)
         in_unit_box = bool(np.all((self._raw >= 0.0) & (self._raw <= 1.0)))
         self.normalised = units == "norm" or (units == "auto" and in_unit_box)
-        self._size: tuple[int, int] = (-1, -1)
-        self._px = self._raw
+        # (size, pixels) in one tuple: one atomic swap, safe if streams share an instance.
+        self._cache: tuple[tuple[int, int], npt.NDArray[np.float32]] = ((-1, -1), self._raw)
 
     def pixels(self, width: int, height: int) -> npt.NDArray[np.float32]:
-        if (width, height) != self._size:
+        size, px = self._cache
+        if size != (width, height):
             scale = np.array([width, height], np.float32) if self.normalised else 1.0
-            self._px = (self._raw * scale).astype(np.float32)
-            self._size = (width, height)
-        return self._px
+            px = (self._raw * scale).astype(np.float32)
+            self._cache = ((width, height), px)
+        return px
 
     def __len__(self) -> int:
         return int(self._raw.shape[0])

@@ -122,8 +122,8 @@ class Detections:
     def to_json(self) -> list[dict[str, Any]]:
         """Compact JSON-ready rows: box rounded to 0.1 px, confidence to 1e-3."""
         out: list[dict[str, Any]] = []
-        boxes = np.round(self.xyxy, 1).tolist()
-        confs = np.round(self.confidence, 3).tolist()
+        boxes = np.round(self.xyxy.astype(np.float64), 1).tolist()
+        confs = np.round(self.confidence.astype(np.float64), 3).tolist()
         ids = self.class_id.tolist()
         tracks = None if self.tracker_id is None else self.tracker_id.tolist()
         for i, box in enumerate(boxes):
@@ -184,7 +184,7 @@ class Classifications:
         return int(self.class_id.shape[0])
 
     def to_json(self) -> list[list[dict[str, Any]]]:
-        ids, confs = self.class_id.tolist(), np.round(self.confidence, 3).tolist()
+        ids, confs = self.class_id.tolist(), np.round(self.confidence.astype(np.float64), 3).tolist()
         return [
             [
                 {
@@ -217,7 +217,7 @@ class Texts:
 
     def to_json(self) -> list[dict[str, Any]]:
         rows = self.detections.to_json()
-        confs = np.round(self.confidence, 3).tolist()
+        confs = np.round(self.confidence.astype(np.float64), 3).tolist()
         for row, text, conf in zip(rows, self.text, confs, strict=True):
             row["text"], row["text_confidence"] = text, conf
         return rows

@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines.models import ModelHandle
 
-Kind = Literal["image", "detections", "tracks", "crops", "counts", "scalar", "text", "any"]
+Kind = Literal[
+    "image", "detections", "tracks", "crops", "classes", "counts", "scalar", "text", "any"
+]
+LIKE = "like:"  # an output kind "like:<input>" is the kind of what that input was given
 StepFn = Callable[..., Any]
 OPTIONAL = ""  # an input default: may be left out; the step then receives None
 StepFactory = Callable[[], StepFn]
@@ -70,7 +73,8 @@ class BlockType:
     # Input name -> (kind, default): the default is a reference (e.g. "frame"), None for a
     # required input, or OPTIONAL for an input the step receives as None when not given.
     inputs: ClassVar[Mapping[str, tuple[Kind, str | None]]] = {}
-    outputs: ClassVar[Mapping[str, Kind]] = {}
+    # Output name -> kind, or "like:<input>" for pass-through blocks (filter, rate_limit).
+    outputs: ClassVar[Mapping[str, str]] = {}
     wants_frame: ClassVar[bool] = False
     may_skip: ClassVar[bool] = False  # its step may return SKIP (e.g. rate_limit)
 

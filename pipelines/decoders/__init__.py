@@ -26,6 +26,7 @@ DECODERS: dict[str, str] = {
     "tf_od": "pipelines.decoders.tf_od:TfOdDecoder",
     "yolo": "pipelines.decoders.yolo:YoloDecoder",
     "centerface": "pipelines.decoders.centerface:CenterFaceDecoder",
+    "dbnet": "pipelines.decoders.dbnet:DbNetDecoder",
 }
 
 

@@ -7,7 +7,7 @@ assignment on costs clipped at `thresh`, keeping only pairs strictly below it (e
 pair costs exactly what leaving both ends unmatched would). We solve that with a small
 Hungarian algorithm (Kuhn-Munkres with potentials, O(n²m), inner loop vectorised) after
 dropping rows and columns that have no candidate: per frame most tracks have one or no
-candidate, which the fast path resolves without the solver. No scipy/lap dependency.
+candidate, and those pairs are settled before the solver runs. No scipy/lap dependency.
 """
 
 from __future__ import annotations
@@ -28,14 +28,22 @@ def match(cost: F64, thresh: float) -> tuple[Ints, Ints]:
     if rows.size == 0:
         return rows, cols
     sub_gate = gate[np.ix_(rows, cols)]
-    # Fast path: every candidate row and column has exactly one candidate (disjoint pairs).
-    if rows.size == cols.size and int(sub_gate.sum()) == rows.size:
-        r, c = np.nonzero(sub_gate)
-        return rows[r], cols[c]
-    sub = np.minimum(cost[np.ix_(rows, cols)], thresh)
-    r, c = _rectangular(sub)
-    keep = sub[r, c] < thresh
-    return rows[r[keep]], cols[c[keep]]
+    # Pairs whose row and column have no other candidate are optimal as they stand (an
+    # isolated 1×1 component); per frame that is most tracks, so only the rest, the truly
+    # contested ones, go to the solver.
+    alone = sub_gate & (sub_gate.sum(1)[:, None] == 1) & (sub_gate.sum(0)[None, :] == 1)
+    r1, c1 = np.nonzero(alone)
+    if r1.size == rows.size:
+        return rows[r1], cols[c1]
+    left_r = np.flatnonzero(~alone.any(1))
+    left_c = np.flatnonzero(~alone.any(0))
+    sub = np.minimum(cost[np.ix_(rows[left_r], cols[left_c])], thresh)
+    r2, c2 = _rectangular(sub)
+    keep = sub[r2, c2] < thresh
+    r = np.concatenate([rows[r1], rows[left_r[r2[keep]]]])
+    c = np.concatenate([cols[c1], cols[left_c[c2[keep]]]])
+    order = np.argsort(r, kind="stable")
+    return r[order], c[order]
 
 
 def _rectangular(cost: F64) -> tuple[Ints, Ints]:

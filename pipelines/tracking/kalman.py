@@ -15,57 +15,50 @@ from pipelines.tracking.boxes import F64
 
 _STD_POSITION = 1.0 / 20  # position std as a fraction of the box height, per frame
 _STD_VELOCITY = 1.0 / 160  # velocity std as a fraction of the box height, per frame
-_ASPECT_POSITION = 1e-2  # aspect ratio is nearly constant: small absolute std
-_ASPECT_VELOCITY = 1e-5
-_ASPECT_MEASURE = 1e-1  # detectors jitter the aspect more than the motion model does
+# Per state entry: std = scale · h + fixed. The aspect ratio is nearly constant, so its
+# noise is a small absolute std instead of a height fraction.
+_PROCESS_SCALE = np.array(
+    [_STD_POSITION] * 2 + [0.0, _STD_POSITION] + [_STD_VELOCITY] * 2 + [0.0, _STD_VELOCITY]
+)
+_PROCESS_FIXED = np.array([0.0, 0.0, 1e-2, 0.0, 0.0, 0.0, 1e-5, 0.0])
+_INIT_SCALE = _PROCESS_SCALE * np.array([2.0] * 4 + [10.0] * 4)  # a wide prior at birth
+_MEASURE_SCALE = np.array([_STD_POSITION, _STD_POSITION, 0.0, _STD_POSITION])
+_MEASURE_FIXED = np.array([0.0, 0.0, 1e-1, 0.0])  # detectors jitter the aspect more
+_DIAG8, _DIAG4 = np.arange(8), np.arange(4)
 
 # x' = F x with dt = 1 frame; the measurement is the first four state entries.
 _F = np.eye(8)
 _F[:4, 4:] = np.eye(4)
 
 
-def _diag_batch(std: F64) -> F64:
-    """(T, k) standard deviations -> (T, k, k) diagonal covariances."""
-    k = std.shape[1]
-    out = np.zeros((std.shape[0], k, k))
-    out[:, np.arange(k), np.arange(k)] = std * std
-    return out
-
-
-def _std(h: F64, pos: float, aspect: float) -> F64:
-    """(T, 4) standard deviations for (cx, cy, a, h) scaled by each track's height."""
-    s = pos * h
-    return np.stack([s, s, np.full_like(h, aspect), s], axis=1)
+def _variance(h: F64, scale: F64, fixed: F64) -> F64:
+    """(T, k) variances, std = scale · h + fixed per entry."""
+    std = h[:, None] * scale + fixed
+    result: F64 = std * std
+    return result
 
 
 def initiate(measurement: F64) -> tuple[F64, F64]:
     """New tracks from (T, 4) xyah measurements: zero velocity, wide velocity prior."""
     t = measurement.shape[0]
     mean = np.concatenate([measurement, np.zeros((t, 4))], axis=1)
-    h = measurement[:, 3]
-    std = np.concatenate(
-        [_std(h, 2 * _STD_POSITION, _ASPECT_POSITION), _std(h, 10 * _STD_VELOCITY, _ASPECT_VELOCITY)],
-        axis=1,
-    )
-    return mean, _diag_batch(std)
+    cov = np.zeros((t, 8, 8))
+    fixed = _PROCESS_FIXED  # the reference uses the same fixed aspect stds at birth
+    cov[:, _DIAG8, _DIAG8] = _variance(measurement[:, 3], _INIT_SCALE, fixed)
+    return mean, cov
 
 
 def predict(mean: F64, cov: F64) -> tuple[F64, F64]:
     """One frame ahead for every track (returns new arrays)."""
-    h = mean[:, 3]
-    q = _diag_batch(
-        np.concatenate(
-            [_std(h, _STD_POSITION, _ASPECT_POSITION), _std(h, _STD_VELOCITY, _ASPECT_VELOCITY)],
-            axis=1,
-        )
-    )
-    return mean @ _F.T, _F @ cov @ _F.T + q
+    new_cov = _F @ cov @ _F.T
+    new_cov[:, _DIAG8, _DIAG8] += _variance(mean[:, 3], _PROCESS_SCALE, _PROCESS_FIXED)
+    return mean @ _F.T, new_cov
 
 
 def update(mean: F64, cov: F64, measurement: F64) -> tuple[F64, F64]:
     """Correct (T, 8) states with (T, 4) xyah measurements (one per track)."""
-    r = _diag_batch(_std(mean[:, 3], _STD_POSITION, _ASPECT_MEASURE))
-    s = cov[:, :4, :4] + r  # innovation covariance, (T, 4, 4)
+    s = cov[:, :4, :4].copy()  # innovation covariance H P Hᵀ + R, (T, 4, 4)
+    s[:, _DIAG4, _DIAG4] += _variance(mean[:, 3], _MEASURE_SCALE, _MEASURE_FIXED)
     pht = cov[:, :, :4]  # P Hᵀ, (T, 8, 4)
     # K = P Hᵀ S⁻¹; S is symmetric, so Kᵀ = S⁻¹ (P Hᵀ)ᵀ: one batched solve, no inverse.
     gain = np.linalg.solve(s, pht.transpose(0, 2, 1)).transpose(0, 2, 1)

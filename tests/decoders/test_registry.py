@@ -18,7 +18,7 @@ def test_unknown_kind_lists_the_known_ones() -> None:
     with pytest.raises(DecoderError) as err:
         build_decoder(info, DecodeOptions())
     assert str(err.value) == (
-        "model 'people': unknown decoder 'ssd_mobilenet'; known decoders: centerface, tf_od, yolo"
+        "model 'people': unknown decoder 'ssd_mobilenet'; known decoders: centerface, dbnet, tf_od, yolo"
     )
 
 
@@ -40,4 +40,4 @@ def test_decoder_modules_load_only_when_used() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
-    assert sorted(DECODERS) == ["centerface", "tf_od", "yolo"]
+    assert sorted(DECODERS) == ["centerface", "dbnet", "tf_od", "yolo"]

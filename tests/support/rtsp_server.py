@@ -26,7 +26,10 @@ from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
 
-_CLIP = "( filesrc location={clip} ! qtdemux ! h264parse ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+_CLIP = (
+    '( filesrc location="{clip}" ! qtdemux ! h264parse'
+    " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+)
 _PATTERN = (
     "( videotestsrc is-live=true pattern=ball ! video/x-raw,width={w},height={h},framerate={fps}/1"
     " ! videoconvert ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps}"

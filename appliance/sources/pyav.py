@@ -1,0 +1,186 @@
+"""Every source kind decoded with PyAV (FFmpeg): RTSP, HTTP (MJPEG, HLS), V4L2, files.
+
+Reads never block for long: av.open's interrupt callback aborts a read that waits
+longer than its timeout. Live sources read in short slices (`READ_SLICE_S`) so that a
+stop request or a stalled camera is noticed quickly; files use the stall timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import cast
+
+import av
+import av.container
+
+from appliance.config import SourceConfig
+from appliance.sources.base import SourceError, mask_url, source_kind
+from appliance.sources.http import http_format
+from pipelines.types import Image
+
+# Longest one live read blocks, seconds: bounds how late a stop request or a stall is
+# seen. A slice that runs out leaves the demuxer usable; reading simply continues.
+READ_SLICE_S = 0.5
+_MICROSECONDS = 1_000_000  # FFmpeg's socket timeouts are in microseconds
+
+
+class PyAVSource:
+    """An opened container's first video stream, decoded to BGR frames.
+
+    `label` (the path, or the masked URL) starts every error message. `stop`, when given,
+    ends `frames()` at the next packet or read slice once set: the only safe way to
+    interrupt a read (closing a container from another thread is not).
+    """
+
+    def __init__(
+        self,
+        container: av.container.InputContainer,
+        *,
+        live: bool,
+        label: str,
+        stall_timeout_s: float,
+        stop: threading.Event | None = None,
+    ) -> None:
+        if not container.streams.video:
+            raise SourceError("no video stream")
+        self._container = container
+        self._stream = container.streams.video[0]
+        # Frame threading delays output by one frame per thread: fine for files, not for
+        # cameras, where latency matters more than decode throughput.
+        self._stream.thread_type = "SLICE" if live else "AUTO"
+        self._live = live
+        self._label = label
+        self._stall_timeout_s = stall_timeout_s
+        self._stop = stop or threading.Event()
+        self._last_frame_mono = time.perf_counter()
+        self._frames: Generator[tuple[Image, float | None], None, None] | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self._live
+
+    @property
+    def fps(self) -> float | None:
+        rate = self._stream.average_rate or self._stream.guessed_rate
+        return float(rate) if rate else None
+
+    def frames(self) -> Iterator[tuple[Image, float | None]]:
+        """Decoded frames until the end of the stream or `stop`; SourceError on failure."""
+        self._frames = self._generate()
+        return self._frames
+
+    def close(self) -> None:
+        # End a suspended generator first: its demux loop still holds the container.
+        if self._frames is not None:
+            self._frames.close()
+        self._container.close()
+
+    def _generate(self) -> Generator[tuple[Image, float | None], None, None]:
+        self._last_frame_mono = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                yield from self._decode()
+                return
+            except av.ExitError:  # a read slice ran out with no data
+                self._check_stall()
+            except av.FFmpegError as exc:
+                raise SourceError(f"{self._label}: {describe(exc)}") from None
+
+    def _decode(self) -> Iterator[tuple[Image, float | None]]:
+        stream, stop = self._stream, self._stop
+        # demux() ends with empty packets that flush the decoder's delayed frames.
+        for packet in self._container.demux(stream):
+            if packet.is_corrupt and not self._live:
+                # A cut-off file ends in a short packet flagged corrupt; frame-threaded
+                # decoding would hide it and the clip would just end early, or loop.
+                where = f"byte {packet.pos}" if packet.pos is not None else "a packet"
+                raise SourceError(f"{self._label}: truncated or damaged data at {where}")
+            for frame in stream.decode(packet):
+                self._last_frame_mono = time.perf_counter()
+                yield cast(Image, frame.to_ndarray(format="bgr24")), frame.time
+            if stop.is_set():
+                return
+            if self._live:
+                self._check_stall()
+
+    def _check_stall(self) -> None:
+        """Raise when a live source sent packets or nothing, but no frame, for too long."""
+        if not self._live:
+            raise SourceError(f"{self._label}: no data for {self._stall_timeout_s:g} s")
+        silent = time.perf_counter() - self._last_frame_mono
+        if silent > self._stall_timeout_s:
+            raise SourceError(f"{self._label}: stalled, no frame for {silent:.1f} s")
+
+
+def describe(exc: BaseException) -> str:
+    """A short, credential-free message for an exception (FFmpeg's text without the URL)."""
+    if isinstance(exc, av.FFmpegError) and exc.strerror:
+        return mask_url(str(exc.strerror))
+    return mask_url(str(exc) or type(exc).__name__)
+
+
+def open_source(
+    cfg: SourceConfig,
+    resolve_path: Callable[[str], Path],
+    *,
+    stop: threading.Event | None = None,
+) -> PyAVSource:
+    """Open the source a config names; raises SourceError naming the (masked) URL or path.
+
+    Blocks up to `cfg.open_timeout_s`. `stop` lets another thread end `frames()`.
+    """
+    kind = source_kind(cfg.url)
+    live = kind != "file"
+    target, fmt, options = _live_target(cfg) if live else _file_target(cfg, resolve_path)
+    label = mask_url(target)
+    read_timeout = min(cfg.stall_timeout_s, READ_SLICE_S) if live else cfg.stall_timeout_s
+    started = time.perf_counter()
+    try:
+        container = av.open(
+            target, format=fmt, options=options, timeout=(cfg.open_timeout_s, read_timeout)
+        )
+    except (av.FFmpegError, OSError) as exc:
+        # The interrupt callback's abort surfaces as whatever the demuxer made of it
+        # (RTSP: "Invalid data"); the elapsed time tells the real story.
+        if time.perf_counter() - started >= cfg.open_timeout_s:
+            raise SourceError(f"{label}: no answer within {cfg.open_timeout_s:g} s") from None
+        raise SourceError(f"{label}: {describe(exc)}") from None
+    try:
+        return PyAVSource(
+            container, live=live, label=label, stall_timeout_s=cfg.stall_timeout_s, stop=stop
+        )
+    except SourceError as exc:
+        container.close()
+        raise SourceError(f"{label}: {exc}") from None
+
+
+_Target = tuple[str, str | None, dict[str, str]]
+
+
+def _file_target(cfg: SourceConfig, resolve_path: Callable[[str], Path]) -> _Target:
+    """A file: its resolved path, probed format, the user's options."""
+    path = resolve_path(cfg.url)
+    if not path.is_file():
+        raise SourceError(f"{path}: file not found")
+    return str(path), None, dict(cfg.options)
+
+
+def _live_target(cfg: SourceConfig) -> _Target:
+    """A live URL with the demuxer and options its kind needs; the user's options win."""
+    kind = source_kind(cfg.url)
+    # A dead camera must not hold a socket read forever (FFmpeg >= 5 calls it `timeout`;
+    # the old RTSP `stimeout` is gone). The interrupt callback bounds reads as well.
+    socket_timeout = str(int(cfg.open_timeout_s * _MICROSECONDS))
+    fmt: str | None = None
+    options: dict[str, str] = {}
+    if kind == "rtsp":
+        options = {"rtsp_transport": cfg.transport, "timeout": socket_timeout}
+    elif kind == "http":
+        fmt = http_format(cfg.url, cfg.open_timeout_s)
+        options = {"timeout": socket_timeout}
+    elif kind == "v4l2":
+        fmt = "v4l2"
+    return cfg.url, fmt, {**options, **cfg.options}

@@ -1,0 +1,207 @@
+"""RTSP through a real Grabber against a real GStreamer RTSP server: outages, stalls, secrets."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.sources import StreamState
+from tests.sources import FAST_PROBE, WAIT_S, Harness, Run, assert_stops
+from tests.support.rtsp import RtspServerFactory, free_port
+
+pytestmark = pytest.mark.rtsp
+
+# Quick retries keep outage tests short; production defaults are 0.5 s growing to 10 s.
+QUICK_RETRY = {"initial_s": 0.1, "max_s": 0.5, "multiplier": 2.0, "jitter": 0.0}
+STALL_S = 1.5
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(resolve_path=lambda p: tmp_path / p)
+    yield h
+    h.stop_all()
+
+
+class SilentCamera:
+    """A TCP listener that accepts RTSP clients and never answers: a camera hung at boot."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"rtsp://127.0.0.1:{self._server.getsockname()[1]}/stream"
+        self.connected = threading.Event()
+        self._clients: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="silent-camera", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed at teardown
+            while True:
+                self._clients.append(self._server.accept()[0])
+                self.connected.set()
+
+    def close(self) -> None:
+        self._server.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
+        self._server.close()
+        for client in self._clients:
+            client.close()
+        self._thread.join(WAIT_S)
+
+
+@pytest.fixture
+def silent_camera() -> Iterator[SilentCamera]:
+    camera = SilentCamera()
+    yield camera
+    camera.close()
+
+
+def start_camera(harness: Harness, url: str, **cfg: Any) -> Run:
+    options = {
+        "options": FAST_PROBE,
+        "backoff": QUICK_RETRY,
+        "stall_timeout_s": STALL_S,
+        "open_timeout_s": 3.0,
+    }
+    return harness.start(url, **{**options, **cfg})
+
+
+def test_frames_arrive_and_the_state_is_running(
+    harness: Harness, rtsp_server: RtspServerFactory
+) -> None:
+    server = rtsp_server()
+    run = start_camera(harness, server.url)
+    _, reason, _ = run.states.wait_for(StreamState.RUNNING)
+    frames = run.take(5)
+    assert server.url in reason
+    assert [f.seq for f in frames] == sorted({f.seq for f in frames})
+    assert frames[0].image.shape == (120, 160, 3) and frames[0].stream_id == "cam"
+    assert run.states.states[:2] == [StreamState.STARTING, StreamState.RUNNING]
+
+
+def test_udp_transport(harness: Harness, rtsp_server: RtspServerFactory) -> None:
+    server = rtsp_server()
+    run = start_camera(harness, server.url, transport="udp")
+    run.states.wait_for(StreamState.RUNNING)
+    assert len(run.take(5)) == 5
+
+
+def test_outage_reconnects_and_frames_resume_on_the_same_port(
+    harness: Harness, rtsp_server: RtspServerFactory
+) -> None:
+    server = rtsp_server()
+    run = start_camera(harness, server.url)
+    run.states.wait_for(StreamState.RUNNING)
+    before = run.take(3)[-1].seq
+
+    server.stop()
+    at, reason, _ = run.states.wait_for(StreamState.RECONNECTING)
+    assert server.url in reason and "retrying in" in reason
+
+    server.start()
+    run.states.wait_for(StreamState.RUNNING, after=at)
+    after = run.take(3)
+    assert all(f.seq > before for f in after)  # seq keeps counting across reconnects
+    assert run.grabber.stats.reconnects >= 1
+
+
+def test_unreachable_camera_keeps_retrying_with_growing_delays(harness: Harness) -> None:
+    url = f"rtsp://127.0.0.1:{free_port()}/stream"  # nothing listens there
+    backoff = {"initial_s": 0.05, "max_s": 10.0, "multiplier": 2.0, "jitter": 0.0}
+    run = start_camera(harness, url, backoff=backoff)
+    run.states.wait_for(StreamState.RECONNECTING, after=5)  # STARTING + 5 retries
+
+    retries = [(r, t) for s, r, t in run.states.events if s is StreamState.RECONNECTING]
+    delays = [float(re.findall(r"retrying in ([\d.]+) s", r)[0]) for r, _ in retries]
+    assert delays[:5] == [0.05, 0.1, 0.2, 0.4, 0.8]
+    for (_, t0), (_, t1), delay in zip(retries, retries[1:], delays, strict=False):
+        assert t1 - t0 >= delay  # it really waited before the next attempt
+    assert "Connection refused" in retries[0][0]
+    assert set(run.states.states) == {StreamState.STARTING, StreamState.RECONNECTING}
+    assert run.grabber.stats.retry_delay_s == delays[-1]
+
+
+def test_a_camera_that_stops_sending_is_detected_as_stalled(
+    harness: Harness, rtsp_server: RtspServerFactory
+) -> None:
+    server = rtsp_server()
+    run = start_camera(harness, server.url)
+    run.states.wait_for(StreamState.RUNNING)
+    run.take(2)
+
+    server.suspend()  # sockets stay open, nothing is sent: a hung camera
+    suspended = time.perf_counter()
+    at, reason, when = run.states.wait_for(StreamState.RECONNECTING)
+    assert "stalled" in reason
+    assert when - suspended < STALL_S + 2.0  # read slices notice it soon after the timeout
+
+    server.resume()
+    run.states.wait_for(StreamState.RUNNING, after=at)
+    assert len(run.take(2)) == 2
+
+
+def test_credentials_never_reach_reasons_or_logs(
+    harness: Harness, rtsp_server: RtspServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = rtsp_server(auth="user:secret")
+    good = start_camera(harness, server.url_with_credentials("user", "secret"), stream_id="good")
+    bad = start_camera(harness, server.url_with_credentials("user", "wrong"), stream_id="bad")
+    _, running, _ = good.states.wait_for(StreamState.RUNNING)
+    _, refused, _ = bad.states.wait_for(StreamState.RECONNECTING)
+    assert "***:***@127.0.0.1" in running and "401" in refused
+    server.stop()  # errors of a running stream, too
+    good.states.wait_for(StreamState.RECONNECTING)
+    harness.stop_all()
+
+    reasons = [r for run in (good, bad) for _, r, _ in run.states.events]
+    logged = [r.getMessage() for r in caplog.records] + [caplog.text]
+    stats = [str(run.grabber.stats) for run in (good, bad)]
+    for text in reasons + logged + stats:
+        assert "secret" not in text and "wrong" not in text
+
+
+def test_stop_while_running(harness: Harness, rtsp_server: RtspServerFactory) -> None:
+    run = start_camera(harness, rtsp_server().url)
+    run.states.wait_for(StreamState.RUNNING)
+    assert_stops(run.grabber)
+    assert run.states.events[-1][:2] == (StreamState.STOPPED, "stopped")
+
+
+def test_stop_while_opening_a_hung_camera(harness: Harness, silent_camera: SilentCamera) -> None:
+    run = start_camera(harness, silent_camera.url, open_timeout_s=30.0)
+    assert silent_camera.connected.wait(WAIT_S)  # av.open now waits for an answer
+    assert_stops(run.grabber)
+    assert run.states.states == [StreamState.STARTING, StreamState.STOPPED]
+
+
+def test_a_camera_that_never_answers_times_out_and_retries(
+    harness: Harness, silent_camera: SilentCamera
+) -> None:
+    run = start_camera(harness, silent_camera.url, open_timeout_s=0.5)
+    _, reason, _ = run.states.wait_for(StreamState.RECONNECTING)
+    assert "no answer within 0.5 s" in reason and silent_camera.url in reason
+
+
+def test_stop_while_waiting_to_retry(harness: Harness) -> None:
+    url = f"rtsp://127.0.0.1:{free_port()}/stream"
+    run = start_camera(harness, url, backoff={"initial_s": 60.0, "max_s": 60.0})
+    run.states.wait_for(StreamState.RECONNECTING)
+    assert_stops(run.grabber)
+    assert run.states.events[-1][:2] == (StreamState.STOPPED, "stopped")
+
+
+def test_stop_while_stalled(harness: Harness, rtsp_server: RtspServerFactory) -> None:
+    server = rtsp_server()
+    run = start_camera(harness, server.url, stall_timeout_s=30.0)
+    run.states.wait_for(StreamState.RUNNING)
+    server.suspend()
+    assert_stops(run.grabber)
