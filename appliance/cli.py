@@ -205,11 +205,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _validate_workflow(path: Path, config: AppConfig | None) -> int:
     """Compile a workflow file with its own models (and a config's, with --config)."""
-    from appliance.config import StreamConfig, parse_config
+    from appliance.config import SourceConfig, StreamConfig, parse_config
 
     config = config or parse_config({}, path.resolve().parent)
     runtime = Runtime(config)
-    stream = StreamConfig(id="validate", source="-", workflow=path.resolve())
+    stream = StreamConfig(id="validate", source=SourceConfig(url="-"), workflow=path.resolve())
     try:
         runtime.load_models()
         workflow = runtime.compile_stream_workflow(stream, "workflow")

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipelines.errors import format_location
+from pipelines.errors import format_location, pydantic_message
 from pipelines.spec import BatchingSpec as BatchingConfig
 from pipelines.spec import ModelSpec as ModelConfig
 from pipelines.spec import SessionSpec as SessionConfig
@@ -116,7 +116,7 @@ def parse_config(data: Any, base_dir: Path, source: str = "config") -> AppConfig
     try:
         config = AppConfig.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
-        problems = [f"{format_location(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
         raise ConfigError(problems, source) from None
     problems = _check_references(config)
     if problems:

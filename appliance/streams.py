@@ -132,8 +132,8 @@ class Stream:
         while not stop.is_set():
             frame = get(GET_TIMEOUT_S)
             if frame is None:
-                if self._state in TERMINAL and not self._grabber.alive:
-                    break
+                if self._state in TERMINAL:
+                    break  # the source ended or failed, and its last frame was taken
                 continue
             try:
                 result = run(frame)
@@ -177,12 +177,13 @@ class Stream:
         """Copy counters owned by other threads into gauges (called by the stats loop)."""
         self._metrics.dropped.inc(self.slot.dropped - self._dropped_reported)
         self._dropped_reported = self.slot.dropped
-        fps = self._grabber.fps
+        fps = self._grabber.stats.fps
         if fps is not None:
             self._metrics.source_fps.set(fps)
 
     def summary(self) -> dict[str, Any]:
         """The per-stream figures of `appliance run` and the API."""
+        grabber = self._grabber.stats
         return {
             "state": self.state.value,
             "url": self.url,
@@ -191,10 +192,10 @@ class Stream:
             "frames_dropped": self.slot.dropped,
             "frames_failed": self.failed_frames,
             "fps": round(self.rate.overall(), 2),
-            "source_fps": _round(self._grabber.fps),
+            "source_fps": _round(grabber.fps),
             "latency_ms": self.latency.percentiles_ms(50, 99),
             "detections": self.detections,
-            "reconnects": self._grabber.reconnects,
+            "reconnects": grabber.reconnects,
             "last_error": self.last_error,
         }
 

@@ -24,7 +24,7 @@ from pipelines.blocks.base import (
     BuildContext,
     Kind,
 )
-from pipelines.errors import WorkflowError, format_location
+from pipelines.errors import WorkflowError, format_location, pydantic_message
 from pipelines.executor import (
     FIRST_FREE_SLOT,
     FRAME_SLOT,
@@ -121,7 +121,7 @@ class _Compilation:
             node.params = node.cls.Params.model_validate(raw)
         except ValidationError as exc:
             for e in exc.errors():
-                self.error(format_location((where, *e["loc"])), _pydantic_message(e))
+                self.error(format_location((where, *e["loc"])), pydantic_message(e))
 
     # -- pass 2: references -> slots, with kinds checked ----------------------------
     def resolve(self) -> None:
@@ -262,7 +262,7 @@ def parse_workflow(source: WorkflowSpec | Mapping[str, Any]) -> WorkflowSpec:
         return WorkflowSpec.model_validate(source)
     except ValidationError as exc:
         name = source.get("name") if isinstance(source.get("name"), str) else "workflow"
-        problems = [f"{format_location(e['loc'])}: {_pydantic_message(e)}" for e in exc.errors()]
+        problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
         raise WorkflowError(problems, str(name)) from None
 
 
@@ -319,13 +319,3 @@ def _cycles(pending: Mapping[str, set[str]]) -> list[list[str]]:
 def _hint(name: str, candidates: list[str]) -> str:
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _pydantic_message(e: Any) -> str:
-    """Pydantic's message, plus the value it got, so users see expected vs got."""
-    msg = str(e["msg"])
-    if e.get("type") not in ("missing", "extra_forbidden") and "input" in e:
-        msg += f" (got {e['input']!r})"
-    if e.get("type") == "extra_forbidden":
-        msg = "unknown parameter"
-    return msg

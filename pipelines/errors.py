@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 
 def format_location(loc: Iterable[int | str]) -> str:
@@ -14,6 +15,18 @@ def format_location(loc: Iterable[int | str]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out or "(top)"
+
+
+def pydantic_message(error: Mapping[str, Any]) -> str:
+    """Pydantic's message for one error, with the value it got (expected vs got), and
+    without pydantic's own prefixes."""
+    kind = error.get("type")
+    if kind == "extra_forbidden":
+        return "unknown parameter"
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    if kind not in ("missing", "value_error") and "input" in error:
+        msg += f" (got {error['input']!r})"
+    return msg
 
 
 class WorkflowError(Exception):

@@ -184,7 +184,8 @@ class Classifications:
         return int(self.class_id.shape[0])
 
     def to_json(self) -> list[list[dict[str, Any]]]:
-        ids, confs = self.class_id.tolist(), np.round(self.confidence.astype(np.float64), 3).tolist()
+        ids = self.class_id.tolist()
+        confs = np.round(self.confidence.astype(np.float64), 3).tolist()
         return [
             [
                 {

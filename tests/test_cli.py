@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, detect_workflow, person_model
 
 WriteConfig = Callable[[dict[str, Any]], Path]
@@ -91,8 +93,9 @@ def test_invalid_config_lists_every_problem_and_starts_nothing(write_config: Wri
     err = done.stderr
     assert "3 problem(s)" in err
     assert "server.port:" in err
-    assert "models.person.decoder: Input should be 'tf_od', 'yolo' or 'centerface'" in err
-    assert "streams[0].source.url: Value error, must not be empty" in err
+    known = "centerface, dbnet, tf_od, yolo"
+    assert f"models.person.decoder: unknown decoder 'ssd' (known: {known})" in err
+    assert "streams[0].source.url: must not be empty" in err
 
 
 def test_missing_files_are_named(write_config: WriteConfig) -> None:
@@ -156,16 +159,25 @@ def test_validate_accepts_the_demo_and_its_workflows() -> None:
     done = appliance("validate", str(ROOT / "configs/demo.yaml"))
     assert done.returncode == 0, done.stderr
     assert "valid config: 2 model(s), 2 stream(s)" in done.stdout
-    assert "people-cam: workflow 'detect_people'" in done.stdout
-    flow = appliance(
-        "validate", str(ROOT / "configs/workflows/detect_faces.yaml"),
-        "--config", str(ROOT / "configs/demo.yaml"),
-    )  # fmt: skip
-    assert flow.returncode == 0, flow.stderr
-    assert (
-        "valid: workflow 'detect_faces': 1 block(s) [faces:detect], outputs ['faces']"
-        in flow.stdout
-    )
-    alone = appliance("validate", str(ROOT / "configs/workflows/detect_faces.yaml"))
+    assert "people-cam: workflow 'people_counter': 4 block(s)" in done.stdout
+    for name in ("people_counter", "privacy_blur", "read_text"):
+        flow = appliance("validate", str(ROOT / f"configs/workflows/{name}.yaml"))
+        assert flow.returncode == 0, flow.stderr
+        assert f"valid: workflow {name!r}" in flow.stdout
+
+
+def test_a_workflow_using_config_models_validates_with_that_config(
+    write_config: WriteConfig, tmp_path: Path
+) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(yaml.safe_dump(detect_workflow()))
+    alone = appliance("validate", str(flow))
     assert alone.returncode == 1
-    assert "blocks[0].model: unknown model 'faces' (models: none)" in alone.stderr
+    assert "blocks[0].model: unknown model 'person' (models: none)" in alone.stderr
+    config = write_config({"models": {"person": person_model()}})
+    done = appliance("validate", str(flow), "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "valid: workflow 'detect_person': 1 block(s) [people:detect], outputs ['people']"
+        in done.stdout
+    )

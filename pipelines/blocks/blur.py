@@ -84,7 +84,7 @@ class BlurBlock(BlockType):
 
 def _painter(p: BlurParams) -> Painter:
     """The per-region operation, chosen once. Each reads `source` and assigns the same
-    region of `out`: not through OpenCV's `dst`, which stackBlur (OpenCV 4.7-5.0) treats
+    region of `out`: not through OpenCV's `dst`, which stackBlur (seen in OpenCV 5.0.0) treats
     as whole rows when it is a view, writing outside the region."""
     if p.method == "fill":
         color = bgr(p.color)
@@ -103,7 +103,7 @@ def _painter(p: BlurParams) -> Painter:
                 w, h = x2 - x1, y2 - y1
                 small = (max(1, w // size), max(1, h // size))
                 # Each block takes the (bilinear) colour at its centre: INTER_AREA would
-                # average it, but costs 20x more at non-integer ratios (90 vs 4 us).
+                # average it, but costs 20x more at non-integer ratios (100 px -> 8: 90 vs 4 us).
                 tiles = cv2.resize(source[y1:y2, x1:x2], small, interpolation=cv2.INTER_LINEAR)
                 out[y1:y2, x1:x2] = cv2.resize(tiles, (w, h), interpolation=cv2.INTER_NEAREST)
 

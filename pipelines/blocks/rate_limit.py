@@ -42,10 +42,7 @@ class RateLimitBlock(BlockType):
     description = "Pass a value every N frames or every S seconds; skip what depends on it."
     Params = RateLimitParams
     inputs = {"value": ("any", None)}
-    outputs = {"value": "like:value"}
-    # Output -> the input it forwards: with pass-through kinds in the compiler (proposed),
-    # the output has the kind of whatever `value` reads, and consumers are checked.
-    passthrough = {"value": "value"}
+    outputs = {"value": "like:value"}  # the kind of whatever `value` reads, checked as such
     wants_frame = True  # every_s reads Frame.capture_mono
     may_skip = True
 

@@ -18,7 +18,8 @@ def test_unknown_kind_lists_the_known_ones() -> None:
     with pytest.raises(DecoderError) as err:
         build_decoder(info, DecodeOptions())
     assert str(err.value) == (
-        "model 'people': unknown decoder 'ssd_mobilenet'; known decoders: centerface, dbnet, tf_od, yolo"
+        "model 'people': unknown decoder 'ssd_mobilenet'; "
+        "known decoders: centerface, dbnet, tf_od, yolo"
     )
 
 

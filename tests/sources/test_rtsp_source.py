@@ -87,8 +87,10 @@ def test_frames_arrive_and_the_state_is_running(
     assert run.states.states[:2] == [StreamState.STARTING, StreamState.RUNNING]
 
 
-def test_udp_transport(harness: Harness, rtsp_server: RtspServerFactory) -> None:
-    server = rtsp_server()
+def test_udp_transport_from_a_live_encoder(
+    harness: Harness, rtsp_server: RtspServerFactory
+) -> None:
+    server = rtsp_server(pattern="160x120@15")  # videotestsrc + x264enc, is-live
     run = start_camera(harness, server.url, transport="udp")
     run.states.wait_for(StreamState.RUNNING)
     assert len(run.take(5)) == 5

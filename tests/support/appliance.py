@@ -116,14 +116,14 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     def start(config: Path, *extra: str, wait: bool = True) -> Served:
         port = free_port()
         log_path = tmp_path / f"serve-{port}.log"
-        log = log_path.open("w")
-        proc = subprocess.Popen(
-            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        with log_path.open("w") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         served = Served(proc, f"http://127.0.0.1:{port}", log_path)
         started.append(served)
         if wait:

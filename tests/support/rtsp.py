@@ -81,10 +81,10 @@ class RtspServer:
 
     def stop(self) -> None:
         """End the process (SIGTERM, then SIGKILL): to clients, the camera is gone."""
+        self.resume()  # a stopped process would not act on SIGTERM
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        self.resume_if_suspended(proc)
         proc.terminate()
         try:
             proc.wait(EXIT_TIMEOUT_S)
@@ -96,19 +96,15 @@ class RtspServer:
 
     def suspend(self) -> None:
         """SIGSTOP: the server keeps its sockets open but sends nothing (a hung camera)."""
-        assert self._proc is not None
+        assert self._proc is not None, "server not running"
         os.kill(self._proc.pid, signal.SIGSTOP)
         self._suspended = True
 
     def resume(self) -> None:
-        """SIGCONT after suspend()."""
-        assert self._proc is not None
-        self.resume_if_suspended(self._proc)
-
-    def resume_if_suspended(self, proc: subprocess.Popen[str]) -> None:
-        if self._suspended:
-            os.kill(proc.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
-            self._suspended = False
+        """SIGCONT after suspend(); nothing otherwise."""
+        if self._suspended and self._proc is not None:
+            os.kill(self._proc.pid, signal.SIGCONT)
+        self._suspended = False
 
     def log(self) -> str:
         return self._log_path.read_text(errors="replace")

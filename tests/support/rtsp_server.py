@@ -38,20 +38,32 @@ _PATTERN = (
 
 
 def _loop_media(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
-    """Restart the file at its end instead of sending EOS to clients."""
-    pipeline = media.get_element().get_parent() or media.get_element()
-    bus = pipeline.get_bus()
+    """Restart the file at its end instead of sending EOS to clients.
+
+    Segment seeks loop without a gap. A client's PLAY with a Range makes the server seek
+    without the SEGMENT flag, which would end in EOS: that EOS is dropped and replaced
+    by a seek back to the start, so a shared clip loops for every client.
+    """
     element = media.get_element()
 
     def seek(flags: Gst.SeekFlags) -> bool:
         element.seek_simple(Gst.Format.TIME, Gst.SeekFlags.SEGMENT | flags, 0)
-        return False
+        return False  # run once from GLib.idle_add
 
     def on_sync(_bus: Gst.Bus, message: Gst.Message) -> None:
         if message.type == Gst.MessageType.SEGMENT_DONE:
             # non-flushing: running time keeps growing, so RTP timestamps do too
             GLib.idle_add(seek, Gst.SeekFlags.NONE)
 
+    def on_event(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+        if info.get_event().type != Gst.EventType.EOS:
+            return Gst.PadProbeReturn.OK
+        GLib.idle_add(seek, Gst.SeekFlags.FLUSH)
+        return Gst.PadProbeReturn.DROP
+
+    pay = element.get_by_name("pay0")
+    pay.get_static_pad("sink").add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, on_event)
+    bus = (element.get_parent() or element).get_bus()
     bus.enable_sync_message_emission()
     bus.connect("sync-message", on_sync)
     media.connect("prepared", lambda _m: seek(Gst.SeekFlags.FLUSH))
