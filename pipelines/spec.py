@@ -46,6 +46,8 @@ class SessionSpec(_Strict):
     intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
     inter_op_threads: Annotated[int, Field(ge=0)] = 0
     graph_optimization: GraphOptimization = "all"
+    # Idle ORT threads sleep at once: decoders and other models share the cores here.
+    allow_spinning: bool = False
 
 
 class ModelSpec(_Strict):

@@ -118,6 +118,12 @@ def _session_options(cfg: SessionConfig) -> ort.SessionOptions:
     options.intra_op_num_threads = cfg.intra_op_threads  # 0: ORT picks (one per core)
     options.inter_op_num_threads = cfg.inter_op_threads
     options.graph_optimization_level = _OPTIMIZATION[cfg.graph_optimization]
+    # Idle intra-op threads spin for a while before sleeping: lowest latency on a
+    # dedicated machine, but the spin steals cores from decoding and other models when
+    # the CPU is shared (ORT docs, "Thread management").
+    options.add_session_config_entry(
+        "session.intra_op.allow_spinning", "1" if cfg.allow_spinning else "0"
+    )
     return options
 
 

@@ -38,11 +38,13 @@ _PATTERN = (
 
 
 def _loop_media(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
-    """Restart the file at its end instead of sending EOS to clients.
+    """Restart the file at its end instead of sending EOS to the client.
 
-    Segment seeks loop without a gap. A client's PLAY with a Range makes the server seek
-    without the SEGMENT flag, which would end in EOS: that EOS is dropped and replaced
-    by a seek back to the start, so a shared clip loops for every client.
+    The first end of the file is an EOS: it is dropped and replaced by a flushing
+    segment seek to the start; later ends are SEGMENT_DONE messages, answered by a
+    non-flushing segment seek (no gap). No seek happens before that: a flushing seek
+    while a client's PLAY is answered trips an assertion in gst-rtsp-server 1.22
+    (gst_rtsp_media_get_rates) and aborts the server.
     """
     element = media.get_element()
 
@@ -52,7 +54,6 @@ def _loop_media(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.R
 
     def on_sync(_bus: Gst.Bus, message: Gst.Message) -> None:
         if message.type == Gst.MessageType.SEGMENT_DONE:
-            # non-flushing: running time keeps growing, so RTP timestamps do too
             GLib.idle_add(seek, Gst.SeekFlags.NONE)
 
     def on_event(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
@@ -66,7 +67,6 @@ def _loop_media(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.R
     bus = (element.get_parent() or element).get_bus()
     bus.enable_sync_message_emission()
     bus.connect("sync-message", on_sync)
-    media.connect("prepared", lambda _m: seek(Gst.SeekFlags.FLUSH))
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -85,11 +85,13 @@ def _factory(args: argparse.Namespace) -> GstRtspServer.RTSPMediaFactory:
     if args.clip:
         factory.set_launch(_CLIP.format(clip=args.clip))
         factory.connect("media-configure", _loop_media)
+        # One pipeline per client: a joining client's PLAY seeks the pipeline it plays.
+        factory.set_shared(False)
     else:
         size, fps = args.pattern.split("@")
         w, h = size.split("x")
         factory.set_launch(_PATTERN.format(w=int(w), h=int(h), fps=int(fps)))
-    factory.set_shared(True)  # one pipeline for all clients, like a camera
+        factory.set_shared(True)  # one live encoder for all clients, like a camera
     factory.set_eos_shutdown(False)
     return factory
 

@@ -1,0 +1,173 @@
+"""The runtime in-process: newest-frame workers, lifecycle transitions over a real RTSP
+camera outage, the subscriber API and a clean shutdown."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import parse_config
+from appliance.runtime import Runtime
+from pipelines.types import FrameResult
+from tests.support.appliance import MODELS, person_model
+from tests.support.media import MakeClip
+from tests.support.rtsp import RtspServerFactory
+
+WAIT_S = 30.0
+
+
+def faces_workflow() -> dict[str, Any]:
+    return {
+        "name": "faces",
+        "blocks": [{"id": "faces", "type": "detect", "model": "faces"}],
+        "outputs": {"faces": "faces"},
+    }
+
+
+def people_workflow() -> dict[str, Any]:
+    return {
+        "name": "people",
+        "blocks": [{"id": "people", "type": "detect", "model": "person"}],
+        "outputs": {"people": "people"},
+    }
+
+
+@pytest.fixture
+def runtimes() -> Iterator[list[Runtime]]:
+    started: list[Runtime] = []
+    yield started
+    for rt in started:
+        rt.stop()
+
+
+def start(runtimes: list[Runtime], doc: dict[str, Any], base: Path) -> Runtime:
+    rt = Runtime(parse_config(doc, base))
+    runtimes.append(rt)
+    rt.start()
+    return rt
+
+
+class Collector:
+    """A subscriber that keeps results and signals after `n` of them."""
+
+    def __init__(self, n: int) -> None:
+        self.results: list[FrameResult] = []
+        self.enough = threading.Event()
+        self._n = n
+
+    def __call__(self, result: FrameResult) -> None:
+        self.results.append(result)
+        if len(self.results) >= self._n:
+            self.enough.set()
+
+
+def test_a_slow_workflow_takes_the_newest_frame_and_counts_drops(
+    runtimes: list[Runtime], make_clip: MakeClip, tmp_path: Path
+) -> None:
+    clip = make_clip(960, 540, fps=30, seconds=4.0)
+    # CenterFace at 960x544 takes far longer than a 30 fps frame interval (33 ms) on a CPU.
+    faces = {"path": str(MODELS / "centerface.onnx"), "decoder": "centerface",
+             "input_size": [960, 544], "providers": ["cpu"]}  # fmt: skip
+    doc = {
+        "models": {"faces": faces},
+        "streams": [{"id": "cam", "source": {"url": str(clip), "pace": "realtime"},
+                     "workflow": faces_workflow()}],
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path))
+    runtimes.append(rt)
+    got = Collector(12)
+    rt.fanout.subscribe(got)
+    rt.start()
+    assert got.enough.wait(WAIT_S)
+    stream = rt.streams["cam"]
+    assert stream.slot.dropped > 0
+    interval = 1 / 30
+    for r in got.results[2:]:  # after warm-up
+        # The newest-frame property: a frame waits in the slot at most about one frame
+        # interval before a worker takes it, however long the workflow runs.
+        assert r.start_mono - r.capture_mono < interval + 0.05, r.seq
+    seqs = [r.seq for r in got.results]
+    assert seqs == sorted(seqs)
+    assert any(b - a > 1 for a, b in itertools.pairwise(seqs))  # frames skipped
+
+
+@pytest.mark.rtsp
+def test_camera_outage_is_seen_as_transitions_and_metrics(
+    runtimes: list[Runtime], rtsp_server: RtspServerFactory, tmp_path: Path
+) -> None:
+    camera = rtsp_server(pattern="320x240@15")
+    doc = {
+        "models": {"person": person_model()},
+        "streams": [{"id": "door", "workflow": people_workflow(), "source": {
+            "url": camera.url, "stall_timeout_s": 2,
+            "backoff": {"initial_s": 0.2, "max_s": 0.5}}}],
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path))
+    runtimes.append(rt)
+    first = Collector(3)
+    unsubscribe = rt.fanout.subscribe(first)
+    rt.start()
+    assert first.enough.wait(WAIT_S)
+    unsubscribe()
+    camera.stop()
+    stream = rt.streams["door"]
+    _wait(lambda: stream.state.value == "reconnecting", "reconnecting")
+    camera.start()
+    again = Collector(3)
+    rt.fanout.subscribe(again)
+    assert again.enough.wait(WAIT_S), stream.history()
+    states = [t["state"] for t in stream.history()]
+    assert states[:2] == ["starting", "running"]
+    assert "reconnecting" in states
+    assert states[-1] == "running"
+    assert all(t["reason"] for t in stream.history())
+    assert len(first.results) < 10  # unsubscribed: no more results after the outage
+    rt.sync_metrics()
+    reconnects = rt.metrics.registry.get_sample_value(
+        "appliance_stream_reconnects_total", {"stream": "door"}
+    )
+    assert reconnects is not None and reconnects >= 1
+
+
+def test_a_broken_subscriber_does_not_stop_others_and_stop_joins_every_thread(
+    runtimes: list[Runtime], make_clip: MakeClip, tmp_path: Path
+) -> None:
+    clip = make_clip(320, 240, fps=30, seconds=1.0)
+    doc = {
+        "models": {"person": person_model()},
+        "streams": [
+            {"id": f"s{i}", "source": {"url": str(clip), "pace": "fast", "loop": True},
+             "workflow": people_workflow()}
+            for i in range(3)
+        ],
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path))
+
+    def broken(result: FrameResult) -> None:
+        raise RuntimeError("subscriber bug")
+
+    rt.fanout.subscribe(broken)
+    good = Collector(30)
+    rt.fanout.subscribe(good)
+    rt.start()
+    assert good.enough.wait(WAIT_S)
+    assert {r.stream_id for r in good.results} == {"s0", "s1", "s2"}
+    assert all(s.state.value == "running" for s in rt.streams.values())
+    assert rt.stop(timeout=5.0)
+    names = [t.name for t in threading.enumerate()]
+    assert not [n for n in names if n.startswith(("grab:", "work:", "batch:"))], names
+
+
+def _wait(check: Any, what: str, timeout: float = WAIT_S) -> None:
+    """Wait on a state that another thread changes; polls a cheap attribute."""
+    done = threading.Event()
+    deadline = timeout
+    while deadline > 0 and not check():
+        done.wait(0.05)
+        deadline -= 0.05
+    assert check(), f"timed out waiting for {what}"
