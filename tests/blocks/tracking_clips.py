@@ -126,10 +126,12 @@ def run_clip(path: Path, doc: dict[str, Any], output: str) -> list[Any]:
 
 
 def doc_example(block_type: str) -> dict[str, Any]:
-    """The YAML workflow in docs/blocks/<block_type>.md, its `detect` blocks (which need a
-    model) replaced by `contours`, so the documented example can be compiled and run."""
-    text = (Path(__file__).parents[2] / "docs" / "blocks" / f"{block_type}.md").read_text()
-    doc: dict[str, Any] = yaml.safe_load(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    """The block's YAML example in docs/workflows.md (the first one after its
+    `<!-- block: NAME -->` marker), its `detect` blocks (which need a model) replaced by
+    `contours`, so the documented example can be compiled and run."""
+    text = (Path(__file__).parents[2] / "docs" / "workflows.md").read_text()
+    section = text.split(f"<!-- block: {block_type} -->\n", 1)[1]
+    doc: dict[str, Any] = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     doc["blocks"] = [
         {"id": b["id"], "type": "contours"} if b["type"] == "detect" else b for b in doc["blocks"]
     ]
