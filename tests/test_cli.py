@@ -37,12 +37,12 @@ def test_run_json_summarises_every_stream(write_config: WriteConfig) -> None:
             "streams": [file_stream("a", str(DEMO_CLIP)), file_stream("b", str(DEMO_CLIP))],
         }
     )
-    done = appliance("run", "--config", str(config), "--max-frames", "30", "--json")
+    done = appliance("run", "--config", str(config), "--max-frames", "50", "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)  # nothing else on stdout
     assert set(summary["streams"]) == {"a", "b"}
     for stream in summary["streams"].values():
-        assert stream["frames_processed"] == 30
+        assert stream["frames_processed"] == 50
         assert stream["frames_dropped"] == 0  # pace: fast never drops
         assert stream["state"] == "stopped"
         assert stream["detections"] > 0  # the demo clip shows people in most frames

@@ -2,11 +2,13 @@
 
     python configs/media/make_demo_clip.py [--out configs/media/demo.mp4]
 
-The astronaut (NASA, public domain) walks left → right and the cameraman (CC0) right → left
-across a CC0 grass texture (sources in configs/media/sources/). Figures are ~330 px tall
-in a 960×540 frame: at that size the bundled person detector finds them and CenterFace
-finds the astronaut's face, and both cross the middle of the frame (a counting line gets
-real crossings). H.264, 15 fps, GOP of 1 s, no B-frames: what a camera sends.
+The astronaut (NASA, public domain) crosses left → right in the first half of the clip,
+then the cameraman (CC0) right → left in the second half, over a CC0 grass texture
+(sources in configs/media/sources/). Sizes are chosen so that the bundled person detector
+finds each on most frames (the astronaut's portrait needs ~520 px; at 330-480 px it scores
+below 0.5 on many frames) and CenterFace finds both faces. Each crosses the middle once, so
+a counting line there counts one in and one out per loop. H.264, 15 fps, GOP of 1 s, no
+B-frames: what a camera sends.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 WIDTH, HEIGHT, FPS, SECONDS = 960, 540, 15, 16
-FIGURE_PX = 330  # figure height; below ~220 px the person detector misses the astronaut
+ASTRONAUT_PX, CAMERA_PX = 520, 330  # figure heights in pixels, see above
 
 
 def _load(name: str) -> np.ndarray:
@@ -38,9 +40,9 @@ def _background() -> np.ndarray:
     return np.clip(tiled.astype(np.float32) * tint, 0, 255).astype(np.uint8)
 
 
-def _figure(name: str) -> np.ndarray:
+def _figure(name: str, height: int) -> np.ndarray:
     image = _load(name)
-    scale = FIGURE_PX / image.shape[0]
+    scale = height / image.shape[0]
     return cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
 
 
@@ -52,15 +54,20 @@ def _paste(canvas: np.ndarray, figure: np.ndarray, x: int, y: int) -> None:
 
 
 def frames() -> list[np.ndarray]:
-    bg, astronaut, camera = _background(), _figure("astronaut.png"), _figure("camera.png")
-    n = FPS * SECONDS
+    bg = _background()
+    astronaut = _figure("astronaut.png", ASTRONAUT_PX)
+    camera = _figure("camera.png", CAMERA_PX)
+    half = FPS * SECONDS // 2
     out = []
-    for i in range(n):
-        t = i / (n - 1)
+    for i in range(2 * half):
+        t = (i % half) / (half - 1)  # 0 -> 1 across each half
         canvas = bg.copy()
-        w = astronaut.shape[1]
-        _paste(canvas, astronaut, int(-w + t * (WIDTH + w)), 20)
-        _paste(canvas, camera, int(WIDTH - t * (WIDTH + w)), HEIGHT - FIGURE_PX - 20)
+        if i < half:
+            w = astronaut.shape[1]
+            _paste(canvas, astronaut, int(-w + t * (WIDTH + w)), (HEIGHT - ASTRONAUT_PX) // 2)
+        else:
+            w = camera.shape[1]
+            _paste(canvas, camera, int(WIDTH - t * (WIDTH + w)), HEIGHT - CAMERA_PX - 30)
         out.append(canvas)
     return out
 
