@@ -181,3 +181,25 @@ def test_a_workflow_using_config_models_validates_with_that_config(
         "valid: workflow 'detect_person': 1 block(s) [people:detect], outputs ['people']"
         in done.stdout
     )
+
+
+def test_one_model_id_declared_twice_differently_names_both_places(
+    write_config: WriteConfig,
+) -> None:
+    faces_as_person = {**person_model(), "path": str(ROOT / "configs/models/centerface.onnx")}
+    config = write_config(
+        {
+            "models": {"person": faces_as_person},
+            "streams": [
+                {
+                    "id": "a",
+                    "source": str(DEMO_CLIP),
+                    "workflow": str(ROOT / "configs/workflows/people_counter.yaml"),
+                }
+            ],
+        }  # fmt: skip
+    )
+    done = appliance("validate", str(config))
+    assert done.returncode == 1
+    assert "streams[0].workflow" in done.stderr
+    assert "model 'person' is already declared differently at models.person" in done.stderr

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from appliance.config import parse_config
 from appliance.runtime import Runtime
 from pipelines.types import FrameResult
-from tests.support.appliance import MODELS, person_model
+from tests.support.appliance import MODELS, ROOT, person_model
 from tests.support.media import MakeClip
 from tests.support.rtsp import RtspServerFactory
 
@@ -171,3 +172,35 @@ def _wait(check: Any, what: str, timeout: float = WAIT_S) -> None:
         done.wait(0.05)
         deadline -= 0.05
     assert check(), f"timed out waiting for {what}"
+
+
+def test_streams_share_one_compilation_but_not_block_state(
+    runtimes: list[Runtime], tmp_path: Path
+) -> None:
+    from tests.support.appliance import DEMO_CLIP
+
+    flow = str(ROOT / "configs/workflows/people_counter.yaml")
+    inline = {**yaml.safe_load(Path(flow).read_text()), "name": "other"}
+    inline["models"]["person"]["path"] = str(MODELS / "person_ssdlite.onnx")  # same model
+    doc = {
+        "streams": [
+            {"id": i, "source": {"url": str(DEMO_CLIP), "pace": "fast", "loop": False},
+             "workflow": flow}
+            for i in ("a", "b")
+        ]
+        + [{"id": "c", "source": {"url": str(DEMO_CLIP), "pace": "fast"},
+            "workflow": inline}],
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path), max_frames=120)
+    runtimes.append(rt)
+    last: dict[str, FrameResult] = {}
+    rt.fanout.subscribe(lambda r: last.__setitem__(r.stream_id, r))
+    rt.start()
+    assert rt.wait_done(timeout=120)
+    a, b, c = (rt.streams[i].workflow for i in ("a", "b", "c"))
+    assert a is b  # same normalised document: compiled once
+    assert c is not a  # a different document (its name differs)
+    # Each stream tracked the astronaut on its own: both see track id 1 and one crossing.
+    for sid in ("a", "b"):
+        assert last[sid].outputs["crossings"] == {"in": 0, "out": 1, "total": 1}
+        assert last[sid].outputs["people"].tracker_id.tolist() in ([], [1])

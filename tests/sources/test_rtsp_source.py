@@ -16,6 +16,7 @@ import pytest
 
 from appliance.sources import StreamState
 from tests.sources import FAST_PROBE, WAIT_S, Harness, Run, assert_stops
+from tests.support.media import MakeClip
 from tests.support.rtsp import RtspServerFactory, free_port
 
 pytestmark = pytest.mark.rtsp
@@ -85,6 +86,16 @@ def test_frames_arrive_and_the_state_is_running(
     assert [f.seq for f in frames] == sorted({f.seq for f in frames})
     assert frames[0].image.shape == (120, 160, 3) and frames[0].stream_id == "cam"
     assert run.states.states[:2] == [StreamState.STARTING, StreamState.RUNNING]
+
+
+def test_the_served_clip_loops_like_a_camera(
+    harness: Harness, rtsp_server: RtspServerFactory, make_clip: MakeClip
+) -> None:
+    server = rtsp_server(make_clip(fps=15, seconds=1.0))
+    run = start_camera(harness, server.url)
+    while run.take(1)[0].seq < 40:  # ~2.7 s: past the end of the 15-frame clip twice
+        pass
+    assert StreamState.RECONNECTING not in run.states.states
 
 
 def test_udp_transport_from_a_live_encoder(

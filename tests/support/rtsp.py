@@ -53,6 +53,7 @@ class RtspServer:
         self._log_path = log_path
         self._proc: subprocess.Popen[str] | None = None
         self._suspended = False
+        self.crashed: int | None = None  # exit status, when it exited without stop()
 
     @property
     def url(self) -> str:
@@ -85,6 +86,8 @@ class RtspServer:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        if proc.poll() is not None:
+            self.crashed = proc.returncode
         proc.terminate()
         try:
             proc.wait(EXIT_TIMEOUT_S)
@@ -166,6 +169,9 @@ def rtsp_server(
     yield start
     for server in servers:
         server.stop()
+    for server in servers:
+        if server.crashed is not None:
+            pytest.fail(f"RTSP server exited by itself ({server.crashed}):\n{server.log()}")
 
 
 def free_port() -> int:
