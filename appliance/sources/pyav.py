@@ -132,22 +132,11 @@ def open_source(
 
     Blocks up to `cfg.open_timeout_s`. `stop` lets another thread end `frames()`.
     """
-    kind = source_kind(cfg.url)
-    live = kind != "file"
+    live = source_kind(cfg.url) != "file"
     target, fmt, options = _live_target(cfg) if live else _file_target(cfg, resolve_path)
     label = mask_url(target)
     read_timeout = min(cfg.stall_timeout_s, READ_SLICE_S) if live else cfg.stall_timeout_s
-    started = time.perf_counter()
-    try:
-        container = av.open(
-            target, format=fmt, options=options, timeout=(cfg.open_timeout_s, read_timeout)
-        )
-    except (av.FFmpegError, OSError) as exc:
-        # The interrupt callback's abort surfaces as whatever the demuxer made of it
-        # (RTSP: "Invalid data"); the elapsed time tells the real story.
-        if time.perf_counter() - started >= cfg.open_timeout_s:
-            raise SourceError(f"{label}: no answer within {cfg.open_timeout_s:g} s") from None
-        raise SourceError(f"{label}: {describe(exc)}") from None
+    container = _open_container(target, label, fmt, options, (cfg.open_timeout_s, read_timeout))
     try:
         return PyAVSource(
             container, live=live, label=label, stall_timeout_s=cfg.stall_timeout_s, stop=stop
@@ -155,6 +144,25 @@ def open_source(
     except SourceError as exc:
         container.close()
         raise SourceError(f"{label}: {exc}") from None
+
+
+def _open_container(
+    target: str,
+    label: str,
+    fmt: str | None,
+    options: dict[str, str],
+    timeouts: tuple[float, float],
+) -> av.container.InputContainer:
+    """av.open with (open, read) timeouts; SourceError naming `label` when it fails."""
+    started = time.perf_counter()
+    try:
+        return av.open(target, format=fmt, options=options, timeout=timeouts)
+    except (av.FFmpegError, OSError) as exc:
+        # The interrupt callback's abort surfaces as whatever the demuxer made of it
+        # (RTSP: "Invalid data"); the elapsed time tells the real story.
+        if time.perf_counter() - started >= timeouts[0]:
+            raise SourceError(f"{label}: no answer within {timeouts[0]:g} s") from None
+        raise SourceError(f"{label}: {describe(exc)}") from None
 
 
 _Target = tuple[str, str | None, dict[str, str]]

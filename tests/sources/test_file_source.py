@@ -57,7 +57,7 @@ def test_realtime_frames_are_fresh_when_taken(harness: Harness, make_clip: MakeC
         frame = run.take(1)[0]
         ages.append(time.perf_counter() - frame.capture_mono)
     # The slot holds one frame, at most one interval old; generous for a busy CI box.
-    assert max(ages) < 2 / FPS + 0.25
+    assert max(ages) < 2 / FPS + 0.5
 
 
 def test_fast_file_gives_every_frame_once_in_order(harness: Harness, make_clip: MakeClip) -> None:
