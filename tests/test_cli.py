@@ -197,7 +197,7 @@ def test_one_model_id_declared_twice_differently_names_both_places(
                     "workflow": str(ROOT / "configs/workflows/people_counter.yaml"),
                 }
             ],
-        }  # fmt: skip
+        }
     )
     done = appliance("validate", str(config))
     assert done.returncode == 1
