@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--stats-interval", type=float, default=5.0, help="seconds between fps lines"
     )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback bind without an API token (trusted networks only)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     run = sub.add_parser("run", help="headless: process the streams, print a summary")
@@ -60,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-frames", type=int, help="stop each stream after N frames")
     run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     run.set_defaults(func=cmd_run)
+
+    from appliance.client_cli import add_client_commands
+
+    add_client_commands(sub)  # streams list|add|remove|restart, status: over the HTTP API
 
     blocks = sub.add_parser("blocks", help="list the block types, plugins included")
     blocks.add_argument("--json", action="store_true")
@@ -87,8 +96,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    runtime = Runtime(config)
-    clean = asyncio.run(serve(runtime, host, port, stats_interval_s=args.stats_interval))
+    runtime = Runtime(config, config_path=args.config)
+    clean = asyncio.run(
+        serve(runtime, host, port, stats_interval_s=args.stats_interval, insecure=args.insecure)
+    )
     return 0 if clean else 1
 
 

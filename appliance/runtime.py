@@ -16,11 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, StreamConfig
+from appliance.config import AppConfig, StreamConfig, load_config
+from appliance.errors import ReloadError, StreamExistsError, UnknownStreamError
 from appliance.fanout import Fanout
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.reload import ReloadPlan, plan_reload
 from appliance.streams import Stream
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
@@ -33,8 +35,15 @@ log = logging.getLogger("appliance.runtime")
 
 
 class Runtime:
-    def __init__(self, config: AppConfig, *, max_frames: int | None = None) -> None:
+    def __init__(
+        self,
+        config: AppConfig,
+        *,
+        max_frames: int | None = None,
+        config_path: Path | None = None,
+    ) -> None:
         self.config = config
+        self.config_path = config_path  # re-read by reload()
         self.metrics = Metrics()
         self.fanout = Fanout()
         self.pool = ModelPool(self.metrics)
@@ -72,18 +81,12 @@ class Runtime:
         for model_id, spec in self.config.models.items():
             self.pool.ensure(model_id, spec, self.config.resolve, f"models.{model_id}")
 
-    def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
-        """Compile (or reuse) a stream's workflow, loading the models it declares itself.
+    def compile_workflow(self, workflow: Path | Mapping[str, Any], where: str) -> CompiledWorkflow:
+        """Compile (or reuse) a workflow, loading the models it declares itself.
 
-        WorkflowError and ModelLoadError name the stream and, for files, the file.
+        WorkflowError and ModelLoadError name `where` and, for files, the file.
         """
-        base = self.config.base_dir
-        if isinstance(cfg.workflow, Path):
-            path = self.config.resolve(cfg.workflow)
-            document: Mapping[str, Any] = read_workflow_file(path)
-            origin, base = f"{where}.workflow ({path})", path.parent
-        else:
-            document, origin = cfg.workflow, f"{where}.workflow"
+        document, origin, base = workflow_document(self.config, workflow, where)
         try:
             spec = parse_workflow(document)
             digest = workflow_digest(spec)
@@ -101,6 +104,9 @@ class Runtime:
             self._workflows[digest] = compiled
         return compiled
 
+    def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
+        return self.compile_workflow(cfg.workflow, f"{where}.workflow")
+
     def _start_stream(self, cfg: StreamConfig, workflow: CompiledWorkflow) -> Stream:
         blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
         stream = Stream(
@@ -115,6 +121,81 @@ class Runtime:
             self.streams[cfg.id] = stream
         stream.start()
         return stream
+
+    # -- managing streams at runtime ---------------------------------------------------
+    def add_stream(self, cfg: StreamConfig) -> Stream:
+        """Compile the stream's workflow and start it; StreamExistsError if the id runs."""
+        with self._lock:
+            if cfg.id in self.streams:
+                raise StreamExistsError(cfg.id)
+        workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}")
+        return self._start_stream(cfg, workflow)
+
+    def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
+        """Stop a stream, join its threads and drop its metrics; True if they ended."""
+        with self._lock:
+            stream = self.streams.pop(stream_id, None)
+        if stream is None:
+            raise UnknownStreamError(stream_id)
+        ended = stream.stop(timeout)
+        stream.metrics.remove()
+        log.info("stream %s removed", stream_id)
+        return ended
+
+    def restart_stream(self, stream_id: str, cfg: StreamConfig | None = None) -> Stream:
+        """Stop and start a stream again (with `cfg` if given), recompiling its workflow
+        if the workflow file changed; the new workflow is compiled before the old stops."""
+        with self._lock:
+            old = self.streams.get(stream_id)
+        if old is None:
+            raise UnknownStreamError(stream_id)
+        cfg = cfg or old.cfg
+        workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}")
+        self.remove_stream(stream_id)
+        return self._start_stream(cfg, workflow)
+
+    def reload(self) -> ReloadPlan:
+        """Apply the config file as it is now: streams added, removed or changed are
+        started, stopped or restarted; unchanged ones keep running untouched. Everything
+        is checked (config, models, workflows) before anything changes."""
+        if self.config_path is None:
+            raise ReloadError("this runtime was not started from a config file")
+        new = load_config(self.config_path)
+        plan = plan_reload(self.config, new, self._changed_workflows(new))
+        old_config, self.config = self.config, new
+        try:
+            self.load_models()
+            compiled = {c.id: self.compile_stream_workflow(c, f"streams.{c.id}")
+                        for c in [*plan.added, *plan.changed]}  # fmt: skip
+        except BaseException:
+            self.config = old_config
+            raise
+        for sid in plan.removed:
+            self.remove_stream(sid)
+        for cfg in plan.changed:
+            self.remove_stream(cfg.id)
+            self._start_stream(cfg, compiled[cfg.id])
+        for cfg in plan.added:
+            self._start_stream(cfg, compiled[cfg.id])
+        log.info("config reloaded: %s", plan.summary())
+        return plan
+
+    def _changed_workflows(self, new: AppConfig) -> set[str]:
+        """Running streams whose workflow document now has another digest."""
+        changed = set()
+        for cfg in new.streams:
+            stream = self.streams.get(cfg.id)
+            if stream is None:
+                continue
+            try:
+                doc, _, _ = workflow_document(new, cfg.workflow, cfg.id)
+                digest = workflow_digest(parse_workflow(doc))
+            except WorkflowError:
+                changed.add(cfg.id)  # broken now: the compile step will report it
+                continue
+            if digest != stream.workflow.digest:
+                changed.add(cfg.id)
+        return changed
 
     # -- running ---------------------------------------------------------------------
     def sync_metrics(self) -> None:
@@ -156,6 +237,16 @@ class Runtime:
     @property
     def models(self) -> Mapping[str, ModelBatcher]:
         return self.pool.handles
+
+
+def workflow_document(
+    config: AppConfig, workflow: Path | Mapping[str, Any], where: str
+) -> tuple[Mapping[str, Any], str, Path]:
+    """(document, origin for messages, base directory for its relative paths)."""
+    if isinstance(workflow, Path):
+        path = config.resolve(workflow)
+        return read_workflow_file(path), f"{where} ({path})", path.parent
+    return workflow, where, config.base_dir
 
 
 def _resolve_against(base: Path, path: Path) -> Path:

@@ -61,7 +61,7 @@ class Stream:
         self.url = mask_url(cfg.source.url)
         self.workflow = workflow
         self._fanout = fanout
-        self._metrics = metrics
+        self.metrics = metrics
         self._max_frames = max_frames
         self._state = StreamState.STARTING
         self._state_lock = threading.Lock()
@@ -97,7 +97,7 @@ class Stream:
         self.slot.close()
         self._worker.join(max(0.0, deadline - time.monotonic()))
         ended = grabbed and not self._worker.is_alive()
-        self._metrics.up.set(0)
+        self.metrics.up.set(0)
         if not ended:
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
         return ended
@@ -114,8 +114,8 @@ class Stream:
         if state in (StreamState.FAILED, StreamState.RECONNECTING):
             self.last_error = reason
         if state == StreamState.RECONNECTING:
-            self._metrics.reconnects.inc()
-        self._metrics.up.set(1 if state == StreamState.RUNNING else 0)
+            self.metrics.reconnects.inc()
+        self.metrics.up.set(1 if state == StreamState.RUNNING else 0)
         level = (
             logging.WARNING
             if state in (StreamState.FAILED, StreamState.RECONNECTING)
@@ -127,7 +127,7 @@ class Stream:
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
         run = self.workflow.instantiate().run  # this stream's own block state
-        publish, observe = self._fanout.publish, self._metrics.observe
+        publish, observe = self._fanout.publish, self.metrics.observe
         get, stop = self.slot.get, self._stop
         while not stop.is_set():
             frame = get(GET_TIMEOUT_S)
@@ -159,7 +159,7 @@ class Stream:
 
     def _frame_failed(self, exc: Exception) -> None:
         self.failed_frames += 1
-        self._metrics.failed.inc()
+        self.metrics.failed.inc()
         self.last_error = f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}"
         # The first failure with its traceback, then one line per 100 so logs stay readable.
         if self.failed_frames == 1:
@@ -175,11 +175,11 @@ class Stream:
     # -- views -----------------------------------------------------------------------
     def sync_metrics(self) -> None:
         """Copy counters owned by other threads into gauges (called by the stats loop)."""
-        self._metrics.dropped.inc(self.slot.dropped - self._dropped_reported)
+        self.metrics.dropped.inc(self.slot.dropped - self._dropped_reported)
         self._dropped_reported = self.slot.dropped
         fps = self._grabber.stats.fps
         if fps is not None:
-            self._metrics.source_fps.set(fps)
+            self.metrics.source_fps.set(fps)
 
     def summary(self) -> dict[str, Any]:
         """The per-stream figures of `appliance run` and the API."""

@@ -249,7 +249,12 @@ def compile_workflow(
     video = dict(outputs).get("video", IMAGE_SLOT)
     gated = any(node.cls.may_skip for node in ordered)
     digest = workflow_digest(spec)
-    return CompiledWorkflow(spec.name, digest, steps, outputs, video, comp.n_slots, gated)
+    compiled = CompiledWorkflow(spec.name, digest, steps, outputs, video, comp.n_slots, gated)
+    # The models its blocks run (every model-running block names it `model`).
+    compiled.models = tuple(
+        sorted({m for n in ordered if isinstance(m := getattr(n.params, "model", None), str)})
+    )
+    return compiled
 
 
 def parse_workflow(source: WorkflowSpec | Mapping[str, Any]) -> WorkflowSpec:

@@ -63,6 +63,7 @@ class CompiledWorkflow:
         self.video_slot = video_slot
         self.n_slots = n_slots
         self.gated = gated  # some block may return SKIP: check freshness per step
+        self.models: tuple[str, ...] = ()  # model ids its blocks run, set by the compiler
 
     def instantiate(self) -> WorkflowRun:
         """A runnable copy for one stream, with fresh per-stream block state."""

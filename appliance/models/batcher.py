@@ -70,6 +70,7 @@ class ModelBatcher:
     ) -> None:
         self.on_batch = on_batch
         self._model = model
+        self._batching = batching
         self._max_batch = batching.max_batch_size
         self._delay_s = batching.max_queue_delay_ms / 1000.0
         self._chunk = model.info.input.fixed_batch  # None: any batch size
@@ -84,6 +85,10 @@ class ModelBatcher:
     @property
     def info(self) -> ModelInfo:
         return self._model.info
+
+    @property
+    def batching(self) -> BatchingConfig:
+        return self._batching
 
     @property
     def batches(self) -> int:

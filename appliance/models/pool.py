@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.session import ModelLoadError, load_model
+from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec
 
 
@@ -52,6 +54,10 @@ class ModelPool:
             self._specs[model_id] = (resolved, where)
             return batcher
 
+    def describe(self) -> list[dict[str, Any]]:
+        """What `GET /v1/models` answers: interface, providers, batching, counters."""
+        return [_describe(b) for b in list(self._batchers.values())]
+
     def stop(self, timeout: float) -> bool:
         with self._lock:
             batchers = list(self._batchers.values())
@@ -69,6 +75,26 @@ class ModelPool:
                 queue.observe(wait)
 
         return observe
+
+
+def _describe(batcher: ModelBatcher) -> dict[str, Any]:
+    info = batcher.info
+
+    def tensors(items: tuple[TensorInfo, ...]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in items]
+
+    return {
+        "id": info.id,
+        "path": info.path,
+        "decoder": info.decoder or None,
+        "labels": list(info.labels),
+        "inputs": tensors(info.inputs),
+        "outputs": tensors(info.outputs),
+        "providers": list(info.providers),
+        "batching": batcher.batching.model_dump(),
+        "batches": batcher.batches,
+        "samples": batcher.samples,
+    }
 
 
 def _resolved(spec: ModelSpec, resolve: Callable[[Path], Path]) -> ModelSpec:

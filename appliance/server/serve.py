@@ -27,6 +27,7 @@ async def serve(
     *,
     stats_interval_s: float = 5.0,
     stop: asyncio.Event | None = None,
+    insecure: bool = False,
 ) -> bool:
     """Run until `stop` is set or a signal arrives; True when shutdown was clean."""
     loop = asyncio.get_running_loop()

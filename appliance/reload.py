@@ -1,0 +1,58 @@
+"""What a config reload changes: streams added, removed, changed; models added.
+
+A stream counts as changed when its entry in the file changed, or when the workflow
+file it names now has a different content (its normalised digest). Streams added over
+the API are not in either file and are left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from appliance.config import AppConfig, StreamConfig
+from appliance.errors import ReloadError
+
+
+@dataclass
+class ReloadPlan:
+    added: list[StreamConfig] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[StreamConfig] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, list[str]]:
+        return {
+            "added": [s.id for s in self.added],
+            "removed": list(self.removed),
+            "restarted": [s.id for s in self.changed],
+            "unchanged": list(self.unchanged),
+        }
+
+
+def plan_reload(old: AppConfig, new: AppConfig, changed_workflows: set[str]) -> ReloadPlan:
+    """Diff two configs. `changed_workflows`: ids of streams whose workflow file changed."""
+    _check_models(old, new)
+    before = {s.id: s for s in old.streams}
+    after = {s.id: s for s in new.streams}
+    plan = ReloadPlan()
+    for sid, cfg in after.items():
+        if sid not in before:
+            plan.added.append(cfg)
+        elif cfg != before[sid] or sid in changed_workflows:
+            plan.changed.append(cfg)
+        else:
+            plan.unchanged.append(sid)
+    plan.removed = [sid for sid in before if sid not in after]
+    return plan
+
+
+def _check_models(old: AppConfig, new: AppConfig) -> None:
+    """A model whose definition changed would need its session and every stream using it
+    rebuilt: refused, with the model named (restart the appliance for that)."""
+    for model_id, spec in new.models.items():
+        previous = old.models.get(model_id)
+        if previous is not None and previous != spec:
+            raise ReloadError(
+                f"models.{model_id}: changed definition; a running model cannot be replaced "
+                "by a reload (restart the appliance), nothing was changed"
+            )
