@@ -1,11 +1,225 @@
-"""CLI subcommands that talk to a running appliance through `ApplianceClient`."""
+"""CLI subcommands that talk to a running appliance through `ApplianceClient`.
+
+`appliance streams list|add|remove|restart` and `appliance status`. Exit codes: 0 ok;
+1 the API refused (`error: <status> <code>: <message>` and the details on stderr);
+2 usage; 4 the appliance cannot be reached (the URL is printed).
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
+
+from appliance.client import (
+    TOKEN_ENV,
+    ApplianceAPIError,
+    ApplianceClient,
+    ApplianceConnectionError,
+    Model,
+    Stream,
+)
+
+URL_ENV = "APPLIANCE_URL"
+DEFAULT_URL = "http://127.0.0.1:8080"
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 4
+
+Command = Callable[[argparse.Namespace], int]
 
 
 def add_client_commands(sub: Any) -> None:
     """Register `streams ...` and `status` on the `appliance` parser's subparsers."""
-    del sub  # filled in by the client work: see appliance/client.py
+    common = _common_options()
+    streams = sub.add_parser("streams", help="list, add, remove, restart streams over the API")
+    actions = streams.add_subparsers(required=True, metavar="ACTION")
+
+    ls = actions.add_parser("list", parents=[common], help="a table of every stream")
+    ls.add_argument("--json", action="store_true", help="print the API's JSON instead")
+    ls.set_defaults(func=_guarded(cmd_list))
+
+    add = actions.add_parser("add", parents=[common], help="start a new stream")
+    add.add_argument("--id", required=True)
+    add.add_argument("--source", required=True, help="a URL or file, or a JSON source mapping")
+    add.add_argument(
+        "--workflow",
+        required=True,
+        help="a workflow file (a local one is sent as an absolute path; others are resolved "
+        "by the appliance against its config file) or an inline workflow as JSON",
+    )
+    add.add_argument("--outputs", nargs="*", default=[], metavar="SINK")
+    add.add_argument("--json", action="store_true", help="print the new stream as JSON")
+    add.set_defaults(func=_guarded(cmd_add))
+
+    for name, func, text in (
+        ("remove", cmd_remove, "stop a stream and forget it"),
+        ("restart", cmd_restart, "stop a stream and start it again"),
+    ):
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("id")
+        action.set_defaults(func=_guarded(func))
+
+    status = sub.add_parser("status", parents=[common], help="health, readiness, streams, models")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_guarded(cmd_status))
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help=f"the appliance (default ${URL_ENV} or {DEFAULT_URL})")
+    common.add_argument("--token", help=f"the API bearer token (default ${TOKEN_ENV})")
+    return common
+
+
+def _guarded(command: Command) -> Command:
+    """Map the client's failures to a message on stderr and the exit code."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ApplianceAPIError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            for line in _detail_lines(exc.details):
+                print(f"  {line}", file=sys.stderr)
+            return EXIT_API_ERROR
+        except ApplianceConnectionError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+
+    return run
+
+
+def _detail_lines(details: Any) -> list[str]:
+    if details is None:
+        return []
+    if isinstance(details, list):
+        return [str(d) for d in details]
+    return [json.dumps(details)]
+
+
+def _client(args: argparse.Namespace) -> ApplianceClient:
+    url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+    return ApplianceClient(url, token=args.token)
+
+
+# -- streams ----------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    streams = _client(args).streams()
+    if args.json:
+        print(json.dumps({"streams": streams}, indent=2))
+    else:
+        _print_streams(streams)
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    try:
+        source = _source_arg(args.source)
+        workflow = _workflow_arg(args.workflow)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    body = {"id": args.id, "source": source, "workflow": workflow, "outputs": args.outputs}
+    stream = _client(args).add_stream(body)
+    if args.json:
+        print(json.dumps(stream, indent=2))
+    else:
+        print(f"added {stream['id']}: {stream['state']}, workflow {stream['workflow']}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    removed = _client(args).remove_stream(args.id)
+    joined = "" if removed["threads_joined"] else " (its threads did not end in time)"
+    print(f"removed {removed['id']}{joined}")
+    return 0
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    stream = _client(args).restart_stream(args.id)
+    print(f"restarted {stream['id']}: {stream['state']}")
+    return 0
+
+
+def _source_arg(text: str) -> str | dict[str, Any]:
+    if text.lstrip().startswith("{"):
+        return _json_object(text, "--source")
+    return _local_path(text)
+
+
+def _workflow_arg(text: str) -> str | dict[str, Any]:
+    if text.lstrip().startswith("{"):
+        return _json_object(text, "--workflow")
+    return _local_path(text)
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _local_path(text: str) -> str:
+    """A file that exists here is sent absolute (client and appliance share the disk);
+    anything else (a URL, a path on the appliance) is sent as given."""
+    path = Path(text).expanduser()
+    return str(path.resolve()) if path.is_file() else text
+
+
+def _print_streams(streams: Sequence[Stream]) -> None:
+    """id, state, fps, dropped, p50 ms, workflow, last error: one row per stream."""
+    idw = _width("id", (s["id"] for s in streams))
+    wfw = _width("workflow", (s["workflow"] for s in streams))
+    print(f"{'id':<{idw}}{'state':<14}{'fps':>6}{'dropped':>9}{'p50 ms':>9}  "
+          f"{'workflow':<{wfw}}last error")  # fmt: skip
+    for s in streams:
+        print(
+            f"{s['id']:<{idw}}{s['state']:<14}{s['fps']:>6.1f}{s['frames_dropped']:>9}"
+            f"{_ms(s['latency_ms']['p50']):>9}  {s['workflow']:<{wfw}}{s['last_error'] or '-'}"
+        )
+
+
+def _width(title: str, values: Iterable[str]) -> int:
+    return max([len(title), *(len(v) for v in values)]) + 2
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+# -- status -----------------------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    client = _client(args)
+    health, ready = client.health(), client.ready()
+    streams, models = client.streams(), client.models()
+    if args.json:
+        report = {"health": health, "ready": ready, "streams": streams, "models": models}
+        print(json.dumps({"url": client.url, **report}, indent=2))
+        return 0
+    waiting = f" (waiting for {', '.join(ready['waiting'])})" if ready["waiting"] else ""
+    readiness = "ready" if ready["ready"] else "not ready"
+    print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}")
+    _print_models(models)
+    states = Counter(s["state"] for s in streams)
+    print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
+    _print_streams(streams)
+    return 0
+
+
+def _print_models(models: Sequence[Model]) -> None:
+    print(f"models: {len(models)}")
+    for m in models:
+        providers = ", ".join(m["providers"]) or "-"
+        print(f"  {m['id']}: {m['decoder']}, {providers}, {m['batches']} batch(es)")

@@ -235,7 +235,7 @@ class Grabber:
     def _emit(self, state: StreamState, reason: str) -> None:
         reason = mask_url(reason)  # the last guard: reasons reach logs, /health, the UI
         self._state = state
-        log.info("stream %s %s: %s", self.stream_id, state.value, reason)
+        log.debug("stream %s %s: %s", self.stream_id, state.value, reason)  # the stream logs it
         try:
             self._on_state(state, reason)
         except Exception as exc:  # the runtime's bug must not kill the camera thread

@@ -1,0 +1,275 @@
+"""A synchronous client for the appliance's HTTP API (docs/api.md), standard library only.
+
+It works from any script, with no event loop and no dependency: one `urllib` request per
+call, nothing kept open between calls. A non-2xx answer raises `ApplianceAPIError` built
+from the API's `{"error": {"code", "message", "details"}}` body; a server that cannot be
+reached raises `ApplianceConnectionError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import http
+import http.client
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict, cast
+
+TOKEN_ENV = "APPLIANCE_API_TOKEN"
+JSON_TYPE = "application/json"
+
+
+# The small shapes; `time` is wall clock (s since the epoch), timings are milliseconds.
+class Latency(TypedDict):
+    p50: float | None
+    p99: float | None
+
+
+class Transition(TypedDict):
+    time: float
+    state: str
+    reason: str
+
+
+class Tensor(TypedDict):
+    name: str
+    shape: list[int | str | None]
+    dtype: str
+
+
+class Batching(TypedDict):
+    max_batch_size: int
+    max_queue_delay_ms: float
+
+
+class Timings(TypedDict):
+    total: float
+    blocks: dict[str, float]
+
+
+class Readiness(TypedDict):
+    ready: bool
+    models: list[str]
+    waiting: list[str]
+
+
+class Removed(TypedDict):
+    id: str
+    removed: bool
+    threads_joined: bool
+
+
+class Validation(TypedDict):
+    valid: bool
+    summary: str
+
+
+class Stream(TypedDict):
+    """A stream's status; `transitions` only from `stream(id)`."""
+
+    id: str
+    url: str  # credentials masked
+    state: str
+    workflow: str
+    fps: float
+    source_fps: float | None
+    frames_processed: int
+    frames_dropped: int
+    frames_failed: int
+    latency_ms: Latency
+    detections: int
+    reconnects: int
+    last_error: str | None
+    providers: NotRequired[dict[str, list[str]]]
+    transitions: NotRequired[list[Transition]]
+
+
+class Model(TypedDict):
+    id: str
+    path: str
+    decoder: str
+    labels: list[str]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    providers: list[str]
+    batching: Batching
+    batches: int
+    samples: int
+
+
+class RunResult(TypedDict):
+    workflow: str
+    outputs: dict[str, Any]
+    image_size: list[int]  # [width, height]
+    timings_ms: Timings
+    trace: NotRequired[dict[str, Any]]  # Chrome trace, with profile=True
+
+
+class ReloadResult(TypedDict):
+    added: list[str]
+    removed: list[str]
+    restarted: list[str]
+    unchanged: list[str]
+
+
+class ApplianceClientError(Exception):
+    """Base of the client's failures."""
+
+
+class ApplianceAPIError(ApplianceClientError):
+    """The appliance answered with a non-2xx status."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+class ApplianceConnectionError(ApplianceClientError):
+    """No HTTP answer from the appliance: refused, unresolvable, timed out, cut off."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach the appliance at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class ApplianceClient:
+    """Typed calls for every route of docs/api.md, one blocking request each."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        """`url`: the appliance's base URL; `token`: bearer token, by default the
+        APPLIANCE_API_TOKEN environment variable; `timeout`: seconds per request."""
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._token = token if token is not None else os.environ.get(TOKEN_ENV)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness: `{"status": "ok"}` when the process and its event loop answer."""
+        return cast(dict[str, Any], self._json("GET", "/health"))
+
+    def ready(self) -> Readiness:
+        """Readiness, also when not ready (a 503 answer): `ready`, `models`, `waiting`."""
+        return cast(Readiness, self._json("GET", "/ready", ok=(200, 503)))
+
+    def metrics(self) -> str:
+        """The Prometheus text exposition."""
+        return self._request("GET", "/metrics").decode("utf-8")
+
+    def streams(self) -> list[Stream]:
+        """Every stream's status."""
+        return cast(list[Stream], self._json("GET", "/v1/streams")["streams"])
+
+    def stream(self, stream_id: str) -> Stream:
+        """One stream's status with its recent state `transitions`; 404 if unknown."""
+        return cast(Stream, self._json("GET", _stream_path(stream_id)))
+
+    def add_stream(self, stream: Mapping[str, Any]) -> Stream:
+        """Start a stream given as in the config file (`id`, `source`, `workflow`,
+        `outputs`); 409 if the id exists, 422 if it is invalid (then nothing starts)."""
+        return cast(Stream, self._json("POST", "/v1/streams", dict(stream)))
+
+    def remove_stream(self, stream_id: str) -> Removed:
+        """Stop a stream and forget it; 404 if unknown."""
+        return cast(Removed, self._json("DELETE", _stream_path(stream_id)))
+
+    def restart_stream(self, stream_id: str) -> Stream:
+        """Stop a stream and start it again from its config; 404 if unknown."""
+        return cast(Stream, self._json("POST", _stream_path(stream_id) + "/restart"))
+
+    def run_workflow(
+        self, image: bytes | Path, workflow: str | Mapping[str, Any], profile: bool = False
+    ) -> RunResult:
+        """Run one JPEG/PNG image (bytes, or a local file) through a workflow (a path on
+        the appliance, or an inline workflow); `profile` adds a Chrome `trace`."""
+        data = image.read_bytes() if isinstance(image, Path) else image
+        body = {
+            "image": base64.b64encode(data).decode("ascii"),
+            "workflow": _workflow_json(workflow),
+            "profile": profile,
+        }
+        return cast(RunResult, self._json("POST", "/v1/workflows/run", body))
+
+    def validate_workflow(self, workflow: str | Mapping[str, Any]) -> Validation:
+        """Compile a workflow without running it; 422 with every problem in `details`."""
+        body = {"workflow": _workflow_json(workflow)}
+        return cast(Validation, self._json("POST", "/v1/workflows/validate", body))
+
+    def models(self) -> list[Model]:
+        """The loaded models with their tensors, providers and batching figures."""
+        return cast(list[Model], self._json("GET", "/v1/models")["models"])
+
+    def reload(self) -> ReloadResult:
+        """Re-read the config file and apply it; 422 or 409 when it cannot be applied."""
+        return cast(ReloadResult, self._json("POST", "/v1/config/reload"))
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI 3.1 document of the API."""
+        return cast(dict[str, Any], self._json("GET", "/openapi.json"))
+
+    def _json(self, method: str, path: str, body: Any = None, ok: Collection[int] = ()) -> Any:
+        return json.loads(self._request(method, path, body, ok))
+
+    def _request(self, method: str, path: str, body: Any = None, ok: Collection[int] = ()) -> bytes:
+        """One request; the answer's body, or an error named for the failure."""
+        url = self.url + path
+        req = urllib.request.Request(url, method=method, headers=self._headers(body))
+        if body is not None:
+            req.data = json.dumps(body).encode("utf-8")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return bytes(resp.read())
+        except urllib.error.HTTPError as err:
+            with err:
+                payload = err.read()
+            if err.code in ok:
+                return bytes(payload)
+            raise _api_error(err.code, payload) from None
+        except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
+            raise ApplianceConnectionError(url, _reason(exc)) from None
+
+    def _headers(self, body: Any) -> dict[str, str]:
+        headers = {"Accept": JSON_TYPE}
+        if body is not None:
+            headers["Content-Type"] = JSON_TYPE
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+
+def _stream_path(stream_id: str) -> str:
+    return "/v1/streams/" + urllib.parse.quote(stream_id, safe="")
+
+
+def _workflow_json(workflow: str | Mapping[str, Any]) -> str | dict[str, Any]:
+    return workflow if isinstance(workflow, str) else dict(workflow)
+
+
+def _api_error(status: int, payload: bytes) -> ApplianceAPIError:
+    """From the API's error body; any other body (a proxy's page) is kept as the message."""
+    text = payload.decode("utf-8", errors="replace")
+    try:
+        error = json.loads(text)["error"]
+        return ApplianceAPIError(status, error["code"], error["message"], error.get("details"))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return ApplianceAPIError(status, _status_code(status), text.strip() or "(empty body)")
+
+
+def _status_code(status: int) -> str:
+    """`502` -> `bad_gateway`, in the style of the API's own codes."""
+    try:
+        return http.HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "http_error"
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or exc  # URLError wraps the socket's error
+    return str(reason) or type(reason).__name__

@@ -1,0 +1,79 @@
+"""The HTTP client and its CLI against a real `appliance serve`, one process per module.
+
+`served_appliance` starts the console script the way tests/support/appliance.py's `serve`
+fixture does, but for a module-scoped fixture: its config plays the bundled demo clip in
+real time as one camera (`people-cam`, people_counter.yaml) behind a bearer token.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, free_port
+
+TOKEN = "client-tests-token"
+WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"
+CLIENT_ENV = ("APPLIANCE_URL", "APPLIANCE_API_TOKEN")  # the tests choose these themselves
+CONFIG_NAME = "appliance.yaml"
+
+
+def stream_doc(stream_id: str, workflow: Path | dict[str, Any] = WORKFLOW) -> dict[str, Any]:
+    """A stream as in the config file: the demo clip, looped in real time."""
+    return {
+        "id": stream_id,
+        "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"},
+        "workflow": workflow if isinstance(workflow, dict) else str(workflow),
+    }
+
+
+def write_demo_config(path: Path, extra: Sequence[dict[str, Any]] = ()) -> Path:
+    """The config of the served appliance; `extra` streams after `people-cam`."""
+    doc = {
+        "server": {"host": "127.0.0.1", "token": TOKEN},
+        "streams": [stream_doc("people-cam"), *extra],
+    }
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the client's variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+    return {**env, **extra}
+
+
+def config_path(served: Served) -> Path:
+    """The config file a `served_appliance` reads (and re-reads on reload)."""
+    return served.log_path.with_name(CONFIG_NAME)
+
+
+@contextmanager
+def served_appliance(folder: Path) -> Iterator[Served]:
+    """`appliance serve` on the demo config in `folder`, up (/health) until the block ends."""
+    config = write_demo_config(folder / CONFIG_NAME)
+    port = free_port()
+    log_path = folder / "serve.log"
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=clean_env(PYTHONUNBUFFERED="1"),  # the config's token, not an inherited one
+        )
+    served = Served(process, f"http://127.0.0.1:{port}", log_path)
+    try:
+        served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
+        yield served
+        assert served.terminate() == 0, served.log()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)

@@ -1,0 +1,132 @@
+"""`appliance streams ...` and `appliance status` as a user runs them, against a live
+appliance: real processes, output and exit codes checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.client import TOKEN, WORKFLOW, clean_env, served_appliance
+from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, free_port
+
+BROKEN = '{"name": "broken", "blocks": [{"id": "a", "type": "no_such_block"}], "outputs": {}}'
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with served_appliance(tmp_path_factory.mktemp("cli")) as served:
+        served.wait_for(lambda: json.loads(served.get("/ready")[1])["ready"], 30, "/ready")
+        yield served
+
+
+def appliance(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m appliance ARGS` from the repository root, with only `env` configuring it."""
+    return subprocess.run(
+        [*APPLIANCE, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+        env=clean_env(**env),
+    )
+
+
+def against(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    return appliance(*args, "--url", served.url, "--token", TOKEN)
+
+
+def test_streams_list_prints_a_table_and_json(served: Served) -> None:
+    done = against(served, "streams", "list")
+    assert done.returncode == 0, done.stderr
+    head, *rows = done.stdout.splitlines()
+    assert head.split() == [
+        "id",
+        "state",
+        "fps",
+        "dropped",
+        "p50",
+        "ms",
+        "workflow",
+        "last",
+        "error",
+    ]
+    (row,) = rows
+    assert row.split()[0] == "people-cam" and row.split()[-2:] == ["people_counter", "-"]
+
+    done = against(served, "streams", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [s["id"] for s in json.loads(done.stdout)["streams"]] == ["people-cam"]
+
+
+def test_add_restart_remove_a_stream(served: Served) -> None:
+    relative = str(WORKFLOW.relative_to(ROOT))  # a local file: sent as an absolute path
+    done = against(served, "streams", "add", "--id", "cli-cam", "--source", str(DEMO_CLIP),
+                   "--workflow", relative, "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["workflow"] == "people_counter"
+
+    done = against(served, "streams", "restart", "cli-cam")
+    assert (done.returncode, done.stdout.split()[:2]) == (0, ["restarted", "cli-cam:"])
+    done = against(served, "streams", "remove", "cli-cam")
+    assert (done.returncode, done.stdout) == (0, "removed cli-cam\n")
+
+
+def test_status_reads_the_environment(served: Served) -> None:
+    done = appliance("status", APPLIANCE_URL=served.url, APPLIANCE_API_TOKEN=TOKEN)
+    assert done.returncode == 0, done.stderr
+    first, *rest = done.stdout.splitlines()
+    assert first == f"appliance {served.url}: ok, ready"
+    assert "  person: tf_od" in "\n".join(rest)
+    assert "streams: 1, 1 running" in rest
+
+    done = appliance("status", "--json", APPLIANCE_URL=served.url, APPLIANCE_API_TOKEN=TOKEN)
+    report = json.loads(done.stdout)
+    assert (report["ready"]["ready"], report["models"][0]["id"]) == (True, "person")
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line"),
+    [
+        (("streams", "remove", "nope"), "error: 404 not_found: "),
+        (("streams", "add", "--id", "people-cam", "--source", "x.mp4", "--workflow", str(WORKFLOW)),
+         "error: 409 conflict: "),
+        (("streams", "add", "--id", "bad", "--source", "x.mp4", "--workflow", BROKEN),
+         "error: 422 invalid: "),
+    ],
+)  # fmt: skip
+def test_api_errors_exit_1_with_the_message(
+    served: Served, args: tuple[str, ...], first_line: str
+) -> None:
+    done = against(served, *args)
+    assert done.returncode == 1
+    assert done.stderr.startswith(first_line), done.stderr
+    if "422" in first_line:  # details: one indented line per problem
+        assert "  " in done.stderr and "no_such_block" in done.stderr
+
+
+def test_a_wrong_token_exits_1(served: Served) -> None:
+    done = appliance("streams", "list", "--url", served.url, "--token", "wrong")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: 401 unauthorized: ")
+
+
+def test_an_unreachable_appliance_exits_4_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    done = appliance("status", "--url", url)
+    assert done.returncode == 4
+    assert f"{url}/health" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("streams",), ("streams", "add", "--id", "x"), ("streams", "add", "--id", "x",
+     "--source", "x.mp4", "--workflow", "{not json")],
+)  # fmt: skip
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    done = appliance(*args)
+    assert done.returncode == 2
+    assert done.stderr
