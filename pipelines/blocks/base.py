@@ -63,6 +63,14 @@ class BuildContext:
 
     models: Mapping[str, ModelHandle]
 
+    def model(self, model_id: str, field: str = "model") -> ModelHandle:
+        """The handle of a declared model; BlockBuildError (at `field`) listing the known."""
+        handle = self.models.get(model_id)
+        if handle is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise BlockBuildError(f"unknown model {model_id!r} (models: {known})", field)
+        return handle
+
 
 class BlockType:
     """Base class of block types. Subclasses set the class attributes and `build`."""

@@ -73,10 +73,7 @@ class ClassifyBlock(BlockType):
     @classmethod
     def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
         p: ClassifyParams = params
-        handle = ctx.models.get(p.model)
-        if handle is None:
-            known = ", ".join(sorted(ctx.models)) or "none"
-            raise BlockBuildError(f"unknown model {p.model!r} (models: {known})", "model")
+        handle = ctx.model(p.model)
         prep = Preprocess(handle.info, p)
         top = TopK(handle.info, p)
         submit, timeout = handle.submit, p.timeout_s

@@ -53,10 +53,7 @@ class DetectBlock(BlockType):
     @classmethod
     def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
         p: DetectParams = params
-        handle = ctx.models.get(p.model)
-        if handle is None:
-            known = ", ".join(sorted(ctx.models)) or "none"
-            raise BlockBuildError(f"unknown model {p.model!r} (models: {known})", "model")
+        handle = ctx.model(p.model)
         info = handle.info
         if not info.decoder:
             raise BlockBuildError(

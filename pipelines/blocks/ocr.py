@@ -69,10 +69,7 @@ class OcrBlock(BlockType):
     @classmethod
     def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
         p: OcrParams = params
-        handle = ctx.models.get(p.model)
-        if handle is None:
-            known = ", ".join(sorted(ctx.models)) or "none"
-            raise BlockBuildError(f"unknown model {p.model!r} (models: {known})", "model")
+        handle = ctx.model(p.model)
         info = handle.info
         reader = CtcReader(info, p.max_width)
         submit, timeout, min_conf = handle.submit, p.timeout_s, p.min_confidence

@@ -128,3 +128,14 @@ def _dim(d: Dim) -> str:
 
 def _wh(size: tuple[int, int]) -> str:
     return f"{size[0]}x{size[1]}"
+
+
+def check_multiple(info: ModelInfo, kind: str, size: tuple[int, int] | None, multiple: int) -> None:
+    """Fully convolutional detectors (CenterFace, DBNet) need sides in multiples of their
+    stride; a configured or declared size that is not is a build-time error."""
+    if size is not None and (size[0] % multiple or size[1] % multiple):
+        source = "the configured input_size" if info.input_size else "the model's input"
+        raise DecoderError(
+            f"model {info.id!r}: decoder {kind!r} needs an input size in multiples of "
+            f"{multiple}; {source} is {size[0]}x{size[1]}"
+        )

@@ -32,9 +32,9 @@ import numpy as np
 
 from pipelines.decoders.base import (
     DecodeOptions,
-    DecoderError,
     Transform,
     check_image_input,
+    check_multiple,
     describe,
     dim_is,
     mismatch,
@@ -66,12 +66,7 @@ class DbNetDecoder:
         _check_output(info)
         image = check_image_input(info, KIND, "NCHW", ("float32",))
         size = resolve_size(info, KIND, image)
-        if size is not None and (size[0] % SIZE_MULTIPLE or size[1] % SIZE_MULTIPLE):
-            source = "the configured input_size" if info.input_size else "the model's input"
-            raise DecoderError(
-                f"model {info.id!r}: decoder {KIND!r} needs an input size in multiples of "
-                f"{SIZE_MULTIPLE}; {source} is {size[0]}x{size[1]}"
-            )
+        check_multiple(info, KIND, size, SIZE_MULTIPLE)
         self._fixed = None if size is None else Resize(size)
         self._labels = (info.labels[0],) if info.labels else ("text",)
         self._options = options
