@@ -6,8 +6,8 @@ from the API's `{"error": {"code", "message", "details"}}` body; a server that c
 reached raises `ApplianceConnectionError` naming the URL.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: TypedDict must see `NotRequired` evaluated
+# to list those keys in `__optional_keys__` (Python 3.11).
 import base64
 import http
 import http.client

@@ -16,11 +16,10 @@ from typing import Any
 
 import yaml
 
-from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, free_port
+from tests.support.appliance import DEMO_CLIP, ROOT, Served, clean_env, start_served
 
 TOKEN = "client-tests-token"
 WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"
-CLIENT_ENV = ("APPLIANCE_URL", "APPLIANCE_API_TOKEN")  # the tests choose these themselves
 CONFIG_NAME = "appliance.yaml"
 
 
@@ -43,12 +42,6 @@ def write_demo_config(path: Path, extra: Sequence[dict[str, Any]] = ()) -> Path:
     return path
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the client's variables, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
-    return {**env, **extra}
-
-
 def config_path(served: Served) -> Path:
     """The config file a `served_appliance` reads (and re-reads on reload)."""
     return served.log_path.with_name(CONFIG_NAME)
@@ -58,22 +51,9 @@ def config_path(served: Served) -> Path:
 def served_appliance(folder: Path) -> Iterator[Served]:
     """`appliance serve` on the demo config in `folder`, up (/health) until the block ends."""
     config = write_demo_config(folder / CONFIG_NAME)
-    port = free_port()
-    log_path = folder / "serve.log"
-    with log_path.open("w") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen(
-            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=clean_env(PYTHONUNBUFFERED="1"),  # the config's token, not an inherited one
-        )
-    served = Served(process, f"http://127.0.0.1:{port}", log_path)
+    served = start_served(config, folder)
     try:
-        served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
         yield served
         assert served.terminate() == 0, served.log()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        served.stop()

@@ -103,9 +103,48 @@ class Served:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
 
+    def stop(self) -> None:
+        """Kill the process if it still runs (teardown)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
     def terminate(self, timeout: float = 10.0) -> int:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout)
+
+
+CLIENT_ENV = ("APPLIANCE_URL", "APPLIANCE_API_TOKEN")  # tests set these themselves
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the appliance's variables (an inherited
+    APPLIANCE_API_TOKEN would override a test config's token), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def start_served(
+    config: Path, log_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> Served:
+    """`appliance serve --config PATH --port FREE ...` in a subprocess, up (/health)."""
+    port = free_port()
+    log_path = log_dir / f"serve-{port}.log"
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env or clean_env(),
+        )
+    served = Served(proc, f"http://127.0.0.1:{port}", log_path)
+    try:
+        served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
+    except BaseException:
+        served.stop()
+        raise
+    return served
 
 
 @pytest.fixture
@@ -113,25 +152,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """Start `appliance serve --config PATH` on a free port; waits for /health."""
     started: list[Served] = []
 
-    def start(config: Path, *extra: str, wait: bool = True) -> Served:
-        port = free_port()
-        log_path = tmp_path / f"serve-{port}.log"
-        with log_path.open("w") as log:  # the child keeps its own descriptor
-            proc = subprocess.Popen(
-                [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        served = Served(proc, f"http://127.0.0.1:{port}", log_path)
+    def start(config: Path, *extra: str, env: dict[str, str] | None = None) -> Served:
+        served = start_served(config, tmp_path, *extra, env=env)
         started.append(served)
-        if wait:
-            served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
         return served
 
     yield start
     for s in started:
-        if s.process.poll() is None:
-            s.process.kill()
-            s.process.wait(10)
+        s.stop()
