@@ -1,7 +1,8 @@
 """The `appliance` command: serve, run, validate.
 
 Exit codes: 0 success; 1 bad input (config, workflow, model) with every problem printed
-to stderr; 2 usage errors (argparse); 3 `run` finished but a stream failed.
+to stderr, or an error answer from the API; 2 usage errors (argparse); 3 `run` finished but
+a stream failed; 4 the appliance's API could not be reached.
 """
 
 from __future__ import annotations
