@@ -37,9 +37,16 @@ class _Strict(BaseModel):
 
 
 class ServerConfig(_Strict):
+    """The HTTP control plane (docs/api.md). Read once at start: a reload does not change it."""
+
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    token: str | None = None
+    # The API's bearer token; APPLIANCE_API_TOKEN wins. repr=False keeps it out of logs.
+    token: Annotated[str | None, Field(min_length=1, repr=False)] = None
+    # /health, /ready, /metrics without the token: None = open on a loopback bind only.
+    open_probes: bool | None = None
+    # 16 MiB: a large photo as base64 for /v1/workflows/run, with room to spare.
+    max_body_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
 
 
 class BackoffConfig(_Strict):

@@ -27,6 +27,8 @@ class ImageDecodeError(ValueError):
 
 def decode_image(data: bytes) -> np.ndarray:
     """JPEG/PNG/... bytes -> BGR uint8 H x W x 3."""
+    if not data:
+        raise ImageDecodeError("empty image")
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if image is None:
         raise ImageDecodeError(f"not a decodable image ({len(data)} bytes)")

@@ -117,7 +117,9 @@ class Runtime:
             self.config.resolve,
             max_frames=self._max_frames,
         )
-        with self._lock:
+        with self._lock:  # checked again here: the id may have been taken since
+            if cfg.id in self.streams:
+                raise StreamExistsError(cfg.id)
             self.streams[cfg.id] = stream
         stream.start()
         return stream
@@ -162,6 +164,12 @@ class Runtime:
             raise ReloadError("this runtime was not started from a config file")
         new = load_config(self.config_path)
         plan = plan_reload(self.config, new, self._changed_workflows(new))
+        taken = [c.id for c in plan.added if c.id in self.streams]
+        if taken:  # added over the API since: the file must not silently replace them
+            raise ReloadError(
+                f"streams {taken} were added over the API and are now also in the file: "
+                "remove them over the API first; nothing was changed"
+            )
         old_config, self.config = self.config, new
         try:
             self.load_models()

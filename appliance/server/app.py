@@ -1,62 +1,36 @@
-"""The HTTP application: health, readiness, Prometheus metrics and stream status.
-
-The control API proper (auth, stream management, OpenAPI) grows here in its own modules;
-handlers stay thin and read the runtime's state, never run CPU work on the loop.
-"""
+"""The HTTP application: the route table (routes/) behind two middlewares, errors
+outermost (errors.py) and auth inside it (auth.py), and the OpenAPI document of exactly
+these routes (openapi.py). Handlers stay thin; runtime work leaves the loop."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import dataclasses
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from appliance.runtime import Runtime
+from appliance.server.auth import AuthPolicy, auth_middleware
+from appliance.server.context import CONTROL, MAX_BODY, OPENAPI, RUNTIME
+from appliance.server.errors import error_middleware
+from appliance.server.openapi import build_openapi
+from appliance.server.routes import PROBES, ROUTES
 
-RUNTIME = web.AppKey("runtime", Runtime)
+__all__ = ["RUNTIME", "build_app"]
 
 
-def build_app(runtime: Runtime) -> web.Application:
-    app = web.Application(client_max_size=1 << 20)  # 1 MiB bodies: JSON only so far
+def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
+    """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind)."""
+    policy = dataclasses.replace(policy, open_paths=PROBES)
+    max_body = runtime.config.server.max_body_bytes
+    app = web.Application(
+        client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
+    )
     app[RUNTIME] = runtime
-    app.router.add_get("/health", health)
-    app.router.add_get("/ready", ready)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/streams", list_streams)
-    app.router.add_get("/v1/streams/{id}", get_stream)
+    app[CONTROL] = asyncio.Lock()
+    app[MAX_BODY] = max_body
+    for route in ROUTES:
+        # add_route, not add_get: no implicit HEAD routes the document would not list.
+        app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
+    app[OPENAPI] = build_openapi(ROUTES, policy)
     return app
-
-
-async def health(request: web.Request) -> web.Response:
-    """Liveness: the process and its event loop answer."""
-    return web.json_response({"status": "ok"})
-
-
-async def ready(request: web.Request) -> web.Response:
-    """Readiness: models loaded and every stream has reported a state past `starting`."""
-    rt = request.app[RUNTIME]
-    waiting = [s.id for s in rt.streams.values() if s.state.value == "starting"]
-    body: dict[str, Any] = {"ready": not waiting, "models": sorted(rt.models), "waiting": waiting}
-    return web.json_response(body, status=200 if not waiting else 503)
-
-
-async def metrics(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    rt.sync_metrics()
-    body = generate_latest(rt.metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def list_streams(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    streams = [{"id": s.id, **s.summary()} for s in rt.streams.values()]
-    return web.json_response({"streams": streams})
-
-
-async def get_stream(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    stream = rt.streams.get(request.match_info["id"])
-    if stream is None:
-        msg = f"unknown stream {request.match_info['id']!r}"
-        return web.json_response({"error": {"code": "not_found", "message": msg}}, status=404)
-    return web.json_response({"id": stream.id, **stream.summary(), "transitions": stream.history()})

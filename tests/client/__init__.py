@@ -7,8 +7,6 @@ real time as one camera (`people-cam`, people_counter.yaml) behind a bearer toke
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.appliance import DEMO_CLIP, ROOT, Served, clean_env, start_served
+from tests.support.appliance import DEMO_CLIP, ROOT, Served, start_served
 
 TOKEN = "client-tests-token"
 WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"

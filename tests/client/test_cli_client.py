@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.client import TOKEN, WORKFLOW, clean_env, served_appliance
-from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, free_port
+from tests.client import TOKEN, WORKFLOW, served_appliance
+from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, clean_env, free_port
 
 BROKEN = '{"name": "broken", "blocks": [{"id": "a", "type": "no_such_block"}], "outputs": {}}'
 

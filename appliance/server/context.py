@@ -1,0 +1,38 @@
+"""What handlers share: the application's keys and the one way off the event loop.
+
+The loop only parses requests and formats answers. Anything that compiles, loads a model,
+starts or joins threads or waits on a batcher leaves it through `in_thread` (aiortc's
+`run_in_executor` practice), so one slow request never stalls the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from aiohttp import web
+
+from appliance.runtime import Runtime
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+RUNTIME = web.AppKey("runtime", Runtime)
+# One change to the set of streams at a time (add, remove, restart, reload, SIGHUP): the
+# runtime checks an id and starts its stream in two steps, and two concurrent requests for
+# one id must not both pass the check.
+CONTROL = web.AppKey("control", asyncio.Lock)
+OPENAPI = web.AppKey("openapi", dict[str, Any])  # the document, built once with the app
+MAX_BODY = web.AppKey("max_body", int)  # bytes; what client_max_size is for JSON bodies
+
+
+def runtime_of(request: web.Request) -> Runtime:
+    return request.app[RUNTIME]
+
+
+async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run blocking `fn` in the loop's default thread pool and await its result."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))

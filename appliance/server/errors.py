@@ -1,0 +1,159 @@
+"""Exceptions → HTTP answers, in one place (Starlette's `_exception_handler.py` practice).
+
+Every error leaves as `{"error": {"code", "message", "details"}}`; `details` is a list of
+`location: message` strings (empty when there is nothing more to say). Bad input is never
+a 500: the runtime's own failures map by type below, aiohttp's (unknown route, wrong
+method, body too large) are rewritten as JSON, and anything else is a logged 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from appliance.config import ConfigError
+from appliance.errors import ReloadError, StreamExistsError, UnknownStreamError
+from appliance.models.session import ModelLoadError
+from appliance.oneshot import ImageDecodeError
+from pipelines.errors import WorkflowError, format_location, pydantic_message
+
+log = logging.getLogger("appliance.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Status → code, for aiohttp's own HTTPExceptions and ours alike (docs/api.md, "Errors").
+CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    500: "internal",
+}
+
+
+LIMIT_HINT = " (server.max_body_bytes)"
+
+
+class ApiError(Exception):
+    """A request the server refuses itself: status, message, details, extra headers."""
+
+    status = 400
+
+    def __init__(
+        self,
+        message: str,
+        details: Sequence[str] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = list(details)
+        self.headers = headers or {}
+
+
+class BadRequestError(ApiError):
+    status = 400
+
+
+class UnauthorizedError(ApiError):
+    status = 401
+
+
+class PayloadTooLargeError(ApiError):
+    status = 413
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Maximum request body size {limit} exceeded{LIMIT_HINT}")
+
+
+class UnsupportedMediaTypeError(ApiError):
+    status = 415
+
+
+class InvalidError(ApiError):
+    status = 422
+
+
+# The runtime's failures by type; the first match wins (subclasses before bases).
+_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
+    (UnknownStreamError, 404),
+    (StreamExistsError, 409),
+    (ReloadError, 409),
+    (ConfigError, 422),
+    (WorkflowError, 422),
+    (ModelLoadError, 422),
+    (ValidationError, 422),
+    (ImageDecodeError, 400),
+    (json.JSONDecodeError, 400),
+)
+
+
+def error_response(
+    status: int, message: str, details: Sequence[str] = (), headers: dict[str, str] | None = None
+) -> web.Response:
+    code = CODES.get(status, "bad_request" if status < 500 else "internal")
+    body = {"error": {"code": code, "message": message, "details": list(details)}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def details_of(exc: Exception, status: int) -> list[str]:
+    """Every `location: message` an exception carries; a 422 always lists at least one
+    (a ModelLoadError's message names its model and file)."""
+    if isinstance(exc, ConfigError | WorkflowError):
+        return list(exc.problems)
+    if isinstance(exc, ValidationError):
+        return [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
+    return [_headline(exc)] if status == 422 else []
+
+
+def _headline(exc: Exception) -> str:
+    """The first line: ConfigError and WorkflowError list their problems below it."""
+    if isinstance(exc, ValidationError):
+        return f"{exc.error_count()} invalid value(s) in the request body"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def from_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's plain-text errors as ours, keeping headers such as `Allow`."""
+    kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate")}
+    if exc.status == 404:
+        message = f"no route {request.method} {request.path}"
+    elif exc.status == 405:
+        allowed = ", ".join(sorted(getattr(exc, "allowed_methods", ())))
+        message = f"{request.method} is not allowed on {request.path} (allowed: {allowed})"
+    else:
+        message = exc.text.removeprefix(f"{exc.status}: ") if exc.text else exc.reason
+        message += LIMIT_HINT if exc.status == 413 else ""
+    return error_response(exc.status, message, headers=kept)
+
+
+def from_exception(request: web.Request, exc: Exception) -> web.Response:
+    if isinstance(exc, ApiError):
+        return error_response(exc.status, exc.message, exc.details, exc.headers)
+    for kind, status in _BY_TYPE:
+        if isinstance(exc, kind):
+            return error_response(status, _headline(exc), details_of(exc, status))
+    log.error("%s %s failed", request.method, request.path, exc_info=exc)
+    return error_response(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The outermost middleware: whatever a handler or aiohttp raises becomes JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects and the like are answers, not errors
+        return from_http_exception(request, exc)
+    except Exception as exc:
+        return from_exception(request, exc)

@@ -1,0 +1,133 @@
+"""The OpenAPI 3.1 document, built from the route table (routes/__init__.py) and the auth
+policy in force, so it always describes the server that answers: its paths, methods,
+bodies, answers, and which of them need the token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from appliance.config import StreamConfig
+from appliance.server.auth import AuthPolicy
+from appliance.server.routing import JSON, Route, Schema
+from appliance.server.schemas import Error
+
+REF = "#/components/schemas/{model}"
+ERRORS = {
+    400: "malformed JSON, a body that is not an object, an undecodable image",
+    401: "missing or wrong bearer token",
+    404: "unknown stream id",
+    409: "conflict with the running state; nothing was changed",
+    413: "body over server.max_body_bytes",
+    415: "neither JSON nor multipart/form-data",
+    422: "the body parses but does not validate; `details` lists every problem",
+}
+BEARER = {"type": "http", "scheme": "bearer", "description": "server.token or APPLIANCE_API_TOKEN"}
+
+
+def build_openapi(routes: Iterable[Route], policy: AuthPolicy) -> dict[str, Any]:
+    routes = tuple(routes)
+    refs, schemas = _component_schemas(routes)
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, policy, refs)
+    components: dict[str, Any] = {"schemas": schemas}
+    if policy.token is not None:
+        components["securitySchemes"] = {"bearer": BEARER}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "appliance", "version": _version(),
+                 "description": "The streaming video appliance's control API (docs/api.md)."},
+        "paths": paths,
+        "components": components,
+    }  # fmt: skip
+
+
+def _operation(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "description": route.description,
+        "tags": [route.tag],
+        "responses": _responses(route, policy, refs),
+        "security": [{"bearer": []}] if policy.needs_token(route.path) else [],
+    }
+    if route.parameters:
+        op["parameters"] = [{"name": p, "in": "path", "required": True,
+                             "schema": {"type": "string"}} for p in route.parameters]  # fmt: skip
+    if route.body:
+        content = {media: {"schema": _schema(s, refs)} for media, s in route.body.items()}
+        op["requestBody"] = {"required": True, "content": content}
+    return op
+
+
+def _responses(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for reply in route.replies:
+        body = {"schema": _schema(reply.schema, refs)} if reply.schema is not None else {}
+        out[str(reply.status)] = {"description": reply.description,
+                                  "content": {reply.media_type: body}}  # fmt: skip
+    error = {JSON: {"schema": refs[Error]}}
+    for status in sorted(_error_statuses(route, policy)):
+        out[str(status)] = {"description": ERRORS[status], "content": error}
+    if "401" in out:
+        out["401"]["headers"] = {"WWW-Authenticate": {"required": True,
+                                                      "schema": {"type": "string"}}}  # fmt: skip
+    return out
+
+
+def _error_statuses(route: Route, policy: AuthPolicy) -> set[int]:
+    statuses = set(route.errors)
+    if policy.needs_token(route.path):
+        statuses.add(401)
+    if route.body:
+        statuses |= {400, 413, 422}
+    if route.parameters:
+        statuses.add(404)
+    return statuses
+
+
+def _schema(schema: Schema | None, refs: Mapping[Any, Any]) -> Any:
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return refs[schema]
+    return dict(schema or {})
+
+
+def _component_schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Every pydantic model the routes name, as components; {model: {"$ref": ...}}."""
+    models: list[type[BaseModel]] = [Error]
+    for route in routes:
+        for s in [*(r.schema for r in route.replies), *route.body.values()]:
+            if isinstance(s, type) and issubclass(s, BaseModel) and s not in models:
+                models.append(s)
+    keys, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
+    schemas: dict[str, Any] = top.get("$defs", {})
+    _describe_stream_config(schemas)
+    return {model: ref for (model, _), ref in keys.items()}, schemas
+
+
+def _describe_stream_config(schemas: dict[str, Any]) -> None:
+    """StreamConfig's JSON Schema as the API reads it: `source` may be a bare URL string
+    (its before-validator), URLs may not be blank, and `workflow` paths are strings."""
+    if StreamConfig.__name__ not in schemas:
+        return
+    props = schemas[StreamConfig.__name__]["properties"]
+    not_blank = r"\S"  # SourceConfig's url validator: not empty once stripped
+    props["source"] = {"anyOf": [
+        {"type": "string", "pattern": not_blank, "description": "short for {url: ...}"},
+        {"$ref": REF.format(model="SourceConfig")},
+    ]}  # fmt: skip
+    schemas["SourceConfig"]["properties"]["url"]["pattern"] = not_blank
+    for option in props["workflow"]["anyOf"]:
+        option.pop("format", None)  # "path" is no JSON Schema format
+
+
+def _version() -> str:
+    try:
+        return metadata.version("appliance")
+    except metadata.PackageNotFoundError:
+        return "0"

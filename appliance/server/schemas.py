@@ -1,0 +1,146 @@
+"""The API's bodies as pydantic models: requests are validated with them, and every
+answer's JSON Schema in /openapi.json is generated from them (docs/api.md has the prose)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.config import BatchingConfig
+
+# appliance.sources.StreamState's values (a test keeps the two equal).
+StateName = Literal["starting", "running", "reconnecting", "stopped", "failed"]
+
+WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunRequest(_Request):
+    """One image through a workflow."""
+
+    image: str = Field(description="the image file (JPEG, PNG, ...) as base64")
+    workflow: WorkflowRef
+    profile: bool = Field(False, description="add a Chrome trace of the run")
+
+
+class ValidateRequest(_Request):
+    workflow: WorkflowRef
+
+
+class ErrorDetail(BaseModel):
+    code: Literal[
+        "bad_request", "unauthorized", "not_found", "method_not_allowed", "conflict",
+        "payload_too_large", "unsupported_media_type", "invalid", "internal",
+    ]  # fmt: skip
+    message: str
+    details: list[str] = Field(description="every problem as `location: message`")
+
+
+class Error(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    ready: bool
+    models: list[str]
+    waiting: list[str] = Field(description="ids of streams still starting")
+
+
+class Latency(BaseModel):
+    p50: float | None
+    p99: float | None
+
+
+class Stream(BaseModel):
+    id: str
+    url: str = Field(description="the source URL, credentials masked")
+    state: StateName
+    workflow: str
+    fps: float
+    source_fps: float | None
+    frames_processed: int
+    frames_dropped: int
+    frames_failed: int
+    latency_ms: Latency = Field(description="frame age at the end of the workflow")
+    detections: int
+    reconnects: int
+    last_error: str | None
+    providers: dict[str, list[str]] = Field(description="model id -> ONNX Runtime providers")
+
+
+class Transition(BaseModel):
+    time: float = Field(description="Unix time, seconds")
+    state: StateName
+    reason: str
+
+
+class StreamDetail(Stream):
+    transitions: list[Transition]
+
+
+class StreamList(BaseModel):
+    streams: list[Stream]
+
+
+class Removed(BaseModel):
+    id: str
+    removed: Literal[True]
+    threads_joined: bool
+
+
+class Timings(BaseModel):
+    total: float
+    blocks: dict[str, float]
+
+
+class RunResult(BaseModel):
+    workflow: str
+    outputs: dict[str, Any]
+    image_size: list[int] = Field(min_length=2, max_length=2, description="[width, height]")
+    timings_ms: Timings
+    trace: dict[str, Any] = Field(
+        default_factory=dict, description="Chrome trace of the run, with `profile: true`"
+    )
+
+
+class Validated(BaseModel):
+    valid: Literal[True]
+    summary: str
+
+
+class Tensor(BaseModel):
+    name: str
+    shape: list[int | str | None]
+    dtype: str
+
+
+class Model(BaseModel):
+    id: str
+    path: str
+    decoder: str | None
+    labels: list[str]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    providers: list[str]
+    batching: BatchingConfig
+    batches: int
+    samples: int
+
+
+class ModelList(BaseModel):
+    models: list[Model]
+
+
+class Reloaded(BaseModel):
+    added: list[str]
+    removed: list[str]
+    restarted: list[str]
+    unchanged: list[str]

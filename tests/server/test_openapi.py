@@ -1,0 +1,84 @@
+"""/openapi.json describes exactly the routes that answer, and the live server keeps to
+it: schemathesis sends generated requests, valid and invalid, to every operation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, get_args
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi import checks
+
+from appliance.server.auth import AuthPolicy
+from appliance.server.openapi import build_openapi
+from appliance.server.routes import PROBES, ROUTES
+from appliance.server.schemas import StateName
+from appliance.sources import StreamState
+from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
+from tests.server.live import LiveServer
+
+SENT_CHECKS = [
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+    checks.negative_data_rejection,
+    checks.ignored_auth,
+]
+
+
+@pytest.fixture(scope="module")
+def server(module_server: LiveFactory) -> LiveServer:
+    return module_server(config_doc(demo_stream("fuzz-cam")))
+
+
+def operations(document: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
+
+
+def test_the_document_lists_exactly_the_served_routes(server: LiveServer) -> None:
+    document = server.get_json("/openapi.json")
+    assert document == DOCUMENT
+    assert document["openapi"] == "3.1.0"
+    app = server.app
+    assert app is not None
+    served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
+    assert served == operations(document)
+    for path, ops in document["paths"].items():
+        for method, op in ops.items():
+            assert op["responses"], (method, path)
+            secured = op["security"] == [{"bearer": []}]
+            assert secured == path.startswith("/v1/"), (method, path)  # probes open on loopback
+            if secured:
+                assert "401" in op["responses"]
+
+
+def test_the_docs_page_shows_every_operation(server: LiveServer) -> None:
+    reply = server.call("GET", "/docs", token=False)
+    assert reply.status == 200
+    assert reply.headers["content-type"].startswith("text/html")
+    page = reply.body.decode()
+    for method, path in operations(server.get_json("/openapi.json")):
+        assert f'<span class="method">{method}</span><code>{path}</code>' in page
+
+
+def test_state_names_match_the_runtime() -> None:
+    assert set(get_args(StateName)) == {s.value for s in StreamState}
+
+
+# Built as the server builds it, so tests can be generated at collection time (the
+# schemathesis fixture-based loader does not run on pytest 9); the first test checks
+# that the live server serves this very document.
+POLICY = AuthPolicy(token=TOKEN, probes_open=True, open_paths=PROBES)
+DOCUMENT = json.loads(json.dumps(build_openapi(ROUTES, POLICY)))
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+
+
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_the_server_keeps_to_its_document(case: schemathesis.Case[Any], server: LiveServer) -> None:
+    case.call_and_validate(
+        base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=SENT_CHECKS
+    )
