@@ -11,6 +11,7 @@ import json
 from typing import Any, TypeVar
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel
 
 from appliance.server.context import in_thread
@@ -83,8 +84,10 @@ async def read_form(request: web.Request, limit: int) -> dict[str, bytes]:
             if part.name in parts:
                 raise BadRequestError(f"multipart: part {part.name!r} given twice")
             parts[part.name] = await _read_part(part, limit, sum(map(len, parts.values())))
-    except (ValueError, AssertionError, RuntimeError) as exc:  # aiohttp's malformed-body errors
-        raise BadRequestError(f"malformed multipart body: {exc}") from None
+    except (ValueError, AssertionError, RuntimeError, HttpProcessingError) as exc:
+        # aiohttp's malformed-body errors: part headers that do not parse raise
+        # InvalidHeader (an HttpProcessingError), boundaries and framing ValueError.
+        raise BadRequestError(f"malformed multipart body: {_short(exc)}") from None
     return parts
 
 
@@ -96,3 +99,9 @@ async def _read_part(part: BodyPartReader, limit: int, used: int) -> bytes:
         if used + len(data) > limit:
             raise PayloadTooLargeError(limit)
     return bytes(data)
+
+
+def _short(exc: Exception) -> str:
+    """aiohttp's messages carry a status prefix and the raw bytes: keep one line."""
+    text = str(exc).replace("\n", " ").strip()
+    return text if len(text) <= 200 else text[:200] + "..."

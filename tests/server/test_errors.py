@@ -153,6 +153,15 @@ BAD_REQUESTS = {
         "workflow: required",
         FORM,
     ),
+    "form with a broken part header": Bad(  # found by schemathesis: was a 500
+        "POST",
+        RUN,
+        b"--0d37f771f3609e9baf6be26654101f5f\r\nTrue--0d37f771f3609e9baf6be26654101f5f--\r\n",
+        400,
+        "bad_request",
+        "malformed multipart body",
+        "multipart/form-data; boundary=0d37f771f3609e9baf6be26654101f5f",
+    ),
     "invalid workflow to validate": Bad(
         "POST",
         VALIDATE,

@@ -77,7 +77,9 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: CI sees the same examples every run (no flaky failures); explore with
+# random seeds locally by removing `derandomize` (that is how the multipart bug was found).
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_the_server_keeps_to_its_document(case: schemathesis.Case[Any], server: LiveServer) -> None:
     case.call_and_validate(
         base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, checks=SENT_CHECKS
