@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,8 @@ from pipelines.spec import read_workflow_file
 
 log = logging.getLogger("appliance.runtime")
 
+WORKFLOW_CACHE_SIZE = 256  # distinct compiled workflows kept for reuse
+
 
 class Runtime:
     def __init__(
@@ -48,7 +51,9 @@ class Runtime:
         self.fanout = Fanout()
         self.pool = ModelPool(self.metrics)
         self.streams: dict[str, Stream] = {}
-        self._workflows: dict[str, CompiledWorkflow] = {}  # by digest: compile once
+        # By digest: compile once. Bounded (least recently used out), since API calls may
+        # bring any number of inline workflows; running streams hold their own reference.
+        self._workflows: OrderedDict[str, CompiledWorkflow] = OrderedDict()
         self._max_frames = max_frames
         self._lock = threading.Lock()
         self.started_at = 0.0
@@ -92,6 +97,8 @@ class Runtime:
             digest = workflow_digest(spec)
             with self._lock:
                 cached = self._workflows.get(digest)
+                if cached is not None:
+                    self._workflows.move_to_end(digest)
             if cached is not None:
                 return cached
             for model_id, model in spec.models.items():
@@ -102,6 +109,8 @@ class Runtime:
             raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
         with self._lock:
             self._workflows[digest] = compiled
+            while len(self._workflows) > WORKFLOW_CACHE_SIZE:
+                self._workflows.popitem(last=False)
         return compiled
 
     def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
