@@ -7,7 +7,6 @@ frame interval. The model latency is measured first, alone, on the same input si
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -56,8 +55,6 @@ def config(clip: Path) -> Any:
                 "input_size": INPUT_SIZE,
                 "providers": ["cuda", "cpu"],  # the GPU where there is one
                 "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
-                # BENCH_SPIN=1 compares with ONNX Runtime's default thread spinning.
-                "session": {"allow_spinning": os.environ.get("BENCH_SPIN", "0") == "1"},
             }
         },
         "streams": [

@@ -46,8 +46,9 @@ class SessionSpec(_Strict):
     intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
     inter_op_threads: Annotated[int, Field(ge=0)] = 0
     graph_optimization: GraphOptimization = "all"
-    # Idle ORT threads sleep at once: decoders and other models share the cores here.
-    allow_spinning: bool = False
+    # ONNX Runtime's default: idle intra-op threads spin briefly before sleeping (lowest
+    # latency). False lets them sleep at once, for CPUs shared with other heavy work.
+    allow_spinning: bool = True
 
 
 class ModelSpec(_Strict):

@@ -48,9 +48,11 @@ class PyAVSource:
             raise SourceError("no video stream")
         self._container = container
         self._stream = container.streams.video[0]
-        # Frame threading delays output by one frame per thread: fine for files, not for
-        # cameras, where latency matters more than decode throughput.
-        self._stream.thread_type = "SLICE" if live else "AUTO"
+        # Slice threading only: frame threading delays output by one frame per thread
+        # (cameras want latency), and its extra threads compete with the model's threads
+        # for the cores; measured with bench/pipeline_efficiency.py on 2 cores, frame
+        # threading for files cut the appliance from 65 to 57 fps.
+        self._stream.thread_type = "SLICE"
         self._live = live
         self._label = label
         self._stall_timeout_s = stall_timeout_s
