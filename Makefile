@@ -38,7 +38,7 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench: install
-	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script --quick || exit 1; done
+	@for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache tests/.cache traces
