@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from appliance.config import AppConfig, parse_config
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:  # run as `python bench/NAME.py` from anywhere
@@ -39,3 +41,25 @@ def report(
         json.dumps({"metrics": metrics, "targets": targets, "met": met}, indent=2) + "\n"
     )
     print(f"wrote {out.relative_to(ROOT)}")
+
+
+def detect_stream_config(
+    model_id: str, model: dict[str, Any], stream_id: str, source: dict[str, Any]
+) -> AppConfig:
+    """One stream running one `detect` block; the model unbatched (one stream), on the
+    GPU where there is one."""
+    model = {
+        "providers": ["cuda", "cpu"],
+        "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
+        **model,
+    }
+    workflow = {
+        "name": model_id,
+        "blocks": [{"id": model_id, "type": "detect", "model": model_id}],
+        "outputs": {model_id: model_id},
+    }
+    doc = {
+        "models": {model_id: model},
+        "streams": [{"id": stream_id, "source": source, "workflow": workflow}],
+    }
+    return parse_config(doc, ROOT)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, parse_args, report
+from _common import ROOT, detect_stream_config, parse_args, report
 
-from appliance.config import parse_config
+from appliance.config import AppConfig
 from appliance.models import load_model
 from appliance.runtime import Runtime
 from pipelines.decoders import build_decoder
@@ -46,30 +46,10 @@ def make_clip(path: Path, seconds: int) -> None:
             container.mux(packet)
 
 
-def config(clip: Path) -> Any:
-    doc = {
-        "models": {
-            "faces": {
-                "path": str(MODEL),
-                "decoder": "centerface",
-                "input_size": INPUT_SIZE,
-                "providers": ["cuda", "cpu"],  # the GPU where there is one
-                "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
-            }
-        },
-        "streams": [
-            {
-                "id": "cam",
-                "source": {"url": str(clip), "pace": "realtime", "loop": True},
-                "workflow": {
-                    "name": "faces",
-                    "blocks": [{"id": "faces", "type": "detect", "model": "faces"}],
-                    "outputs": {"faces": "faces"},
-                },
-            }
-        ],
-    }
-    return parse_config(doc, ROOT)
+def config(clip: Path) -> AppConfig:
+    model = {"path": str(MODEL), "decoder": "centerface", "input_size": INPUT_SIZE}
+    source = {"url": str(clip), "pace": "realtime", "loop": True}
+    return detect_stream_config("faces", model, "cam", source)
 
 
 def model_latency_s(cfg: Any, image: np.ndarray, runs: int) -> float:

@@ -10,11 +10,10 @@ of a noisy shared machine cancels within a round. Target ≥ 0.95.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from _common import ROOT, parse_args, report
+from _common import ROOT, detect_stream_config, parse_args, report
 
-from appliance.config import parse_config
+from appliance.config import AppConfig
 from appliance.models import load_model
 from appliance.runtime import Runtime
 from pipelines.decoders import build_decoder
@@ -24,34 +23,14 @@ CLIP = ROOT / "configs" / "media" / "demo.mp4"
 MODEL = ROOT / "configs" / "models" / "person_ssdlite.onnx"
 
 
-def config(frames: int) -> Any:
-    doc = {
-        "models": {
-            "person": {
-                "path": str(MODEL),
-                "decoder": "tf_od",
-                "labels": ["person"],
-                "providers": ["cuda", "cpu"],  # the GPU where there is one
-                "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
-            }
-        },
-        "streams": [
-            {
-                "id": "bench",
-                "source": {"url": str(CLIP), "pace": "fast", "loop": True},
-                "workflow": {
-                    "name": "people",
-                    "blocks": [{"id": "people", "type": "detect", "model": "person"}],
-                    "outputs": {"people": "people"},
-                },
-            }
-        ],
-    }
-    return parse_config(doc, ROOT)
+def config() -> AppConfig:
+    model = {"path": str(MODEL), "decoder": "tf_od", "labels": ["person"]}
+    source = {"url": str(CLIP), "pace": "fast", "loop": True}
+    return detect_stream_config("person", model, "bench", source)
 
 
 def appliance_fps(frames: int) -> float:
-    runtime = Runtime(config(frames), max_frames=frames)
+    runtime = Runtime(config(), max_frames=frames)
     runtime.start()
     try:
         if not runtime.wait_done(timeout=600):
@@ -64,7 +43,7 @@ def appliance_fps(frames: int) -> float:
 def bare_fps(frames: int) -> float:
     import av
 
-    cfg = config(frames)
+    cfg = config()
     loaded = load_model("person", cfg.models["person"], cfg.resolve)
     decoder = build_decoder(loaded.info, DecodeOptions())
     run, names, inp = loaded.session.run, loaded.output_names, loaded.input_name
