@@ -68,8 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     from appliance.client_cli import add_client_commands
+    from appliance.profiling.model_cli import add_model_commands
+    from appliance.profiling.trace_cli import add_trace_commands
 
     add_client_commands(sub)  # streams list|add|remove|restart, status: over the HTTP API
+    add_trace_commands(sub)  # trace summarize|diff
+    add_model_commands(sub)  # model bench
 
     blocks = sub.add_parser("blocks", help="list the block types, plugins included")
     blocks.add_argument("--json", action="store_true")

@@ -91,11 +91,24 @@ class StreamConfig(_Strict):
         return {"url": v} if isinstance(v, str) else v
 
 
+class ProfilingConfig(_Strict):
+    """Continuous profiling: rolling Chrome traces and latency histograms."""
+
+    enabled: bool = True
+    dir: Path = Path("traces")  # relative to the config file; rolling/ goes inside
+    rotate_s: Annotated[float, Field(gt=0)] = 60.0
+    keep_files: Annotated[int, Field(ge=1)] = 60
+    keep_bytes: Annotated[int, Field(ge=1)] = 500 * 1024 * 1024
+    gzip: bool = False
+    sample_every_n_frames: Annotated[int, Field(ge=1)] = 1
+    buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
+
+
 class AppConfig(_Strict):
     server: ServerConfig = ServerConfig()
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     streams: list[StreamConfig] = Field(default_factory=list)
-    profiling: dict[str, Any] = Field(default_factory=dict)
+    profiling: ProfilingConfig = ProfilingConfig()
     sinks: dict[str, Any] = Field(default_factory=dict)
     base_dir: Path = Path(".")  # set by load_config: the config file's directory
 

@@ -65,6 +65,15 @@ class Metrics:
             "appliance_stream_reconnects", "Reconnect attempts of a live source.",
             ["stream"], registry=r,
         )  # fmt: skip
+        self.trace_files = Counter(
+            "appliance_trace_files_written", "Rolling trace files written.", registry=r
+        )
+        self.trace_errors = Counter(
+            "appliance_trace_write_errors", "Trace files that could not be written.", registry=r
+        )
+        self.window_active = Gauge(
+            "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
+        )
         self.source_fps = Gauge(
             "appliance_source_fps", "Frames per second decoded from the source.",
             ["stream"], registry=r,

@@ -23,6 +23,9 @@ from appliance.fanout import Fanout
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.profiling.hooks import StreamTrace
+from appliance.profiling.rolling import RollingWriter
+from appliance.profiling.tracer import Tracer
 from appliance.reload import ReloadPlan, plan_reload
 from appliance.streams import Stream
 from pipelines.blocks.base import BuildContext
@@ -47,9 +50,21 @@ class Runtime:
     ) -> None:
         self.config = config
         self.config_path = config_path  # re-read by reload()
-        self.metrics = Metrics()
+        prof = config.profiling
+        self.metrics = Metrics(*([prof.buckets] if prof.buckets else []))
+        self.tracer = Tracer(enabled=prof.enabled)
+        self.trace_writer = RollingWriter(
+            self.tracer,
+            config.resolve(prof.dir),
+            rotate_s=prof.rotate_s,
+            keep_files=prof.keep_files,
+            keep_bytes=prof.keep_bytes,
+            compress=prof.gzip,
+            written=self.metrics.trace_files,
+            errors=self.metrics.trace_errors,
+        )
         self.fanout = Fanout()
-        self.pool = ModelPool(self.metrics)
+        self.pool = ModelPool(self.metrics, self.tracer)
         self.streams: dict[str, Stream] = {}
         # By digest: compile once. Bounded (least recently used out), since API calls may
         # bring any number of inline workflows; running streams hold their own reference.
@@ -76,10 +91,12 @@ class Runtime:
             raise
 
     def start(self) -> None:
-        """Prepare, then start every stream."""
+        """Prepare, then start every stream (and the rolling trace writer)."""
         self.started_at = time.time()
         for cfg, workflow in self.prepare():
             self._start_stream(cfg, workflow)
+        if self.tracer.enabled:
+            self.trace_writer.start()
 
     def load_models(self) -> None:
         """Load the config's models (workflows may add their own when compiled)."""
@@ -125,6 +142,9 @@ class Runtime:
             StreamMetrics(self.metrics, cfg.id, blocks),
             self.config.resolve,
             max_frames=self._max_frames,
+            trace=StreamTrace(
+                self.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
+            ),
         )
         with self._lock:  # checked again here: the id may have been taken since
             if cfg.id in self.streams:
@@ -244,6 +264,7 @@ class Runtime:
         for t in stoppers:
             t.join(max(0.0, deadline - time.monotonic()))
         models_ok = self._stop_models(max(0.1, deadline - time.monotonic()))
+        models_ok = self.trace_writer.stop(max(0.1, deadline - time.monotonic())) and models_ok
         ok = models_ok and all(results.get(s.id, False) for s in streams)
         log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok

@@ -19,6 +19,7 @@ from typing import Any
 from appliance.config import StreamConfig
 from appliance.fanout import Fanout
 from appliance.metrics import StreamMetrics
+from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from appliance.stats import LatencyWindow, RateMeter
 from pipelines.executor import CompiledWorkflow
@@ -55,8 +56,10 @@ class Stream:
         *,
         max_frames: int | None = None,
         history: int = 50,
+        trace: StreamTrace | None = None,
     ) -> None:
         self.id = cfg.id
+        self._trace = trace  # the profiler's per-frame hook, on this worker thread
         self.cfg = cfg
         self.url = mask_url(cfg.source.url)
         self.workflow = workflow
@@ -127,7 +130,9 @@ class Stream:
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
         run = self.workflow.instantiate().run  # this stream's own block state
-        publish, observe = self._fanout.publish, self.metrics.observe
+        publish, observe, trace = self._fanout.publish, self.metrics.observe, self._trace
+        if trace is not None:
+            trace.bind()
         get, stop = self.slot.get, self._stop
         while not stop.is_set():
             frame = get(GET_TIMEOUT_S)
@@ -142,6 +147,8 @@ class Stream:
                 continue
             self._account(result)
             observe(result)
+            if trace is not None:
+                trace(result)
             publish(result)
             if self._max_frames is not None and self.rate.count >= self._max_frames:
                 self._grabber.stop(0)  # stop decoding; the worker ends here

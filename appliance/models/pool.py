@@ -15,6 +15,8 @@ from typing import Any
 from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.session import ModelLoadError, load_model
+from appliance.profiling.hooks import trace_batch
+from appliance.profiling.tracer import Tracer
 from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec
 
@@ -24,8 +26,9 @@ class ModelConflictError(ModelLoadError):
 
 
 class ModelPool:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, tracer: Tracer | None = None) -> None:
         self._metrics = metrics
+        self._tracer = tracer
         self._batchers: dict[str, ModelBatcher] = {}
         self._specs: dict[str, tuple[ModelSpec, str]] = {}  # id -> (resolved spec, where)
         self._lock = threading.Lock()
@@ -67,8 +70,11 @@ class ModelPool:
         run = self._metrics.model_inference.labels(model_id)
         queue = self._metrics.model_queue.labels(model_id)
         size = self._metrics.model_batch_size.labels(model_id)
+        tracer = self._tracer
 
         def observe(rec: BatchRecord) -> None:
+            if tracer is not None:
+                trace_batch(tracer, rec)
             run.observe(rec.run_s)
             size.observe(rec.batch_size)
             for wait in rec.queue_wait_s:

@@ -81,7 +81,7 @@ def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path])
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
     requested = requested_providers(cfg.providers)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
-    session, first_error = _open_session(model_id, path, _session_options(cfg.session), requested)
+    session, first_error = _open_session(model_id, path, session_options(cfg.session), requested)
     obtained = tuple(session.get_providers())
     _report_providers(model_id, cfg.providers[0], obtained, first_error)
     inputs = tuple(_tensor_info(a) for a in session.get_inputs())
@@ -112,7 +112,7 @@ def requested_providers(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(PROVIDERS[n] for n in names), PROVIDERS["cpu"]]))
 
 
-def _session_options(cfg: SessionConfig) -> ort.SessionOptions:
+def session_options(cfg: SessionConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = _ORT_ERROR
     options.intra_op_num_threads = cfg.intra_op_threads  # 0: ORT picks (one per core)

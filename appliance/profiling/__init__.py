@@ -5,7 +5,7 @@ Trace conventions (Chrome Trace Event Format, `{"traceEvents": [...], "displayTi
 
 | event | ph | cat | name | args |
 |---|---|---|---|---|
-| a workflow run | X | workflow | `workflow.run` | stream, workflow, seq, age_ms (capture -> result) |
+| a workflow run | X | workflow | `workflow.run` | stream, workflow, seq, age_ms (capture->result) |
 | a block run | X | block | the block id | stream, type |
 | a sample's wait for its batch | X | queue | `queue.wait` | model, stream |
 | a model batch | X | model | `session.run` | model, batch_size, streams |

@@ -1,0 +1,115 @@
+"""`appliance model bench MODEL`: time one ONNX model at a fixed input shape.
+
+Exit codes: 0 ok; 1 the model cannot be loaded (missing file, not ONNX); 2 usage, including
+a shape or batch the model cannot take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from appliance.models.session import PROVIDERS, ModelLoadError
+from appliance.profiling.model_bench import BenchError, BenchResult, bench_model, parse_shape
+
+EXIT_LOAD_ERROR = 1
+EXIT_USAGE = 2
+
+
+def add_model_commands(sub: Any) -> None:
+    """Register `model bench` on the `appliance` parser's subparsers."""
+    model = sub.add_parser("model", help="benchmark ONNX models")
+    actions = model.add_subparsers(required=True, metavar="ACTION")
+    bench = actions.add_parser(
+        "bench", help="latency and throughput of one model at a fixed input shape"
+    )
+    bench.add_argument("model", type=Path, metavar="MODEL", help="an .onnx file")
+    bench.add_argument(
+        "--batch", type=_positive(int), help="batch size (default: the model's fixed one, or 1)"
+    )
+    bench.add_argument(
+        "--shape",
+        type=_shape,
+        metavar="DIMS",
+        help="input shape, with the batch (1,300,300,3) or without it (300x300x3); "
+        "needed when the model leaves dims unknown",
+    )
+    bench.add_argument(
+        "--duration", type=_positive(float), default=10.0, help="seconds to measure (10)"
+    )
+    bench.add_argument("--provider", choices=list(PROVIDERS), default="cuda", help="(cuda)")
+    bench.add_argument(
+        "--warmup", type=_at_least_zero, default=20, help="unmeasured runs first (20)"
+    )
+    bench.add_argument(
+        "--threads", type=_at_least_zero, default=0, help="intra-op threads (0: ORT's choice)"
+    )
+    bench.add_argument("--profile", type=Path, metavar="FILE", help="write a trace of the runs")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        result = bench_model(
+            args.model,
+            batch=args.batch,
+            shape=args.shape,
+            duration_s=args.duration,
+            provider=args.provider,
+            warmup=args.warmup,
+            threads=args.threads,
+            profile_path=args.profile,
+        )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LOAD_ERROR
+    except BenchError as exc:
+        print(f"error: {args.model}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(result.to_dict()) if args.json else format_result(result))
+    return 0
+
+
+def format_result(r: BenchResult) -> str:
+    """The human-readable report, one fact per line."""
+    lines = [
+        f"model       {r.model}",
+        f"providers   {', '.join(r.providers)} (asked: {', '.join(r.requested_providers)})",
+        f"input       {r.input_name} {r.dtype} [{', '.join(map(str, r.shape))}]",
+        f"runs        {r.runs} in {r.duration_s:.2f} s, after {r.warmup} warm-up",
+        f"latency ms  mean {r.mean_ms:.2f}  p50 {r.p50_ms:.2f}  p90 {r.p90_ms:.2f}  "
+        f"p99 {r.p99_ms:.2f}",
+        f"throughput  {r.runs_per_s:.2f} runs/s, {r.samples_per_s:.2f} samples/s",
+    ]
+    if r.profile:
+        lines.append(f"profile     {r.profile}")
+    return "\n".join(lines)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        return parse_shape(text)
+    except BenchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def convert(text: str) -> int | float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in "invalid int value"
+    return convert
+
+
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more")
+    return value
