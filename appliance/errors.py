@@ -30,3 +30,30 @@ class StreamExistsError(ApplianceError):
 
 class ReloadError(ApplianceError):
     """A config reload that cannot be applied while running (nothing was changed)."""
+
+
+class WindowBusyError(ApplianceError):
+    """A profiling window is already running (one at a time)."""
+
+    def __init__(self, running_id: str) -> None:
+        super().__init__(f"a profiling window is already running: {running_id}")
+        self.running_id = running_id
+
+
+class UnknownWindowError(ApplianceError, KeyError):
+    """No profiling window has this id."""
+
+    def __init__(self, window_id: str) -> None:
+        super().__init__(f"unknown profiling window {window_id!r}")
+        self.window_id = window_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class WindowRequestError(ApplianceError, ValueError):
+    """A profiling window request that cannot be run (duration, unknown streams)."""
+
+
+class WindowNotReadyError(ApplianceError):
+    """The window's trace is not there (yet): it is still running, or it failed."""
