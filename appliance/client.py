@@ -117,6 +117,18 @@ class ReloadResult(TypedDict):
     unchanged: list[str]
 
 
+class ProfilingWindow(TypedDict):
+    """An on-demand profiling window's status; `error` only when it `failed`."""
+
+    id: str
+    state: str  # running, done, failed
+    trace: str  # the trace's path on the appliance, once done
+    duration_s: NotRequired[float]
+    streams: NotRequired[list[str] | None]
+    ort_operators: NotRequired[bool]
+    error: NotRequired[str]
+
+
 class ApplianceClientError(Exception):
     """Base of the client's failures."""
 
@@ -210,6 +222,30 @@ class ApplianceClient:
         """Re-read the config file and apply it; 422 or 409 when it cannot be applied."""
         return cast(ReloadResult, self._json("POST", "/v1/config/reload"))
 
+    def start_profiling(
+        self,
+        duration_s: float,
+        streams: Collection[str] | None = None,
+        ort_operators: bool = False,
+    ) -> ProfilingWindow:
+        """Start a profiling window of `duration_s` seconds over `streams` (all by
+        default), with ONNX Runtime's operator events if `ort_operators`; it runs on the
+        appliance. 409 while another runs (its id in `details`), 422 for a duration out of
+        range or an unknown stream."""
+        body: dict[str, Any] = {"duration_s": duration_s, "ort_operators": ort_operators}
+        if streams is not None:
+            body["streams"] = list(streams)
+        return cast(ProfilingWindow, self._json("POST", "/v1/profiling", body))
+
+    def profiling_window(self, window_id: str) -> ProfilingWindow:
+        """A window's status: `running`, `done` or `failed` (with `error`); 404 if unknown."""
+        return cast(ProfilingWindow, self._json("GET", _window_path(window_id)))
+
+    def profiling_trace(self, window_id: str) -> dict[str, Any]:
+        """A finished window's Chrome trace (`traceEvents`, ...); 409 while it runs or if
+        it failed, 404 if unknown."""
+        return cast(dict[str, Any], self._json("GET", _window_path(window_id) + "/trace"))
+
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI 3.1 document of the API."""
         return cast(dict[str, Any], self._json("GET", "/openapi.json"))
@@ -246,6 +282,10 @@ class ApplianceClient:
 
 def _stream_path(stream_id: str) -> str:
     return "/v1/streams/" + urllib.parse.quote(stream_id, safe="")
+
+
+def _window_path(window_id: str) -> str:
+    return "/v1/profiling/" + urllib.parse.quote(window_id, safe="")
 
 
 def _workflow_json(workflow: str | Mapping[str, Any]) -> str | dict[str, Any]:

@@ -1,8 +1,9 @@
 """CLI subcommands that talk to a running appliance through `ApplianceClient`.
 
-`appliance streams list|add|remove|restart` and `appliance status`. Exit codes: 0 ok;
-1 the API refused (`error: <status> <code>: <message>` and the details on stderr);
-2 usage; 4 the appliance cannot be reached (the URL is printed).
+`appliance streams list|add|remove|restart`, `appliance status` and `appliance profile`.
+Exit codes: 0 ok; 1 the API refused (`error: <status> <code>: <message>` and the details
+on stderr), or a profiling window failed or did not end in time; 2 usage; 4 the appliance
+cannot be reached (the URL is printed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from appliance.client import (
     ApplianceClient,
     ApplianceConnectionError,
     Model,
+    ProfilingWindow,
     Stream,
 )
 
@@ -31,6 +34,8 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 EXIT_API_ERROR = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 4
+POLL_S = 0.5  # between looks at a profiling window's state
+WINDOW_SLACK_S = 60.0  # past its duration, how long a window may take to end
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -69,6 +74,19 @@ def add_client_commands(sub: Any) -> None:
     status = sub.add_parser("status", parents=[common], help="health, readiness, streams, models")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_guarded(cmd_status))
+
+    profile = sub.add_parser(
+        "profile", parents=[common], help="record an on-demand profiling window, save its trace"
+    )
+    profile.add_argument("--duration", type=float, required=True, help="seconds")
+    profile.add_argument("--streams", help="comma-separated stream ids (default: all)")
+    profile.add_argument(
+        "--ort-operators", action="store_true", help="add ONNX Runtime's per-operator events"
+    )
+    profile.add_argument(
+        "-o", "--output", type=Path, required=True, help="where to write the Chrome trace"
+    )
+    profile.set_defaults(func=_guarded(cmd_profile))
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -223,3 +241,35 @@ def _print_models(models: Sequence[Model]) -> None:
     for m in models:
         providers = ", ".join(m["providers"]) or "-"
         print(f"  {m['id']}: {m['decoder']}, {providers}, {m['batches']} batch(es)")
+
+
+# -- profile ----------------------------------------------------------------------------
+def cmd_profile(args: argparse.Namespace) -> int:
+    streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None
+    client = _client(args)
+    window = client.start_profiling(args.duration, streams, args.ort_operators)
+    print(f"profiling window {window['id']}: {args.duration:g} s", file=sys.stderr)
+    window = _wait_window(client, window, args.duration + WINDOW_SLACK_S)
+    if window["state"] == "failed":
+        print(f"error: window {window['id']} failed: {window.get('error', '?')}", file=sys.stderr)
+        return EXIT_API_ERROR
+    if window["state"] != "done":
+        print(f"error: window {window['id']} still {window['state']} after "
+              f"{args.duration + WINDOW_SLACK_S:g} s", file=sys.stderr)  # fmt: skip
+        return EXIT_API_ERROR
+    trace = client.profiling_trace(window["id"])
+    args.output.write_text(json.dumps(trace), encoding="utf-8")
+    events = len(trace.get("traceEvents", ()))
+    print(f"wrote {args.output} ({events} events)")
+    return 0
+
+
+def _wait_window(
+    client: ApplianceClient, window: ProfilingWindow, timeout_s: float
+) -> ProfilingWindow:
+    """Poll the window every POLL_S until it is done or failed, or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while window["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        window = client.profiling_window(window["id"])
+    return window

@@ -101,6 +101,7 @@ class ProfilingConfig(_Strict):
     keep_bytes: Annotated[int, Field(ge=1)] = 500 * 1024 * 1024
     gzip: bool = False
     sample_every_n_frames: Annotated[int, Field(ge=1)] = 1
+    max_window_s: Annotated[float, Field(gt=0)] = 300.0  # longest on-demand window
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
 
 

@@ -26,6 +26,7 @@ from appliance.models.pool import ModelPool
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
+from appliance.profiling.windows import ProfilingWindows
 from appliance.reload import ReloadPlan, plan_reload
 from appliance.streams import Stream
 from pipelines.blocks.base import BuildContext
@@ -65,6 +66,15 @@ class Runtime:
         )
         self.fanout = Fanout()
         self.pool = ModelPool(self.metrics, self.tracer)
+        self.windows = ProfilingWindows(
+            self.tracer,
+            self.trace_writer,
+            self.pool,
+            lambda: list(self.streams),
+            config.resolve(prof.dir),
+            prof.max_window_s,
+            self.metrics.window_active,
+        )
         self.streams: dict[str, Stream] = {}
         # By digest: compile once. Bounded (least recently used out), since API calls may
         # bring any number of inline workflows; running streams hold their own reference.
@@ -252,6 +262,7 @@ class Runtime:
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop streams (in parallel), then models; True when every thread ended."""
         deadline = time.monotonic() + timeout
+        self.windows.stop()
         streams = list(self.streams.values())
         results: dict[str, bool] = {}
         stoppers = [

@@ -22,6 +22,7 @@ from time import perf_counter
 from types import TracebackType
 
 import numpy as np
+import onnxruntime as ort
 
 from appliance.config import BatchingConfig
 from appliance.models.session import LoadedModel, describe_ort_error
@@ -70,6 +71,8 @@ class ModelBatcher:
     ) -> None:
         self.on_batch = on_batch
         self._model = model
+        self._session = model.session  # swapped for a profiled one during a window
+        self._run_lock = threading.Lock()  # a swap waits for the batch in flight
         self._batching = batching
         self._max_batch = batching.max_batch_size
         self._delay_s = batching.max_queue_delay_ms / 1000.0
@@ -89,6 +92,17 @@ class ModelBatcher:
     @property
     def batching(self) -> BatchingConfig:
         return self._batching
+
+    @property
+    def model(self) -> LoadedModel:
+        return self._model
+
+    def swap_session(self, session: ort.InferenceSession) -> ort.InferenceSession:
+        """Run later batches on `session` (same model, e.g. with ORT's profiler on);
+        returns the one it replaces, once no batch runs on it any more."""
+        with self._run_lock:
+            old, self._session = self._session, session
+        return old
 
     @property
     def batches(self) -> int:
@@ -208,7 +222,8 @@ class ModelBatcher:
         try:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
-            outputs = model.session.run(model.output_names, {model.input_name: batch})
+            with self._run_lock:
+                outputs = self._session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             self._record(items, run_start, perf_counter() - run_start, ok=False)
             error = ModelRunError(f"model {model.id!r}: {describe_ort_error(exc)}")

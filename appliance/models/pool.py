@@ -18,7 +18,7 @@ from appliance.models.session import ModelLoadError, load_model
 from appliance.profiling.hooks import trace_batch
 from appliance.profiling.tracer import Tracer
 from pipelines.models import TensorInfo
-from pipelines.spec import ModelSpec
+from pipelines.spec import ModelSpec, SessionSpec
 
 
 class ModelConflictError(ModelLoadError):
@@ -56,6 +56,10 @@ class ModelPool:
             self._batchers[model_id] = batcher
             self._specs[model_id] = (resolved, where)
             return batcher
+
+    def session_spec(self, model_id: str) -> SessionSpec:
+        """The session options a loaded model was created with."""
+        return self._specs[model_id][0].session
 
     def describe(self) -> list[dict[str, Any]]:
         """What `GET /v1/models` answers: interface, providers, batching, counters."""

@@ -11,6 +11,7 @@ import gzip
 import json
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ class RollingWriter:
         self._written = written
         self._errors = errors
         self.last_error: str | None = None
+        # Called with each window's events before they are written (profiling windows).
+        self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+        self._rotate_lock = threading.Lock()  # one drain at a time: no event taken twice
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
 
@@ -65,7 +69,13 @@ class RollingWriter:
 
     def rotate(self) -> Path | None:
         """Write the current window as one trace file; None when nothing was written."""
-        events = self._tracer.drain()
+        with self._rotate_lock:
+            events = self._tracer.drain()
+            for listener in list(self.listeners):
+                listener(events)
+            return self._write_window(events)
+
+    def _write_window(self, events: list[dict[str, Any]]) -> Path | None:
         if not any(e["ph"] != "M" for e in events):
             return None
         name = datetime.now(UTC).strftime("trace-%Y%m%dT%H%M%S.%fZ.json")

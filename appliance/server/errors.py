@@ -16,7 +16,15 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from appliance.config import ConfigError
-from appliance.errors import ReloadError, StreamExistsError, UnknownStreamError
+from appliance.errors import (
+    ReloadError,
+    StreamExistsError,
+    UnknownStreamError,
+    UnknownWindowError,
+    WindowBusyError,
+    WindowNotReadyError,
+    WindowRequestError,
+)
 from appliance.models.session import ModelLoadError
 from appliance.oneshot import ImageDecodeError
 from pipelines.errors import WorkflowError, format_location, pydantic_message
@@ -87,6 +95,10 @@ _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (UnknownStreamError, 404),
     (StreamExistsError, 409),
     (ReloadError, 409),
+    (UnknownWindowError, 404),
+    (WindowBusyError, 409),
+    (WindowNotReadyError, 409),
+    (WindowRequestError, 422),
     (ConfigError, 422),
     (WorkflowError, 422),
     (ModelLoadError, 422),
@@ -111,6 +123,8 @@ def details_of(exc: Exception, status: int) -> list[str]:
         return list(exc.problems)
     if isinstance(exc, ValidationError):
         return [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
+    if isinstance(exc, WindowBusyError):
+        return [exc.running_id]  # the window to wait for
     return [_headline(exc)] if status == 422 else []
 
 

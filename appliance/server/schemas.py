@@ -31,6 +31,16 @@ class ValidateRequest(_Request):
     workflow: WorkflowRef
 
 
+class ProfilingRequest(_Request):
+    """One on-demand profiling window."""
+
+    duration_s: float = Field(
+        gt=0, allow_inf_nan=False, description="seconds, at most profiling.max_window_s"
+    )
+    streams: list[str] | None = Field(None, description="stream ids to trace; all by default")
+    ort_operators: bool = Field(False, description="add ONNX Runtime's per-operator events")
+
+
 class ErrorDetail(BaseModel):
     code: Literal[
         "bad_request", "unauthorized", "not_found", "method_not_allowed", "conflict",
@@ -144,3 +154,28 @@ class Reloaded(BaseModel):
     removed: list[str]
     restarted: list[str]
     unchanged: list[str]
+
+
+WindowState = Literal["running", "done", "failed"]
+
+
+class ProfilingWindow(BaseModel):
+    """A profiling window's status."""
+
+    id: str
+    state: WindowState
+    trace: str = Field(description="where its trace is, once done: /v1/profiling/{id}/trace")
+    duration_s: float | None = None
+    streams: list[str] | None = Field(None, description="the stream ids traced; null: all")
+    ort_operators: bool | None = None
+    error: str | None = Field(None, description="why it failed (state `failed`)")
+
+
+# A Chrome trace (appliance.profiling's conventions), as a literal JSON Schema: its events
+# are ORT's and the tracer's, not one model.
+CHROME_TRACE: dict[str, Any] = {
+    "type": "object",
+    "required": ["traceEvents"],
+    "properties": {"traceEvents": {"type": "array", "items": {"type": "object"}}},
+    "description": "Chrome Trace Event Format (chrome://tracing, Perfetto)",
+}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.server.routes import config, meta, models, probes, streams, workflows
+from appliance.server.routes import config, meta, models, probes, profiling, streams, workflows
 from appliance.server.routing import Route
 
 ROUTES: tuple[Route, ...] = (
@@ -12,6 +12,7 @@ ROUTES: tuple[Route, ...] = (
     *workflows.ROUTES,
     *models.ROUTES,
     *config.ROUTES,
+    *profiling.ROUTES,
 )
 
 # Paths the auth policy may open without a token (`server.open_probes`).

@@ -1,0 +1,241 @@
+"""On-demand profiling windows: everything the tracer records for `duration_s`, plus, with
+`ort_operators`, ONNX Runtime's per-operator timings on the same timeline.
+
+ORT can only profile a session created with profiling on, and ends a session's profile
+once; this ORT's RunOptions has no per-run profiling. So for the window each model's
+batcher is switched to a second, profiled session of the same model on the same
+providers (as `appliance model bench --profile` does), and switched back at the end, when
+that session's profile is read. Operator events are put on the model's batcher track,
+inside the `session.run` span that ran them. One window at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Gauge
+
+from appliance.errors import (
+    UnknownWindowError,
+    WindowBusyError,
+    WindowNotReadyError,
+    WindowRequestError,
+)
+from appliance.models.batcher import ModelBatcher
+from appliance.models.pool import ModelPool
+from appliance.profiling.rolling import RollingWriter
+from appliance.profiling.tracer import Tracer
+
+log = logging.getLogger("appliance.profiling")
+SLACK_US = 500  # ORT's clock vs ours: an operator this close to a span is taken as inside
+
+
+@dataclass
+class Window:
+    id: str
+    duration_s: float
+    streams: list[str] | None
+    ort_operators: bool
+    state: str = "running"
+    error: str | None = None
+    path: Path | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        out = {"id": self.id, "state": self.state, "duration_s": self.duration_s,
+               "streams": self.streams, "ort_operators": self.ort_operators,
+               "trace": f"/v1/profiling/{self.id}/trace"}  # fmt: skip
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class ProfilingWindows:
+    def __init__(
+        self,
+        tracer: Tracer,
+        writer: RollingWriter,
+        pool: ModelPool,
+        stream_ids: Callable[[], Iterable[str]],
+        directory: Path,
+        max_window_s: float,
+        active: Gauge,
+    ) -> None:
+        self._tracer, self._writer, self._pool = tracer, writer, pool
+        self._stream_ids = stream_ids
+        self.directory = directory
+        self._max_s = max_window_s
+        self._active = active
+        self._windows: dict[str, Window] = {}
+        self._running: Window | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def start(
+        self, duration_s: float, streams: list[str] | None, ort_operators: bool
+    ) -> dict[str, Any]:
+        """Start a window now; it runs on its own thread. WindowBusyError if one runs."""
+        if not 0 < duration_s <= self._max_s:
+            raise WindowRequestError(
+                f"duration_s: must be > 0 and <= {self._max_s:g} (profiling.max_window_s), "
+                f"got {duration_s:g}"
+            )
+        unknown = sorted(set(streams or ()) - set(self._stream_ids()))
+        if unknown:
+            raise WindowRequestError(f"streams: unknown stream(s) {unknown}")
+        if not self._tracer.enabled:
+            raise WindowRequestError("profiling is disabled (profiling.enabled: false)")
+        with self._lock:
+            if self._running is not None:
+                raise WindowBusyError(self._running.id)
+            window = Window(uuid.uuid4().hex[:12], duration_s, streams, ort_operators)
+            self._running = self._windows[window.id] = window
+        threading.Thread(target=self._run, args=(window,), name=f"profile:{window.id}",
+                         daemon=True).start()  # fmt: skip
+        return window.status()
+
+    def get(self, window_id: str) -> dict[str, Any]:
+        return self._window(window_id).status()
+
+    def trace_path(self, window_id: str) -> Path:
+        window = self._window(window_id)
+        if window.state != "done" or window.path is None:
+            reason = window.error or "still running"
+            raise WindowNotReadyError(f"window {window_id} has no trace: {reason}")
+        return window.path
+
+    def stop(self) -> None:
+        """End a running window early (shutdown): it writes what it has."""
+        self._stop.set()
+
+    def _window(self, window_id: str) -> Window:
+        window = self._windows.get(window_id)
+        if window is None:
+            raise UnknownWindowError(window_id)
+        return window
+
+    # -- the window's thread ---------------------------------------------------------
+    def _run(self, window: Window) -> None:
+        self._active.set(1)
+        swapped: list[tuple[ModelBatcher, Any, Any, Path]] = []
+        listener = window.events.extend
+        try:
+            if window.ort_operators:
+                swapped = self._profile_models()
+            self._writer.listeners.append(listener)
+            t0 = time.perf_counter()
+            self._stop.wait(window.duration_s)
+            t1 = time.perf_counter()
+            self._writer.rotate()  # hands this window's last events to the listener
+            ops = self._restore(swapped)
+            swapped = []
+            window.path = self._write(window, t0, t1, ops)
+            window.state = "done"
+        except Exception as exc:  # a failed window is reported, never raised
+            window.state, window.error = "failed", f"{type(exc).__name__}: {exc}"
+            log.exception("profiling window %s failed", window.id)
+        finally:
+            if listener in self._writer.listeners:
+                self._writer.listeners.remove(listener)
+            self._restore(swapped)
+            window.events = []
+            with self._lock:
+                self._running = None
+            self._active.set(0)
+
+    def _profile_models(self) -> list[tuple[ModelBatcher, Any, Any, Path]]:
+        import onnxruntime as ort
+
+        from appliance.models.session import session_options
+
+        swapped = []
+        for model_id, batcher in list(self._pool.handles.items()):
+            model = batcher.model
+            tmp = Path(tempfile.mkdtemp(prefix="ort-window-"))
+            options = session_options(self._pool.session_spec(model_id))
+            options.enable_profiling = True
+            options.profile_file_prefix = str(tmp / "ort")
+            session = ort.InferenceSession(
+                model.info.path, options, providers=list(model.info.providers)
+            )
+            swapped.append((batcher, batcher.swap_session(session), session, tmp))
+        return swapped
+
+    def _restore(self, swapped: list[tuple[ModelBatcher, Any, Any, Path]]) -> list[dict[str, Any]]:
+        """Switch the batchers back; ORT's operator events of the profiled sessions."""
+        ops: list[dict[str, Any]] = []
+        for batcher, original, profiled, tmp in swapped:
+            batcher.swap_session(original)  # returns once no batch runs on `profiled`
+            ort_file = Path(profiled.end_profiling())
+            start_us = profiled.get_profiling_start_time_ns() // 1000
+            for e in json.loads(ort_file.read_text(encoding="utf-8")):
+                if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+                    ops.append({**e, "ts": start_us + int(e["ts"]), "dur": int(e.get("dur", 0)),
+                                "model": batcher.info.id})  # fmt: skip
+            ort_file.unlink(missing_ok=True)
+            tmp.rmdir()
+        return ops
+
+    def _write(self, window: Window, t0: float, t1: float, ops: list[dict[str, Any]]) -> Path:
+        lo, hi = (int(t * 1e6 + self._tracer.anchor_us) for t in (t0, t1))
+        meta = {(e["name"], e["tid"]): e for e in window.events if e["ph"] == "M"}  # one each
+        keep = [
+            *meta.values(),
+            *(e for e in window.events if e["ph"] != "M" and lo <= e["ts"] <= hi),
+        ]
+        if window.streams:
+            keep = [e for e in keep if _for_streams(e, set(window.streams))]
+        keep.extend(_place_operators(ops, keep, self._tracer.pid))
+        other = {
+            "source": "appliance profiling window",
+            "window": window.id,
+            "duration_s": window.duration_s,
+            "ort_operators": window.ort_operators,
+        }
+        doc = {"traceEvents": keep, "displayTimeUnit": "ms", "otherData": other}
+        path = self.directory / "windows" / f"window-{window.id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
+        return path
+
+
+def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
+    if event["ph"] in ("M", "C"):
+        return True
+    args = event.get("args") or {}
+    if "stream" in args:
+        return args["stream"] in streams
+    return bool(streams.intersection(args.get("streams", ())))
+
+
+def _place_operators(
+    ops: list[dict[str, Any]], events: list[dict[str, Any]], pid: int
+) -> list[dict[str, Any]]:
+    """Each operator onto the track of the `session.run` span of its model that contains
+    it (within SLACK_US), clamped inside that span so nesting holds; others are dropped
+    (runs of requests outside the window)."""
+    spans: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("name") == "session.run":
+            spans.setdefault(e["args"]["model"], []).append(e)
+    placed = []
+    for op in ops:
+        for span in spans.get(op["model"], ()):
+            start, end = span["ts"], span["ts"] + span["dur"]
+            if start - SLACK_US <= op["ts"] and op["ts"] + op["dur"] <= end + SLACK_US:
+                ts = min(max(op["ts"], start), end)
+                dur = max(0, min(op["dur"], end - ts))
+                args = dict(op.get("args") or {})
+                placed.append({"name": op["name"], "cat": "Node", "ph": "X", "pid": pid,
+                               "tid": span["tid"], "ts": ts, "dur": dur, "args": args})  # fmt: skip
+                break
+    return placed

@@ -1,0 +1,91 @@
+"""On-demand profiling windows through the real runtime: a window's trace holds what ran
+during it, and with ort_operators ONNX Runtime's operators inside their session.run."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import parse_config
+from appliance.errors import (
+    UnknownWindowError,
+    WindowBusyError,
+    WindowNotReadyError,
+    WindowRequestError,
+)
+from appliance.runtime import Runtime
+from tests.support import tracecheck
+from tests.support.appliance import DEMO_CLIP, person_model
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Any:
+    doc = {
+        "profiling": {"dir": "traces", "rotate_s": 600, "max_window_s": 5},
+        "models": {"person": person_model()},
+        "streams": [
+            {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime", "loop": True},
+             "workflow": {"name": "people",
+                          "blocks": [{"id": "people", "type": "detect", "model": "person"}],
+                          "outputs": {"people": "people"}}}
+            for s in ("a", "b")
+        ],
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path))
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+def wait_done(rt: Runtime, window_id: str) -> dict[str, Any]:
+    done = threading.Event()
+    for _ in range(200):
+        status = rt.windows.get(window_id)
+        if status["state"] != "running":
+            return status
+        done.wait(0.05)
+    raise AssertionError("window did not end")
+
+
+def test_a_window_with_operators(runtime: Runtime) -> None:
+    status = runtime.windows.start(1.0, ["a"], ort_operators=True)
+    assert status["state"] == "running"
+    with pytest.raises(WindowBusyError) as busy:
+        runtime.windows.start(1.0, None, False)
+    assert busy.value.running_id == status["id"]
+    with pytest.raises(WindowNotReadyError):
+        runtime.windows.trace_path(status["id"])
+    assert wait_done(runtime, status["id"])["state"] == "done"
+    path = runtime.windows.trace_path(status["id"])
+    assert path.parent.name == "windows"
+    doc = tracecheck.load(path)
+    tracecheck.check(doc)  # operators nest inside their session.run spans
+    events = doc["traceEvents"]
+    runs = [e for e in events if e["name"] == "workflow.run"]
+    assert runs and {e["args"]["stream"] for e in runs} == {"a"}  # only the asked stream
+    spans = [e for e in events if e["name"] == "session.run"]
+    ops = [e for e in events if e.get("cat") == "Node"]
+    assert spans and ops
+    for op in ops:
+        assert any(s["tid"] == op["tid"] and s["ts"] <= op["ts"] and
+                   op["ts"] + op["dur"] <= s["ts"] + s["dur"] for s in spans), op  # fmt: skip
+        assert op["args"]["op_name"]
+    # The batcher is back on its own session: later frames still run.
+    processed = runtime.streams["a"].rate.count
+    threading.Event().wait(0.5)
+    assert runtime.streams["a"].rate.count > processed
+
+
+def test_bad_window_requests(runtime: Runtime) -> None:
+    for duration in (0, -1, 6):
+        with pytest.raises(WindowRequestError, match="duration_s"):
+            runtime.windows.start(duration, None, False)
+    with pytest.raises(WindowRequestError, match="unknown stream"):
+        runtime.windows.start(1, ["nope"], False)
+    with pytest.raises(UnknownWindowError):
+        runtime.windows.get("nope")
+    json.dumps(runtime.windows.start(0.2, None, False))  # JSON-ready status
