@@ -20,7 +20,7 @@ REF = "#/components/schemas/{model}"
 ERRORS = {
     400: "malformed JSON, a body that is not an object, an undecodable image",
     401: "missing or wrong bearer token",
-    404: "unknown stream id",
+    404: "unknown stream or profiling window id",
     409: "conflict with the running state; nothing was changed",
     413: "body over server.max_body_bytes",
     415: "neither JSON nor multipart/form-data",
