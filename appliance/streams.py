@@ -72,6 +72,8 @@ class Stream:
         self.last_error: str | None = None
         self.slot = slot_for(cfg.source)
         self._grabber = Grabber(cfg.id, cfg.source, self.slot, self._on_state, resolve_path)
+        if trace is not None:
+            self._grabber.on_grabbed = trace.grabbed
         self._stop = threading.Event()
         self.done = threading.Event()  # set when the worker has ended
         self._worker = threading.Thread(target=self._work, name=f"work:{cfg.id}", daemon=True)

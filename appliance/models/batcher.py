@@ -54,6 +54,7 @@ class BatchRecord:
     run_start: float  # perf_counter seconds
     run_s: float
     ok: bool = True  # False when session.run raised
+    queue_depth: int = 0  # samples still waiting when this batch started
 
 
 class ModelBatcher:
@@ -261,6 +262,7 @@ class ModelBatcher:
             run_start=run_start,
             run_s=run_s,
             ok=ok,
+            queue_depth=len(self._queue),
         )
         try:
             hook(record)

@@ -72,6 +72,13 @@ class Tracer:
         if self.enabled and tid is not None:
             self._buffer().events.append(("X", name, cat, start, end, tid, args))
 
+    def flow(self, phase: str, flow_id: int, at: float) -> None:
+        """A flow event linking one frame's journey across threads: "s" starts it inside
+        the current slice, "f" ends it bound to the enclosing slice."""
+        if self.enabled:
+            buf = self._buffer()
+            buf.events.append((phase, "frame", "flow", at, float(flow_id), buf.tid, None))
+
     def counter(self, name: str, at: float, value: float) -> None:
         if self.enabled:
             buf = self._buffer()
@@ -107,6 +114,12 @@ class Tracer:
         if ph == "C":
             return {"name": name, "cat": cat, "ph": "C", "pid": self.pid, "tid": tid, "ts": ts,
                     "args": {"value": end}}  # fmt: skip
+        if ph in ("s", "f"):
+            flow = {"name": name, "cat": cat, "ph": ph, "pid": self.pid, "tid": tid, "ts": ts,
+                    "id": int(end)}  # fmt: skip
+            if ph == "f":
+                flow["bp"] = "e"  # bind to the enclosing slice (the workflow run)
+            return flow
         dur = int(end * 1e6 + self.anchor_us) - ts
         event = {"name": name, "cat": cat, "ph": "X", "pid": self.pid, "tid": tid, "ts": ts,
                  "dur": max(dur, 0)}  # fmt: skip

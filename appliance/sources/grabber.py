@@ -90,6 +90,8 @@ class Grabber:
         self._interval_s: float | None = None  # EWMA of the frame interval
         self._prev_frame_mono: float | None = None  # this session's previous frame
         self._last_frame_mono = 0.0
+        # Called with (seq, start, end) as each frame is read and decoded (profiling).
+        self.on_grabbed: Callable[[int, float, float], None] | None = None
 
     def start(self) -> None:
         """Start the thread; call once."""
@@ -195,10 +197,14 @@ class Grabber:
             return
         self._on_first_frame(source, first[0])
         pace = Pacer(self._stop, source.fps) if self._paced else None
+        grabbed, start = self.on_grabbed, self._last_frame_mono or time.perf_counter()
         for image, pts in itertools.chain([first], frames):
+            if grabbed is not None:  # the profiler's hook: this frame's read and decode
+                grabbed(self._seq, start, time.perf_counter())
             if pace is not None and not pace.wait(pts):
                 return
             self._deliver(image, pts)
+            start = time.perf_counter()
 
     @property
     def _paced(self) -> bool:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import parse_config
+from appliance.profiling.fingerprint import fingerprint_file
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.runtime import Runtime
@@ -71,7 +72,19 @@ def test_a_run_leaves_one_valid_rolling_trace_matching_the_work(tmp_path: Path) 
         assert any(d["tid"] == w["tid"] and d["ts"] <= w["ts"] and
                    w["ts"] + w["dur"] <= d["ts"] + d["dur"] for d in detects), w  # fmt: skip
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
-    assert {"work:cam", "batch:person"} <= names
+    assert {"work:cam", "grab:cam", "batch:person"} <= names
+    # Every frame was read and decoded on the grabber's track, and a flow links it to the
+    # workflow run that processed it, on another thread.
+    grabs = {e["args"]["seq"]: e for e in events if e["name"] == "grab"}
+    assert set(range(FRAMES)) <= set(grabs)
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert len(ends) == FRAMES
+    for wf in runs:
+        flow_id = next(i for i, f in ends.items() if f["ts"] == wf["ts"] and f["tid"] == wf["tid"])
+        grab = grabs[wf["args"]["seq"]]
+        assert starts[flow_id]["tid"] == grab["tid"] != wf["tid"]
+        assert grab["ts"] <= starts[flow_id]["ts"] <= grab["ts"] + grab["dur"]
     # The histograms counted the same frames the trace shows.
     count = rt.metrics.registry.get_sample_value(
         "appliance_block_latency_seconds_count",
@@ -79,6 +92,10 @@ def test_a_run_leaves_one_valid_rolling_trace_matching_the_work(tmp_path: Path) 
     )
     assert count == FRAMES
     assert rt.metrics.registry.get_sample_value("appliance_trace_files_written_total") == 1
+    # `trace summarize` on this real trace names the real hot spot: the detector.
+    blocks = fingerprint_file(files[0])["blocks"]
+    assert max(blocks, key=lambda b: blocks[b]["share"]) == "people"
+    assert blocks["people"]["count"] == blocks["drawn"]["count"] == FRAMES
 
 
 def test_an_unwritable_trace_dir_stops_nothing(tmp_path: Path) -> None:
