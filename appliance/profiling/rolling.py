@@ -90,6 +90,7 @@ class RollingWriter:
             if self._errors is not None:
                 self._errors.inc()
             return None
+        self.last_error = None  # written again: the condition has cleared
         if self._written is not None:
             self._written.inc()
         return path

@@ -103,6 +103,10 @@ class ProfilingWindows:
                          daemon=True).start()  # fmt: skip
         return window.status()
 
+    @property
+    def active(self) -> bool:
+        return self._running is not None
+
     def get(self, window_id: str) -> dict[str, Any]:
         return self._window(window_id).status()
 

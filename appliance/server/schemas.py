@@ -58,10 +58,20 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class ProfilingState(BaseModel):
+    enabled: bool
+    trace_dir: str
+    window_active: bool
+    last_write_error: str | None = Field(
+        description="why the last rolling trace could not be written (streams go on)"
+    )
+
+
 class Ready(BaseModel):
     ready: bool
     models: list[str]
     waiting: list[str] = Field(description="ids of streams still starting")
+    profiling: ProfilingState
 
 
 class Latency(BaseModel):

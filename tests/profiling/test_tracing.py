@@ -3,6 +3,7 @@ check, spans that match what was processed, write failures that stop nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,20 @@ def test_an_unwritable_trace_dir_stops_nothing(tmp_path: Path) -> None:
     assert rt.metrics.registry.get_sample_value("appliance_trace_write_errors_total") == 1
     assert rt.trace_writer.last_error is not None
     assert str(blocker) in rt.trace_writer.last_error
+    assert str(blocker) in asyncio.run(ready_body(rt))["profiling"]["last_write_error"]
+
+
+async def ready_body(rt: Runtime) -> dict[str, Any]:
+    """GET /ready of the real HTTP app over a real loopback socket."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from appliance.server.app import build_app
+    from appliance.server.auth import AuthPolicy
+
+    async with TestClient(TestServer(build_app(rt, AuthPolicy()))) as client:
+        resp = await client.get("/ready")
+        body: dict[str, Any] = await resp.json()
+        return body
 
 
 def test_sampling_and_disabling(tmp_path: Path) -> None:

@@ -162,7 +162,11 @@ def test_models_describe_interface_providers_and_batching(cam_server: LiveServer
 def test_probes_and_metrics(cam_server: LiveServer) -> None:
     assert cam_server.get_json("/health") == {"status": "ok"}
     ready = cam_server.get_json("/ready")
+    profiling = ready.pop("profiling")
     assert ready == {"ready": True, "models": ["person"], "waiting": []}
+    assert profiling["enabled"] is True and profiling["window_active"] is False
+    assert profiling["last_write_error"] is None
+    assert profiling["trace_dir"] == str(cam_server.runtime.trace_writer.directory)
     metrics = cam_server.call("GET", "/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     assert b'appliance_stream_up{stream="cam"} 1.0' in metrics.body

@@ -21,7 +21,14 @@ async def ready(request: web.Request) -> web.Response:
     """Readiness: models loaded and every stream has reported a state past `starting`."""
     rt = runtime_of(request)
     waiting = [s.id for s in list(rt.streams.values()) if s.state == StreamState.STARTING]
-    body = {"ready": not waiting, "models": sorted(rt.models), "waiting": waiting}
+    profiling = {
+        "enabled": rt.tracer.enabled,
+        "trace_dir": str(rt.trace_writer.directory),
+        "window_active": rt.windows.active,
+        "last_write_error": rt.trace_writer.last_error,
+    }
+    body = {"ready": not waiting, "models": sorted(rt.models), "waiting": waiting,
+            "profiling": profiling}  # fmt: skip
     return web.json_response(body, status=503 if waiting else 200)
 
 
