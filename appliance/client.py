@@ -52,10 +52,18 @@ class Timings(TypedDict):
     blocks: dict[str, float]
 
 
+class ProfilingState(TypedDict):
+    enabled: bool
+    trace_dir: str
+    window_active: bool
+    last_write_error: str | None
+
+
 class Readiness(TypedDict):
     ready: bool
     models: list[str]
     waiting: list[str]
+    profiling: ProfilingState
 
 
 class Removed(TypedDict):

@@ -18,6 +18,8 @@ from appliance.client import (
     ApplianceClient,
     ApplianceConnectionError,
     Model,
+    ProfilingState,
+    Readiness,
     ReloadResult,
     RunResult,
     Stream,
@@ -72,7 +74,11 @@ def api_error(call: Any, *args: Any) -> ApplianceAPIError:
 def test_probes_and_metrics(client: ApplianceClient, served: Served) -> None:
     assert client.health() == {"status": "ok"}
     served.wait_for(lambda: client.ready()["ready"], 30, "/ready")
-    assert client.ready() == {"ready": True, "models": ["person"], "waiting": []}
+    ready = client.ready()
+    assert set(ready) == set(Readiness.__annotations__)
+    assert (ready["ready"], ready["models"], ready["waiting"]) == (True, ["person"], [])
+    assert ready["profiling"]["enabled"] is True
+    assert set(ready["profiling"]) == set(ProfilingState.__annotations__)
     assert 'appliance_stream_up{stream="people-cam"} 1.0' in client.metrics()
 
 
