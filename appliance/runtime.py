@@ -74,6 +74,7 @@ class Runtime:
             config.resolve(prof.dir),
             prof.max_window_s,
             self.metrics.window_active,
+            prof.ort_sample_every_n_batches,
         )
         self.streams: dict[str, Stream] = {}
         # By digest: compile once. Bounded (least recently used out), since API calls may

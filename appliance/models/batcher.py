@@ -72,7 +72,8 @@ class ModelBatcher:
     ) -> None:
         self.on_batch = on_batch
         self._model = model
-        self._session = model.session  # swapped for a profiled one during a window
+        # During a profiling window, every Nth batch runs on a profiled session instead.
+        self._profiled: tuple[ort.InferenceSession, int] | None = None
         self._run_lock = threading.Lock()  # a swap waits for the batch in flight
         self._batching = batching
         self._max_batch = batching.max_batch_size
@@ -98,12 +99,11 @@ class ModelBatcher:
     def model(self) -> LoadedModel:
         return self._model
 
-    def swap_session(self, session: ort.InferenceSession) -> ort.InferenceSession:
-        """Run later batches on `session` (same model, e.g. with ORT's profiler on);
-        returns the one it replaces, once no batch runs on it any more."""
+    def profile_with(self, session: ort.InferenceSession | None, every_n: int = 1) -> None:
+        """Run every `every_n`th batch on `session` (the same model with ORT's profiler
+        on), or stop doing so with None; returns once no batch runs on the old one."""
         with self._run_lock:
-            old, self._session = self._session, session
-        return old
+            self._profiled = None if session is None else (session, max(1, every_n))
 
     @property
     def batches(self) -> int:
@@ -224,7 +224,10 @@ class ModelBatcher:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
             with self._run_lock:
-                outputs = self._session.run(model.output_names, {model.input_name: batch})
+                session, profiled = model.session, self._profiled
+                if profiled is not None and self._batches % profiled[1] == 0:
+                    session = profiled[0]
+                outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             self._record(items, run_start, perf_counter() - run_start, ok=False)
             error = ModelRunError(f"model {model.id!r}: {describe_ort_error(exc)}")

@@ -3,10 +3,12 @@
 
 ORT can only profile a session created with profiling on, and ends a session's profile
 once; this ORT's RunOptions has no per-run profiling. So for the window each model's
-batcher is switched to a second, profiled session of the same model on the same
-providers (as `appliance model bench --profile` does), and switched back at the end, when
-that session's profile is read. Operator events are put on the model's batcher track,
-inside the `session.run` span that ran them. One window at a time.
+batcher runs every Nth batch (`profiling.ort_sample_every_n_batches`) on a second,
+profiled session of the same model on the same providers (as `appliance model bench
+--profile` does), and stops at the end, when that session's profile is read. ORT's
+profiler costs tens of per cent on every run it records (bench/profiling_overhead.py), so
+sampling is what keeps a window's overhead bounded. Operator events are put on the model's
+batcher track, inside the `session.run` span that ran them. One window at a time.
 """
 
 from __future__ import annotations
@@ -69,11 +71,13 @@ class ProfilingWindows:
         directory: Path,
         max_window_s: float,
         active: Gauge,
+        ort_every_n: int = 1,
     ) -> None:
         self._tracer, self._writer, self._pool = tracer, writer, pool
         self._stream_ids = stream_ids
         self.directory = directory
         self._max_s = max_window_s
+        self._ort_every_n = ort_every_n  # profile one batch in N: ORT's profiler is costly
         self._active = active
         self._windows: dict[str, Window] = {}
         self._running: Window | None = None
@@ -130,7 +134,7 @@ class ProfilingWindows:
     # -- the window's thread ---------------------------------------------------------
     def _run(self, window: Window) -> None:
         self._active.set(1)
-        swapped: list[tuple[ModelBatcher, Any, Any, Path]] = []
+        swapped: list[tuple[ModelBatcher, Any, Path]] = []
         listener = window.events.extend
         try:
             if window.ort_operators:
@@ -156,7 +160,7 @@ class ProfilingWindows:
                 self._running = None
             self._active.set(0)
 
-    def _profile_models(self) -> list[tuple[ModelBatcher, Any, Any, Path]]:
+    def _profile_models(self) -> list[tuple[ModelBatcher, Any, Path]]:
         import onnxruntime as ort
 
         from appliance.models.session import session_options
@@ -171,14 +175,15 @@ class ProfilingWindows:
             session = ort.InferenceSession(
                 model.info.path, options, providers=list(model.info.providers)
             )
-            swapped.append((batcher, batcher.swap_session(session), session, tmp))
+            batcher.profile_with(session, self._ort_every_n)
+            swapped.append((batcher, session, tmp))
         return swapped
 
-    def _restore(self, swapped: list[tuple[ModelBatcher, Any, Any, Path]]) -> list[dict[str, Any]]:
+    def _restore(self, swapped: list[tuple[ModelBatcher, Any, Path]]) -> list[dict[str, Any]]:
         """Switch the batchers back; ORT's operator events of the profiled sessions."""
         ops: list[dict[str, Any]] = []
-        for batcher, original, profiled, tmp in swapped:
-            batcher.swap_session(original)  # returns once no batch runs on `profiled`
+        for batcher, profiled, tmp in swapped:
+            batcher.profile_with(None)  # returns once no batch runs on `profiled`
             ort_file = Path(profiled.end_profiling())
             start_us = profiled.get_profiling_start_time_ns() // 1000
             for e in json.loads(ort_file.read_text(encoding="utf-8")):
