@@ -23,9 +23,12 @@ from appliance.runtime import Runtime
 
 CLIP = ROOT / "configs" / "media" / "demo.mp4"
 WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"
+WARMUP_FRAMES = 30  # not measured: model warm-up, a window's session being created
 
 
 def fps(frames: int, profiling: dict[str, Any], folder: Path, window: bool = False) -> float:
+    """Frames per second in the steady state: from the 30th frame (and, with a window,
+    from when its profiled sessions are in place) to the last."""
     doc = {
         "profiling": profiling,
         "streams": [
@@ -33,22 +36,30 @@ def fps(frames: int, profiling: dict[str, Any], folder: Path, window: bool = Fal
              "workflow": str(WORKFLOW)}
         ],
     }  # fmt: skip
-    runtime = Runtime(parse_config(doc, folder), max_frames=frames)
+    runtime = Runtime(parse_config(doc, folder), max_frames=frames + WARMUP_FRAMES)
     runtime.start()
-    if window:  # a window with ONNX Runtime operators over the whole run
-        runtime.windows.start(300, None, ort_operators=True)
+    stream = runtime.streams["bench"]
     try:
+        if window:  # a window with ONNX Runtime operators over the whole run
+            runtime.windows.start(300, None, ort_operators=True)
+        _wait(lambda: stream.rate.count >= WARMUP_FRAMES and
+              (not window or all(b.profiling for b in runtime.models.values())))  # fmt: skip
+        start, count = time.perf_counter(), stream.rate.count
         if not runtime.wait_done(timeout=600):
             raise SystemExit("run did not finish")
+        rate = (stream.rate.count - count) / (stream.last_result_mono - start)
     finally:
         runtime.stop()
-    rate = runtime.streams["bench"].rate.overall()
     # The window's end (reading ORT's operator profile, writing the merged trace) goes on
     # after the stop: let it finish, or it would slow the next run down.
-    deadline = time.monotonic() + 120
-    while runtime.windows.active and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait(lambda: not runtime.windows.active)
     return rate
+
+
+def _wait(done: Any, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def tracing_us_per_frame(frames: int = 20_000) -> float:

@@ -99,6 +99,11 @@ class ModelBatcher:
     def model(self) -> LoadedModel:
         return self._model
 
+    @property
+    def profiling(self) -> bool:
+        """True while some batches run on a profiled session (a profiling window)."""
+        return self._profiled is not None
+
     def profile_with(self, session: ort.InferenceSession | None, every_n: int = 1) -> None:
         """Run every `every_n`th batch on `session` (the same model with ORT's profiler
         on), or stop doing so with None; returns once no batch runs on the old one."""
