@@ -103,7 +103,7 @@ class ProfilingConfig(_Strict):
     sample_every_n_frames: Annotated[int, Field(ge=1)] = 1
     max_window_s: Annotated[float, Field(gt=0)] = 300.0  # longest on-demand window
     # A window's ONNX Runtime operator profile records one model batch in N.
-    ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 4
+    ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 8
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
 
 
