@@ -22,11 +22,8 @@ import numpy as np
 import onnxruntime as ort
 
 from appliance.config import ModelConfig, SessionConfig
-from appliance.models.session import (
-    LoadedModel,
-    load_model,
-    session_options,  # the options load_model uses; ORT can only profile from creation
-)
+from appliance.models.session import LoadedModel, load_model
+from appliance.profiling.ort_profile import is_operator, profiling_session, read_profile
 from pipelines.models import TensorInfo
 
 Shape = tuple[int, ...]
@@ -85,12 +82,12 @@ def bench_model(
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
         session = loaded.session
         if profile_path is not None:
-            session = _profiling_session(loaded, spec.session, Path(tmp))
+            session = profiling_session(loaded, spec.session, Path(tmp))
         for _ in range(warmup):
             session.run(None, feed)
         latencies = _timed_runs(session, feed, duration_s)
         if profile_path is not None:
-            trace = profile_trace(Path(session.end_profiling()), loaded, session, dims[0])
+            trace = profile_trace(read_profile(session), loaded, session, dims[0])
             trace["traceEvents"] = _last_runs(trace["traceEvents"], len(latencies))
             profile_path.write_text(json.dumps(trace), encoding="utf-8")
     return _result(loaded, tensor, dims, warmup, latencies, profile_path)
@@ -165,14 +162,11 @@ def random_tensor(shape: Shape, dtype: str, seed: int = 0) -> np.ndarray[Any, An
 
 
 def profile_trace(
-    ort_file: Path, loaded: LoadedModel, session: ort.InferenceSession, batch: int
+    events: list[dict[str, Any]], loaded: LoadedModel, session: ort.InferenceSession, batch: int
 ) -> dict[str, Any]:
-    """ORT's profile (µs since the profiler started) as our trace, in wall-clock µs: its
+    """ORT's profile events (wall-clock µs, from `read_profile`) as our trace: its
     `model_run` events, which bracket each run, become `session.run` spans; its operator
-    (Node) `*_kernel_time` events are kept with ORT's args. Deletes `ort_file`."""
-    events = json.loads(ort_file.read_text(encoding="utf-8"))
-    ort_file.unlink()
-    start_us = session.get_profiling_start_time_ns() // 1000
+    events are kept with ORT's args."""
     model = loaded.info.path
     out: list[dict[str, Any]] = []
     for event in events:
@@ -180,14 +174,13 @@ def profile_trace(
             out.append(
                 {
                     **event,
-                    "ts": start_us + event["ts"],
                     "cat": "model",
                     "name": "session.run",
                     "args": {"model": model, "batch_size": batch},
                 }
             )
-        elif event.get("cat") == "Node" and str(event.get("name")).endswith("_kernel_time"):
-            out.append({**event, "ts": start_us + event["ts"]})
+        elif is_operator(event):
+            out.append(event)
     return {
         "traceEvents": out,
         "displayTimeUnit": "ms",
@@ -204,15 +197,6 @@ def _last_runs(events: list[dict[str, Any]], runs: int) -> list[dict[str, Any]]:
     spans = [e for e in events if e["name"] == "session.run"][-runs:] if runs else []
     start = spans[0]["ts"] if spans else float("inf")
     return [e for e in events if e["ts"] >= start]
-
-
-def _profiling_session(loaded: LoadedModel, cfg: SessionConfig, tmp: Path) -> ort.InferenceSession:
-    """A second session like `loaded`'s, on the providers it obtained, with ORT's
-    profiler on, writing its file into `tmp`."""
-    options = session_options(cfg)
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp / "ort")
-    return ort.InferenceSession(loaded.info.path, options, providers=list(loaded.info.providers))
 
 
 def _timed_runs(

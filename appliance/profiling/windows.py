@@ -34,6 +34,7 @@ from appliance.errors import (
 )
 from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.profiling.ort_profile import is_operator, profiling_session, read_profile
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 
@@ -161,23 +162,13 @@ class ProfilingWindows:
             self._active.set(0)
 
     def _profile_models(self) -> list[tuple[ModelBatcher, Any, Path]]:
-        import onnxruntime as ort
-
-        from appliance.models.session import session_options
-
         swapped = []
         for model_id, batcher in list(self._pool.handles.items()):
-            model = batcher.model
             tmp = Path(tempfile.mkdtemp(prefix="ort-window-"))
-            options = session_options(self._pool.session_spec(model_id))
-            options.enable_profiling = True
-            options.profile_file_prefix = str(tmp / "ort")
             # Its idle threads must sleep at once: spinning, they would take the cores
             # from the main session's runs in between (measured: a window at 0.67 of off).
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            session = ort.InferenceSession(
-                model.info.path, options, providers=list(model.info.providers)
-            )
+            spec = self._pool.session_spec(model_id)
+            session = profiling_session(batcher.model, spec, tmp, spin=False)
             batcher.profile_with(session, self._ort_every_n)
             swapped.append((batcher, session, tmp))
         return swapped
@@ -187,13 +178,8 @@ class ProfilingWindows:
         ops: list[dict[str, Any]] = []
         for batcher, profiled, tmp in swapped:
             batcher.profile_with(None)  # returns once no batch runs on `profiled`
-            ort_file = Path(profiled.end_profiling())
-            start_us = profiled.get_profiling_start_time_ns() // 1000
-            for e in json.loads(ort_file.read_text(encoding="utf-8")):
-                if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-                    ops.append({**e, "ts": start_us + int(e["ts"]), "dur": int(e.get("dur", 0)),
-                                "model": batcher.info.id})  # fmt: skip
-            ort_file.unlink(missing_ok=True)
+            model = batcher.info.id
+            ops.extend({**e, "model": model} for e in read_profile(profiled) if is_operator(e))
             tmp.rmdir()
         return ops
 

@@ -1,0 +1,45 @@
+"""ONNX Runtime's own profiler: a profiled twin of a loaded model's session, and its
+profile read back on our wall-clock timeline. Used by `model bench --profile` and by
+profiling windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from appliance.models.session import LoadedModel, session_options
+from pipelines.spec import SessionSpec
+
+
+def profiling_session(
+    loaded: LoadedModel, spec: SessionSpec, folder: Path, *, spin: bool = True
+) -> ort.InferenceSession:
+    """A second session of `loaded`'s model on the providers it obtained, with ORT's
+    profiler on (ORT profiles only sessions created so), writing its file into `folder`.
+    `spin=False` makes its idle threads sleep at once, for a session that sits beside a
+    busy one."""
+    options = session_options(spec)
+    options.enable_profiling = True
+    options.profile_file_prefix = str(folder / "ort")
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(loaded.info.path, options, providers=list(loaded.info.providers))
+
+
+def read_profile(session: ort.InferenceSession) -> list[dict[str, Any]]:
+    """End the session's profile (once per session) and return its events with `ts` in
+    wall-clock µs (ORT writes µs since its profiler started, which began at
+    get_profiling_start_time_ns(), epoch time); ORT's file is deleted."""
+    path = Path(session.end_profiling())
+    start_us = session.get_profiling_start_time_ns() // 1000
+    events: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    path.unlink(missing_ok=True)
+    return [{**e, "ts": start_us + int(e["ts"]), "dur": int(e.get("dur", 0))} for e in events]
+
+
+def is_operator(event: dict[str, Any]) -> bool:
+    """One operator's kernel run (ORT's `Node` events named `<node>_kernel_time`)."""
+    return event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time")
