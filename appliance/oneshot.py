@@ -15,7 +15,10 @@ from typing import Any
 import cv2
 import numpy as np
 
+from appliance.profiling.hooks import StreamTrace
+from appliance.profiling.tracer import Tracer
 from appliance.runtime import Runtime
+from pipelines.executor import CompiledWorkflow
 from pipelines.types import Frame, FrameResult
 
 REQUEST_STREAM = "request"  # the stream id model batches record for these samples
@@ -56,32 +59,17 @@ def run_image(
         },
     }
     if profile:
-        answer["trace"] = chrome_trace(result, compiled.block_ids, compiled.block_types)
+        answer["trace"] = chrome_trace(result, compiled)
     return answer
 
 
-def chrome_trace(
-    result: FrameResult, block_ids: tuple[str, ...], block_types: tuple[str, ...]
-) -> dict[str, Any]:
-    """The run as a Chrome trace (Trace Event Format): one complete (`X`) event for the
-    workflow and one per block inside it, microseconds from the run's start."""
-
-    def us(t: float) -> float:
-        return round((t - result.start_mono) * 1e6, 3)
-
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "appliance"}},
-        {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "request"}},
-        {"name": "workflow.run", "cat": "workflow", "ph": "X", "pid": 1, "tid": 1, "ts": 0.0,
-         "dur": us(result.done_mono), "args": {"stream": result.stream_id}},
-    ]  # fmt: skip
-    for bid, btype, span in zip(block_ids, block_types, result.block_spans, strict=True):
-        if span is not None:
-            events.append({"name": bid, "cat": "block", "ph": "X", "pid": 1, "tid": 1,
-                           "ts": us(span[0]), "dur": round((span[1] - span[0]) * 1e6, 3),
-                           "args": {"type": btype}})  # fmt: skip
+def chrome_trace(result: FrameResult, workflow: CompiledWorkflow) -> dict[str, Any]:
+    """The run as a Chrome trace, in the same conventions as the rolling traces (a
+    `workflow.run` span with its blocks inside), from a tracer of its own."""
+    tracer = Tracer()
+    StreamTrace(tracer, result.stream_id, workflow)(result)
     return {
-        "traceEvents": events,
+        "traceEvents": tracer.drain(),
         "displayTimeUnit": "ms",
         "otherData": {"source": "workflows/run"},
     }
