@@ -1,6 +1,6 @@
 """The appliance config file: pydantic models, loading, and errors with locations.
 
-Top-level names (`server`, `models`, `streams`, `profiling`, `sinks`) are fixed: tools and
+Top-level names (`server`, `models`, `streams`, `profiling`, `limits`, `sinks`) are fixed: tools and
 docs depend on them. Relative paths (models, workflow files, video files) are resolved
 against the directory of the config file, so a config works from any working directory.
 """
@@ -19,7 +19,14 @@ from pipelines.spec import BatchingSpec as BatchingConfig
 from pipelines.spec import ModelSpec as ModelConfig
 from pipelines.spec import SessionSpec as SessionConfig
 
-__all__ = ["AppConfig", "BatchingConfig", "ConfigError", "ModelConfig", "SessionConfig"]
+__all__ = [
+    "AppConfig",
+    "BatchingConfig",
+    "ConfigError",
+    "LimitsConfig",
+    "ModelConfig",
+    "SessionConfig",
+]
 
 
 class ConfigError(Exception):
@@ -47,6 +54,36 @@ class ServerConfig(_Strict):
     open_probes: bool | None = None
     # 16 MiB: a large photo as base64 for /v1/workflows/run, with room to spare.
     max_body_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+    # Where files named over the API (workflows, models, labels, videos) may live, after
+    # symlinks are followed; relative to the config file. None: the config's directory.
+    file_roots: list[Path] | None = None
+    # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
+    drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+
+
+MiB = 1024 * 1024
+
+
+class LimitsConfig(_Strict):
+    """What any request, workflow or config may make the appliance do (docs/security.md).
+    A limit that is hit is refused with its name and value, and counted in
+    `appliance_limit_hits_total{limit}`."""
+
+    max_streams: Annotated[int, Field(ge=1)] = 64
+    max_models: Annotated[int, Field(ge=1)] = 16  # loaded at once, config's included
+    # Models no stream or request uses (e.g. declared by an API workflow) stay loaded for
+    # reuse up to this many, least recently used released first.
+    idle_models: Annotated[int, Field(ge=0)] = 2
+    max_concurrent_runs: Annotated[int, Field(ge=1)] = 4  # /v1/workflows/run at once
+    request_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # any one API request
+    # Decoded image size, checked from the header before decoding: 40 MP is 8K plus room
+    # (7680x4320 = 33 MP); each megapixel costs 3 MB as BGR.
+    max_image_pixels: Annotated[int, Field(ge=1)] = 40_000_000
+    max_workflow_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
+    max_labels_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
+    max_model_bytes: Annotated[int, Field(ge=1)] = 2048 * MiB  # protobuf's own cap is 2 GiB
+    # A worker busy on one frame for longer is reported `stalled` and its stream restarted.
+    worker_stall_s: Annotated[float, Field(gt=0)] = 30.0
 
 
 class BackoffConfig(_Strict):
@@ -112,6 +149,7 @@ class AppConfig(_Strict):
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     streams: list[StreamConfig] = Field(default_factory=list)
     profiling: ProfilingConfig = ProfilingConfig()
+    limits: LimitsConfig = LimitsConfig()
     sinks: dict[str, Any] = Field(default_factory=dict)
     base_dir: Path = Path(".")  # set by load_config: the config file's directory
 
@@ -119,6 +157,12 @@ class AppConfig(_Strict):
         """A path from the config, made absolute against the config file's directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    @property
+    def file_roots(self) -> tuple[Path, ...]:
+        """`server.file_roots` resolved (symlinks followed), or the config's directory."""
+        roots = self.server.file_roots or [self.base_dir]
+        return tuple(self.resolve(r).resolve() for r in roots)
 
     @field_validator("streams")
     @classmethod
@@ -149,6 +193,11 @@ def parse_config(data: Any, base_dir: Path, source: str = "config") -> AppConfig
 
 def _check_references(config: AppConfig) -> list[str]:
     problems = []
+    if len(config.streams) > config.limits.max_streams:
+        problems.append(
+            f"streams: {len(config.streams)} streams, over "
+            f"limits.max_streams = {config.limits.max_streams}"
+        )
     for name, model in config.models.items():
         path = config.resolve(model.path)
         if not path.is_file():

@@ -57,3 +57,39 @@ class WindowRequestError(ApplianceError, ValueError):
 
 class WindowNotReadyError(ApplianceError):
     """The window's trace is not there (yet): it is still running, or it failed."""
+
+
+class LimitError(ApplianceError):
+    """A configured limit was hit: the request is refused, nothing else is affected.
+
+    `limit` is the config name (`limits.max_streams`), `value` its setting; `status` is
+    the HTTP answer (409 for a count, 413 for a size, 429 to retry later, 408 for time).
+    """
+
+    def __init__(
+        self,
+        limit: str,
+        value: object,
+        message: str,
+        *,
+        status: int = 409,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(f"{message} ({limit} = {value})")
+        self.limit = limit
+        self.value = value
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+class FileAccessError(ApplianceError, PermissionError):
+    """A file named by a request, config or workflow that the access policy refuses.
+
+    The message names the rule and the path as given, never the file's content.
+    """
+
+    def __init__(self, kind: str, path: str, rule: str) -> None:
+        super().__init__(f"{kind} file {path!r}: {rule}")
+        self.kind = kind
+        self.path = path
+        self.rule = rule

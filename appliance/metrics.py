@@ -74,6 +74,14 @@ class Metrics:
         self.window_active = Gauge(
             "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
         )
+        self.limit_hits = Counter(
+            "appliance_limit_hits", "Requests refused by a configured limit (limits.*).",
+            ["limit"], registry=r,
+        )  # fmt: skip
+        self.file_refusals = Counter(
+            "appliance_file_refusals", "Files refused by the access policy, by kind.",
+            ["kind"], registry=r,
+        )  # fmt: skip
         self.source_fps = Gauge(
             "appliance_source_fps", "Frames per second decoded from the source.",
             ["stream"], registry=r,

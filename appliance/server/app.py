@@ -12,7 +12,7 @@ from aiohttp import web
 from appliance.runtime import Runtime
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import CONTROL, MAX_BODY, OPENAPI, RUNTIME
-from appliance.server.errors import error_middleware
+from appliance.server.errors import REFUSALS, error_middleware
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, ROUTES
 
@@ -29,6 +29,8 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
     app[RUNTIME] = runtime
     app[CONTROL] = asyncio.Lock()
     app[MAX_BODY] = max_body
+    app[REFUSALS] = {"limit_hits": runtime.metrics.limit_hits,
+                     "file_refusals": runtime.metrics.file_refusals}  # fmt: skip
     for route in ROUTES:
         # add_route, not add_get: no implicit HEAD routes the document would not list.
         app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from appliance.config import ConfigError
 from appliance.errors import (
+    FileAccessError,
+    LimitError,
     ReloadError,
     StreamExistsError,
     UnknownStreamError,
@@ -32,17 +36,22 @@ from pipelines.errors import WorkflowError, format_location, pydantic_message
 log = logging.getLogger("appliance.server")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The counters of refused requests, by name ("limit_hits", "file_refusals"): set by the app.
+REFUSALS = web.AppKey("refusals", dict[str, Any])
 
 # Status → code, for aiohttp's own HTTPExceptions and ours alike (docs/api.md, "Errors").
 CODES = {
     400: "bad_request",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid",
+    429: "too_many_requests",
     500: "internal",
 }
 
@@ -153,11 +162,31 @@ def from_http_exception(request: web.Request, exc: web.HTTPException) -> web.Res
 def from_exception(request: web.Request, exc: Exception) -> web.Response:
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.message, exc.details, exc.headers)
+    if isinstance(exc, LimitError):
+        return _limit_response(request, exc)
+    if isinstance(exc, FileAccessError):
+        _count(request, "file_refusals", exc.kind)
+        return error_response(403, str(exc), [f"{exc.kind}: {exc.rule}"])
     for kind, status in _BY_TYPE:
         if isinstance(exc, kind):
             return error_response(status, _headline(exc), details_of(exc, status))
     log.error("%s %s failed", request.method, request.path, exc_info=exc)
     return error_response(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+def _limit_response(request: web.Request, exc: LimitError) -> web.Response:
+    _count(request, "limit_hits", exc.limit)
+    headers = {}
+    if exc.retry_after_s is not None:  # whole seconds (RFC 9110 10.2.3), at least 1
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    return error_response(exc.status, str(exc), [f"{exc.limit}: {exc.value}"], headers)
+
+
+def _count(request: web.Request, counter: str, label: str) -> None:
+    """Refusals are counted where they are answered: one place for every route."""
+    counters = request.app.get(REFUSALS)
+    if counters is not None:
+        counters[counter].labels(label).inc()
 
 
 @web.middleware
