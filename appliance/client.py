@@ -3,7 +3,7 @@
 It works from any script, with no event loop and no dependency: one `urllib` request per
 call, nothing kept open between calls. A non-2xx answer raises `ApplianceAPIError` built
 from the API's `{"error": {"code", "message", "details"}}` body; a server that cannot be
-reached raises `ApplianceConnectionError` naming the URL.
+reached raises `ApplianceConnectionError` naming the URL (credentials masked).
 """
 
 # No `from __future__ import annotations` here: TypedDict must see `NotRequired` evaluated
@@ -19,6 +19,8 @@ import urllib.request
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
+
+from appliance.masking import mask_url
 
 TOKEN_ENV = "APPLIANCE_API_TOKEN"
 JSON_TYPE = "application/json"
@@ -63,6 +65,8 @@ class Readiness(TypedDict):
     ready: bool
     models: list[str]
     waiting: list[str]
+    stalled: dict[str, str]  # stream id -> why its worker was found stuck
+    insecure: bool  # no token on an exposed address (--insecure)
     profiling: ProfilingState
 
 
@@ -153,7 +157,8 @@ class ApplianceAPIError(ApplianceClientError):
 
 
 class ApplianceConnectionError(ApplianceClientError):
-    """No HTTP answer from the appliance: refused, unresolvable, timed out, cut off."""
+    """No HTTP answer from the appliance: refused, unresolvable, timed out, cut off.
+    `url` and the message have the URL's credentials masked."""
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(f"cannot reach the appliance at {url}: {reason}")
@@ -166,10 +171,15 @@ class ApplianceClient:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         """`url`: the appliance's base URL; `token`: bearer token, by default the
-        APPLIANCE_API_TOKEN environment variable; `timeout`: seconds per request."""
-        self.url = url.rstrip("/")
+        APPLIANCE_API_TOKEN environment variable; `timeout`: seconds per request.
+
+        `user:password@` in `url` is sent as HTTP Basic auth (for a proxy in front of the
+        appliance) unless there is a bearer token; `self.url` shows it masked."""
+        base = url.rstrip("/")
+        self.url = mask_url(base)  # what messages show
         self.timeout = timeout
         self._token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._base, self._basic = _split_userinfo(base)
 
     def health(self) -> dict[str, Any]:
         """Liveness: `{"status": "ok"}` when the process and its event loop answer."""
@@ -263,10 +273,7 @@ class ApplianceClient:
 
     def _request(self, method: str, path: str, body: Any = None, ok: Collection[int] = ()) -> bytes:
         """One request; the answer's body, or an error named for the failure."""
-        url = self.url + path
-        req = urllib.request.Request(url, method=method, headers=self._headers(body))
-        if body is not None:
-            req.data = json.dumps(body).encode("utf-8")
+        req = self._build(method, path, body)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return bytes(resp.read())
@@ -277,7 +284,17 @@ class ApplianceClient:
                 return bytes(payload)
             raise _api_error(err.code, payload) from None
         except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
-            raise ApplianceConnectionError(url, _reason(exc)) from None
+            raise ApplianceConnectionError(self.url + path, mask_url(_reason(exc))) from None
+
+    def _build(self, method: str, path: str, body: Any) -> urllib.request.Request:
+        headers = self._headers(body)
+        try:
+            req = urllib.request.Request(self._base + path, method=method, headers=headers)
+        except ValueError as exc:  # no scheme: urllib's "unknown url type" names the URL
+            raise ApplianceConnectionError(self.url + path, mask_url(str(exc))) from None
+        if body is not None:
+            req.data = json.dumps(body).encode("utf-8")
+        return req
 
     def _headers(self, body: Any) -> dict[str, str]:
         headers = {"Accept": JSON_TYPE}
@@ -285,7 +302,25 @@ class ApplianceClient:
             headers["Content-Type"] = JSON_TYPE
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         return headers
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """The URL without `user:password@`, and those as a Basic credential (None without):
+    urllib would take them for part of the host name."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # malformed (a bad IPv6 literal): the first request reports it
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    credential = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return parts._replace(netloc=host).geturl(), credential
 
 
 def _stream_path(stream_id: str) -> str:

@@ -3,7 +3,8 @@
 `appliance streams list|add|remove|restart`, `appliance status` and `appliance profile`.
 Exit codes: 0 ok; 1 the API refused (`error: <status> <code>: <message>` and the details
 on stderr), or a profiling window failed or did not end in time; 2 usage; 4 the appliance
-cannot be reached (the URL is printed).
+cannot be reached (the URL is printed). Whatever may hold a URL (`--url`, errors, the
+streams' URLs and last errors) is printed with its credentials masked.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from appliance.client import (
     ProfilingWindow,
     Stream,
 )
+from appliance.masking import mask_url
 
 URL_ENV = "APPLIANCE_URL"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -104,12 +106,12 @@ def _guarded(command: Command) -> Command:
         try:
             return command(args)
         except ApplianceAPIError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {mask_url(str(exc))}", file=sys.stderr)
             for line in _detail_lines(exc.details):
-                print(f"  {line}", file=sys.stderr)
+                print(f"  {mask_url(line)}", file=sys.stderr)
             return EXIT_API_ERROR
         except ApplianceConnectionError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {mask_url(str(exc))}", file=sys.stderr)
             return EXIT_UNREACHABLE
 
     return run
@@ -132,7 +134,7 @@ def _client(args: argparse.Namespace) -> ApplianceClient:
 def cmd_list(args: argparse.Namespace) -> int:
     streams = _client(args).streams()
     if args.json:
-        print(json.dumps({"streams": streams}, indent=2))
+        _print_json({"streams": streams})
     else:
         _print_streams(streams)
     return 0
@@ -148,7 +150,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     body = {"id": args.id, "source": source, "workflow": workflow, "outputs": args.outputs}
     stream = _client(args).add_stream(body)
     if args.json:
-        print(json.dumps(stream, indent=2))
+        _print_json(stream)
     else:
         print(f"added {stream['id']}: {stream['state']}, workflow {stream['workflow']}")
     return 0
@@ -205,8 +207,14 @@ def _print_streams(streams: Sequence[Stream]) -> None:
     for s in streams:
         print(
             f"{s['id']:<{idw}}{s['state']:<14}{s['fps']:>6.1f}{s['frames_dropped']:>9}"
-            f"{_ms(s['latency_ms']['p50']):>9}  {s['workflow']:<{wfw}}{s['last_error'] or '-'}"
+            f"{_ms(s['latency_ms']['p50']):>9}  {s['workflow']:<{wfw}}"
+            f"{mask_url(s['last_error'] or '-')}"
         )
+
+
+def _print_json(doc: Any) -> None:
+    """JSON on stdout; the appliance masks URLs already, an older one may not have."""
+    print(mask_url(json.dumps(doc, indent=2)))
 
 
 def _width(title: str, values: Iterable[str]) -> int:
@@ -224,7 +232,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     streams, models = client.streams(), client.models()
     if args.json:
         report = {"health": health, "ready": ready, "streams": streams, "models": models}
-        print(json.dumps({"url": client.url, **report}, indent=2))
+        _print_json({"url": client.url, **report})
         return 0
     waiting = f" (waiting for {', '.join(ready['waiting'])})" if ready["waiting"] else ""
     readiness = "ready" if ready["ready"] else "not ready"
@@ -251,7 +259,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"profiling window {window['id']}: {args.duration:g} s", file=sys.stderr)
     window = _wait_window(client, window, args.duration + WINDOW_SLACK_S)
     if window["state"] == "failed":
-        print(f"error: window {window['id']} failed: {window.get('error', '?')}", file=sys.stderr)
+        error = mask_url(window.get("error", "?"))
+        print(f"error: window {window['id']} failed: {error}", file=sys.stderr)
         return EXIT_API_ERROR
     if window["state"] != "done":
         print(f"error: window {window['id']} still {window['state']} after "

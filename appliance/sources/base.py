@@ -11,13 +11,12 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import Literal, Protocol
 
+# Re-exported (PEP 484 "as" form, for mypy strict): sources and callers import it from here.
+from appliance.masking import mask_url as mask_url  # noqa: PLC0414
 from pipelines.types import Image
 
 SourceKind = Literal["rtsp", "http", "v4l2", "file"]
 
-# scheme://user:pass@host -> scheme://***:***@host. Greedy up to the last "@" before the
-# path, so a password containing "@" is masked whole; \s keeps it inside one URL of a text.
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")
 _V4L2_DEVICE = re.compile(r"^/dev/video\d+$")
 
 
@@ -29,6 +28,10 @@ class StreamState(StrEnum):
     RECONNECTING = "reconnecting"
     STOPPED = "stopped"
     FAILED = "failed"
+    # Set by the supervisor, not the grabber: the worker (or a read) has been busy on one
+    # frame for longer than limits.worker_stall_s. The stream is restarted; this object
+    # stays `stalled` so its history says why.
+    STALLED = "stalled"
 
 
 StateCallback = Callable[[StreamState, str], None]
@@ -63,15 +66,6 @@ class VideoSource(Protocol):
     def close(self) -> None:
         """Release the container; safe to call twice."""
         ...
-
-
-def mask_url(text: str) -> str:
-    """Replace `user:pass@` of every URL in `text` with `***:***@`.
-
-    Use it on anything that may carry a source URL before it reaches a log, an error
-    or a state reason: FFmpeg's error messages include the URL they failed on.
-    """
-    return _USERINFO.sub(r"\g<scheme>***:***@", text)
 
 
 def source_kind(url: str) -> SourceKind:

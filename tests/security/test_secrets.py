@@ -1,0 +1,234 @@
+"""One secret planted wherever a URL or a credential enters the appliance (the config, the
+API, the CLI's `--url` and `--token`), then looked for in everything that comes out: logs,
+every GET answer of the route table, /metrics, error answers, Chrome traces, CLI output.
+
+Each check also asserts that the output did speak of the stream, its URL or the request,
+so a broken `mask_url` fails here rather than passing on silence.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import logging
+import subprocess
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from appliance.client import ApplianceClient
+from appliance.server.routes import ROUTES
+from tests.server.conftest import WAIT_S, config_doc, demo_stream
+from tests.server.live import LiveServer, wait_for, write_yaml
+from tests.support.appliance import APPLIANCE, ROOT, Served, clean_env, detect_workflow, free_port
+
+SECRET = f"s3cr3t-{uuid.uuid4().hex}"
+FAST_RETRY = {"open_timeout_s": 2, "backoff": {"initial_s": 0.05, "max_s": 0.2}}
+RECONNECTS = 2  # reconnect lines (with the URL) to wait for
+
+
+def rtsp_url(port: int) -> str:
+    """A camera on a closed port: it reconnects, naming its URL each time."""
+    return (
+        f"rtsp://admin:{SECRET}@127.0.0.1:{port}/live?user=admin&password={SECRET}&token={SECRET}"
+    )
+
+
+def http_url(port: int) -> str:
+    return f"http://admin:{SECRET}@127.0.0.1:{port}/video?user=admin&api_key={SECRET}"
+
+
+def secret_stream(stream_id: str, url: str) -> dict[str, Any]:
+    return {"id": stream_id, "source": {"url": url, **FAST_RETRY}, "workflow": detect_workflow()}
+
+
+def assert_clean(where: str, text: str, *mentions: str) -> None:
+    """No secret in `text`, which does mention every one of `mentions`."""
+    assert SECRET not in text, f"the secret leaked in {where}:\n{text[:3000]}"
+    for mention in mentions:
+        assert mention in text, f"{where} does not mention {mention!r}:\n{text[:3000]}"
+
+
+# -- in process: the config and the API ---------------------------------------------
+@pytest.fixture
+def secret_server(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[LiveServer]:
+    """A live server (token: the secret) with a demo clip and a secret camera, `cam`;
+    every record from its start on is captured."""
+    caplog.set_level(logging.DEBUG)
+    doc = config_doc(demo_stream("clip"), secret_stream("cam", rtsp_url(free_port())), token=SECRET)
+    doc["profiling"] = {"dir": str(tmp_path / "traces"), "rotate_s": 0.5, "max_window_s": 5}
+    live = LiveServer(write_yaml(tmp_path, doc, "config.yaml"), token=SECRET).start()
+    try:
+        yield live
+    finally:
+        if live.clean is None:  # the test stops it itself to read the shutdown's trace
+            live.stop()
+
+
+def test_no_answer_log_or_trace_of_a_live_server_holds_the_secret(
+    secret_server: LiveServer, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    live = secret_server
+    added = live.call(
+        "POST", "/v1/streams", json_body=secret_stream("api-cam", http_url(free_port()))
+    )
+    assert added.status == 201, added.body
+    assert_clean("POST /v1/streams", added.body.decode(), "http://***:***@127.0.0.1", "api_key=***")
+    for sid in ("cam", "api-cam"):
+        wait_for(functools.partial(_retried, live, sid), WAIT_S, f"{sid} retrying")
+    window = _profiling_window(live)
+
+    _check_refusals(live)
+    _check_reload_refused(live)
+    _check_get_routes(live, ["clip", "cam", "api-cam"], window)
+    assert live.stop(), "unclean shutdown"
+    records = [*caplog.get_records("setup"), *caplog.records]
+    log = "\n".join(logging.Formatter("%(name)s: %(message)s").format(r) for r in records)
+    assert_clean("the log", log, "reconnecting", "password=***&token=***", "api_key=***")
+    _check_traces(tmp_path / "traces")
+
+
+def _retried(live: LiveServer, stream_id: str) -> bool:
+    return int(live.stream(stream_id)["reconnects"]) >= RECONNECTS
+
+
+def _profiling_window(live: LiveServer) -> str:
+    """A 1 s window over every stream, ended; its id."""
+    reply = live.call("POST", "/v1/profiling", json_body={"duration_s": 1})
+    assert reply.status == 202, reply.body
+    path = f"/v1/profiling/{reply.json()['id']}"
+    wait_for(lambda: live.get_json(path)["state"] != "running", WAIT_S, "the window to end")
+    assert live.get_json(path)["state"] == "done"
+    return str(reply.json()["id"])
+
+
+def _check_refusals(live: LiveServer) -> None:
+    """Bad stream configs whose answer would echo the secret URL."""
+    url = rtsp_url(free_port())
+    workflow = detect_workflow()
+    refused = [
+        ({"id": "bad", "source": {"url": [url]}, "workflow": workflow}, "source.url"),
+        ({"id": "bad", "source": {"url": url, "transport": url}, "workflow": workflow}, "***"),
+        ({"id": url, "source": url, "workflow": workflow}, "password=***"),
+        (
+            {"id": "bad", "source": f"cam.local/live?password={SECRET}", "workflow": workflow},
+            "cam.local/live?password=***",
+        ),
+        ({"id": "cam", "source": url, "workflow": workflow}, "cam"),  # exists already
+    ]
+    for body, mention in refused:
+        reply = live.call("POST", "/v1/streams", json_body=body)
+        assert 400 <= reply.status < 500, reply.body
+        assert_clean(f"the {reply.status} answer", reply.body.decode(), mention)
+
+
+def _check_reload_refused(live: LiveServer) -> None:
+    """The config file edited with a bad stream: the refusal names it, masked."""
+    doc = yaml.safe_load(live.config_path.read_text(encoding="utf-8"))
+    bad = secret_stream("bad", rtsp_url(free_port()))
+    bad["source"]["transport"] = bad["source"]["url"]
+    live.config_path.write_text(yaml.safe_dump({**doc, "streams": [*doc["streams"], bad]}))
+    reply = live.call("POST", "/v1/config/reload")
+    assert reply.status == 422, reply.body
+    assert_clean("the refused reload", reply.body.decode(), "transport", "password=***")
+
+
+def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> None:
+    """Every GET route of the table, `{id}` filled with every stream or the window."""
+    ids = {"/v1/streams/": stream_ids, "/v1/profiling/": [window]}
+    answers = []
+    for route in (r for r in ROUTES if r.method == "GET"):
+        prefix, has_id, suffix = route.path.partition("{id}")
+        assert not has_id or prefix in ids, f"fill {route.path}'s id in this test"
+        for path in [prefix + i + suffix for i in ids[prefix]] if has_id else [route.path]:
+            reply = live.call("GET", path)
+            assert reply.status == 200, (path, reply.status, reply.body[:300])
+            assert_clean(path, reply.body.decode())
+            answers.append(reply.body.decode())
+    every = "\n".join(answers)
+    assert_clean("the GET answers", every, "rtsp://***:***@127.0.0.1", "password=***&token=***")
+    assert 'stream="cam"' in live.call("GET", "/metrics").body.decode()
+
+
+def _check_traces(folder: Path) -> None:
+    """The window's trace and the rolling ones, the last written at shutdown."""
+    files = sorted(p for p in folder.rglob("*.json") if p.is_file())
+    assert any(p.parent.name == "rolling" for p in files), files
+    assert any(p.parent.name == "windows" for p in files), files
+    for path in files:
+        assert_clean(str(path), path.read_text(encoding="utf-8"))
+    assert_clean("the traces", "".join(p.read_text(encoding="utf-8") for p in files), '"clip"')
+
+
+# -- out of process: `appliance serve` and the CLI -------------------------------------
+def appliance(*args: str) -> subprocess.CompletedProcess[str]:
+    """The `appliance` command as a user runs it; no APPLIANCE_* variables."""
+    return subprocess.run(
+        [*APPLIANCE, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+
+
+def test_no_log_or_cli_message_holds_the_secret(
+    serve: Callable[..., Served], write_config: Callable[[dict[str, Any]], Path]
+) -> None:
+    doc = config_doc(secret_stream("cam", rtsp_url(free_port())), token=SECRET)
+    served = serve(write_config(doc))
+    secret_url = served.url.replace("http://", f"http://admin:{SECRET}@")
+    client = ApplianceClient(secret_url, token=SECRET, timeout=10)
+    served.wait_for(lambda: client.stream("cam")["reconnects"] >= RECONNECTS, WAIT_S, "retries")
+
+    outputs = list(_requests_with_secret_lines(served))
+    outputs.extend(_cli_runs(secret_url, served.url))
+    assert served.terminate() == 0
+    log = served.log_path.read_text(encoding="utf-8")
+    assert_clean("the serve log", log, "reconnecting", "password=***&token=***", "token=*** HTTP")
+    for where, text, mention in outputs:
+        assert_clean(where, text, mention)
+
+
+def _requests_with_secret_lines(served: Served) -> Iterator[tuple[str, str, str]]:
+    """Secrets in request paths and queries: the access log and the 404 must mask them."""
+    for path, mention in (
+        (f"/v1/streams/cam?token={SECRET}", '"id": "cam"'),
+        (f"/v1/nope;password={SECRET}", "no route GET /v1/nope;password=***"),
+        (f"/health?api_key={SECRET}", '"status": "ok"'),
+    ):
+        conn = http.client.HTTPConnection("127.0.0.1", int(served.url.rsplit(":", 1)[1]))
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Bearer {SECRET}"})
+            body = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        yield f"GET {path.replace(SECRET, '...')}", json.dumps(json.loads(body)), mention
+
+
+def _cli_runs(secret_url: str, url: str) -> Iterable[tuple[str, str, str]]:
+    """(what ran, its stdout and stderr, what it must mention) for each CLI command."""
+    echoed = rtsp_url(free_port())
+    source = json.dumps({"url": echoed, "transport": echoed})  # 422 echoes the transport
+    closed = f"http://admin:{SECRET}@127.0.0.1:{free_port()}"
+    add = ("streams", "add", "--workflow", json.dumps(detect_workflow()), "--source")
+    runs = [
+        (("streams", "list"), secret_url, 0, "rtsp://***:***@"),
+        (("streams", "list", "--json"), secret_url, 0, "password=***"),
+        (("status",), secret_url, 0, "http://***:***@127.0.0.1"),
+        (("status", "--json"), secret_url, 0, "http://***:***@"),
+        ((*add, rtsp_url(free_port()), "--id", "cli-cam"), secret_url, 0, "cli-cam"),
+        ((*add, source, "--id", "bad"), url, 1, "password=***"),
+        (("streams", "list"), closed, 4, "http://***:***@127.0.0.1"),
+    ]
+    for args, target, code, mention in runs:
+        done = appliance(*args, "--url", target, "--token", SECRET)
+        assert done.returncode == code, (args[:2], done.stdout, done.stderr)
+        yield f"appliance {' '.join(args[:2])}", done.stdout + done.stderr, mention
