@@ -3,6 +3,8 @@
 The grabber decodes continuously into a one-slot `LatestFrame`; the worker takes the
 newest frame, runs the compiled workflow and publishes the result. A slow workflow never
 makes frames pile up: frames it had no time for are overwritten and counted as dropped.
+Both threads keep a heartbeat (when their current frame or read began) that the
+supervisor (appliance/supervisor.py) reads to find a stream that stopped producing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pipelines.types import Detections, FrameResult
 log = logging.getLogger("appliance.streams")
 
 TERMINAL = frozenset({StreamState.STOPPED, StreamState.FAILED})
+_TROUBLE = frozenset({StreamState.FAILED, StreamState.RECONNECTING, StreamState.STALLED})
 GET_TIMEOUT_S = 0.25  # how often an idle worker re-checks its stop flag
 
 
@@ -41,6 +44,18 @@ class Transition:
 
     def to_json(self) -> dict[str, Any]:
         return {"time": self.time, "state": self.state.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """What the supervisor reads of a stream. Times are time.perf_counter() seconds,
+    0.0 while idle (waiting for a frame, pacing, reconnecting)."""
+
+    working_since: float  # the worker's current frame began
+    reading_since: float  # the grabber's current read began
+    worker: int | None  # the worker thread's ident, to name the block it is stuck in
+    worker_died: bool  # it ended without finishing (an exception outside the workflow)
+    started: float  # when the stream started
 
 
 class Stream:
@@ -83,6 +98,16 @@ class Stream:
         self.detections = 0
         self.last_result_mono = 0.0
         self._dropped_reported = 0
+        # Heartbeat: written by the worker only, read by the supervisor without a lock (a
+        # float store is atomic); two stores per frame are all it costs the hot path.
+        self._working_since = 0.0
+        self._started = 0.0  # time.perf_counter() at start()
+        # Why this stream (or the one it replaced) stalled, and its frame count then: the
+        # stall is over once it processes a frame again.
+        self._stall: str | None = None
+        # Restarts after a stall in a row, none of them followed by a processed frame.
+        self.stall_streak = 0
+        self._stall_frames = 0
 
     # -- lifecycle -----------------------------------------------------------------
     @property
@@ -90,6 +115,7 @@ class Stream:
         return self._state
 
     def start(self) -> None:
+        self._started = time.perf_counter()
         self._on_state(StreamState.STARTING, f"starting {self.url}")
         self._worker.start()
         self._grabber.start()
@@ -100,32 +126,33 @@ class Stream:
         self._stop.set()
         grabbed = self._grabber.stop(timeout)
         self.slot.close()
-        self._worker.join(max(0.0, deadline - time.monotonic()))
-        ended = grabbed and not self._worker.is_alive()
+        # A stalled worker is stuck in a call that may never return: waiting for it only
+        # holds up the restart that replaces it. It is a daemon thread, left to end alone.
+        stalled = self._state == StreamState.STALLED
+        self._worker.join(0.0 if stalled else max(0.0, deadline - time.monotonic()))
+        worker_ended = not self._worker.is_alive()
         self.metrics.up.set(0)
-        if not ended:
+        if not grabbed or not (worker_ended or stalled):  # stalled: the supervisor says so
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
-        return ended
+        return grabbed and worker_ended
 
     def _on_state(self, state: StreamState, reason: str) -> None:
         """Called by the grabber thread (and start/stop) on every state change."""
         with self._state_lock:
+            if self._state == StreamState.STALLED:
+                return  # being replaced: later grabber states would hide why
             if state in TERMINAL and self._state == StreamState.FAILED:
                 return  # a failure's reason is the one to keep
             changed = state != self._state or not self.transitions
             self._state = state
             if changed or state == StreamState.RECONNECTING:
                 self.transitions.append(Transition(time.time(), state, reason))
-        if state in (StreamState.FAILED, StreamState.RECONNECTING):
+        if state in _TROUBLE:
             self.last_error = reason
         if state == StreamState.RECONNECTING:
             self.metrics.reconnects.inc()
         self.metrics.up.set(1 if state == StreamState.RUNNING else 0)
-        level = (
-            logging.WARNING
-            if state in (StreamState.FAILED, StreamState.RECONNECTING)
-            else logging.INFO
-        )
+        level = logging.WARNING if state in _TROUBLE else logging.INFO
         if changed or level == logging.WARNING:
             log.log(level, "stream %s: %s (%s)", self.id, state.value, reason)
 
@@ -135,18 +162,22 @@ class Stream:
         publish, observe, trace = self._fanout.publish, self.metrics.observe, self._trace
         if trace is not None:
             trace.bind()
-        get, stop = self.slot.get, self._stop
+        get, stop, clock = self.slot.get, self._stop, time.perf_counter
         while not stop.is_set():
+            self._working_since = 0.0
             frame = get(GET_TIMEOUT_S)
             if frame is None:
                 if self._state in TERMINAL:
                     break  # the source ended or failed, and its last frame was taken
                 continue
+            self._working_since = clock()
             try:
                 result = run(frame)
             except Exception as exc:  # one bad frame must not end the stream
                 self._frame_failed(exc)
                 continue
+            if stop.is_set():
+                break  # stopped while busy (maybe replaced after a stall): a stale result
             self._account(result)
             observe(result)
             if trace is not None:
@@ -156,6 +187,7 @@ class Stream:
                 self._grabber.stop(0)  # stop decoding; the worker ends here
                 self._on_state(StreamState.STOPPED, f"processed {self._max_frames} frames")
                 break
+        self._working_since = 0.0
         self.done.set()
 
     def _account(self, result: FrameResult) -> None:
@@ -169,7 +201,8 @@ class Stream:
     def _frame_failed(self, exc: Exception) -> None:
         self.failed_frames += 1
         self.metrics.failed.inc()
-        self.last_error = f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}"
+        # An exception's text may carry a URL (a block that fetched something): masked.
+        self.last_error = mask_url(f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}")
         # The first failure with its traceback, then one line per 100 so logs stay readable.
         if self.failed_frames == 1:
             log.exception("stream %s: %s", self.id, self.last_error)
@@ -180,6 +213,50 @@ class Stream:
                 self.failed_frames,
                 self.last_error,
             )
+
+    # -- supervision -----------------------------------------------------------------
+    def heartbeat(self) -> Heartbeat:
+        """Both threads' heartbeats as of now (read without a lock)."""
+        worker = self._worker
+        died = worker.ident is not None and not worker.is_alive() and not self.done.is_set()
+        reading = self._grabber.stats.reading_since
+        return Heartbeat(self._working_since, reading, worker.ident, died, self._started)
+
+    def threads_alive(self) -> list[str]:
+        """Names of the stream's threads still running: after `stop`, those it abandoned."""
+        threads = [(self._worker.name, self._worker.is_alive())]
+        threads.append((f"grab:{self.id}", self._grabber.alive))
+        return [name for name, alive in threads if alive]
+
+    def mark_stalled(self, reason: str) -> bool:
+        """Report the stream `stalled` (the supervisor's call; the state stays while the
+        stream is replaced); False when it already was."""
+        with self._state_lock:
+            if self._state == StreamState.STALLED:
+                return False
+            self._stall, self._stall_frames = reason, self.rate.count
+        self._on_state(StreamState.STALLED, reason)
+        return True
+
+    @property
+    def stall(self) -> str | None:
+        """Why the stream stalled, until it processes a frame again; None if it did not."""
+        if self._stall is None or self.rate.count > self._stall_frames:
+            return None
+        return self._stall
+
+    def inherit(self, previous: Stream) -> None:
+        """Carry on the history of the stream this one replaced after a stall: its
+        transitions come first, and its stall stays reported until this one processes a
+        frame (the proof that the restart helped)."""
+        with self._state_lock:
+            history = [*previous.transitions, *self.transitions]
+            self.transitions.clear()
+            self.transitions.extend(history)  # the deque keeps the newest `history` items
+            self._stall, self._stall_frames = previous.stall, self.rate.count
+        self.stall_streak = (previous.stall_streak if previous.rate.count == 0 else 0) + 1
+        if self.last_error is None:
+            self.last_error = previous.last_error
 
     # -- views -----------------------------------------------------------------------
     def sync_metrics(self) -> None:

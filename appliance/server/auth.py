@@ -4,7 +4,8 @@ The token comes from `APPLIANCE_API_TOKEN` (wins: secrets belong in the environm
 in a file) or `server.token`. Every route needs it except the probes (`/health`, `/ready`,
 `/metrics`) and the API description (`/openapi.json`, `/docs`), which are open on a
 loopback bind and need the token otherwise (`server.open_probes` overrides). With no token
-at all (allowed on loopback, or with `--insecure`) nothing needs one.
+at all (allowed on loopback, or with `--insecure`) nothing needs one; on an exposed
+address that is `insecure`: warned about at start and reported by `/ready`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from appliance.server.errors import Handler, UnauthorizedError
 
 TOKEN_ENV = "APPLIANCE_API_TOKEN"
 REALM = 'Bearer realm="appliance"'
+# The policy's `insecure`, for /ready (set by the Server that applied the policy).
+INSECURE = web.AppKey("insecure", bool)
 
 
 def is_loopback(host: str) -> bool:
@@ -39,11 +42,13 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AuthPolicy:
-    """Who may call what; `open_paths` are answered without a token when `probes_open`."""
+    """Who may call what; `open_paths` are answered without a token when `probes_open`.
+    `insecure`: no token, on an address that is not loopback (`--insecure`)."""
 
     token: str | None = field(default=None, repr=False)
     probes_open: bool = True
     open_paths: frozenset[str] = frozenset()
+    insecure: bool = False
 
     @classmethod
     def for_bind(
@@ -67,7 +72,7 @@ class AuthPolicy:
                 "server",
             )
         probes_open = loopback if server.open_probes is None else server.open_probes
-        return cls(token, probes_open)
+        return cls(token, probes_open, insecure=token is None and not loopback)
 
     def needs_token(self, path: str) -> bool:
         if self.token is None:

@@ -1,8 +1,10 @@
 """`appliance serve`: the process lifecycle, top to bottom (uvicorn's server.py shape).
 
-refuse an exposed bind without a token → startup (runtime, then HTTP) → main loop
-(periodic stats lines; SIGHUP reloads the config) → shutdown on SIGINT or SIGTERM: HTTP
-closed, streams and models stopped within the grace period.
+refuse an exposed bind without a token (warn when `--insecure` allows it) → startup
+(runtime, then HTTP) → main loop (periodic stats lines; SIGHUP reloads the config) →
+shutdown on SIGINT or SIGTERM, with a deadline: no new connections, streams stopped at
+once, in-flight requests drained for `server.drain_timeout_s` and then cancelled (each
+named in the log), models stopped; the process exits within the drain + EXIT_MARGIN_S.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -21,13 +24,20 @@ from appliance.errors import ReloadError
 from appliance.models.session import ModelLoadError
 from appliance.runtime import Runtime
 from appliance.server.app import build_app
-from appliance.server.auth import AuthPolicy
+from appliance.server.auth import INSECURE, AuthPolicy
 from appliance.server.routes.config import reload_config
+from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance.server")
 
-SHUTDOWN_GRACE_S = 5.0  # every thread joined within this, or we say which did not
+SHUTDOWN_GRACE_S = 5.0  # stream threads joined within this (or the drain), or we say which not
+MODELS_GRACE_S = 1.0  # after the drain, for a model's running batch to finish
+# The process exits by drain + this: models (1 s), then Python's own exit. A thread that
+# still holds it then (a request's work, a session.run) is abandoned by ExitDeadline.
+EXIT_MARGIN_S = 2.0
+LINGER_S = 0.5  # after an orderly shutdown, for idle pool threads to end on their own
+CLOSE_GRACE_S = 1.0  # aiohttp's own shutdown_timeout: only idle connections are left
 RELOAD_REFUSED = (ConfigError, WorkflowError, ModelLoadError, ReloadError)
 
 
@@ -49,9 +59,20 @@ class Server:
         policy = AuthPolicy.for_bind(
             runtime.config.server, host, insecure=insecure, environ=environ
         )
+        if policy.insecure:
+            log.warning(
+                "serving without a token on %s: anyone who can reach this port controls "
+                "the appliance",
+                host,
+            )
         self.app = build_app(runtime, policy)
+        self.app[INSECURE] = policy.insecure
+        self.drain_timeout_s = runtime.config.server.drain_timeout_s
+        self._requests = InFlight()
+        self.app.middlewares.append(self._requests.middleware())
         self._port = port
-        self._runner = web.AppRunner(self.app, handle_signals=False)
+        # The drain is InFlight's: by aiohttp's cleanup only idle connections are left.
+        self._runner = web.AppRunner(self.app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
 
     @property
     def port(self) -> int:
@@ -73,11 +94,33 @@ class Server:
         log.info("serving on http://%s:%d (/docs lists the API)", self.host, self.port)
 
     async def shutdown(self) -> bool:
-        """HTTP first (no new requests), then the runtime; True when every thread ended."""
-        log.info("shutting down")
+        """No new connections; streams stop at once while the requests in flight get up
+        to `server.drain_timeout_s`; the rest are cancelled (and logged); then models
+        stop. True when every runtime thread ended."""
+        began, drain = time.monotonic(), self.drain_timeout_s
+        log.info(
+            "shutting down: streams stop now; %s, %.1f s to finish",
+            self._requests.describe(),
+            drain,
+        )
+        streams = in_own_thread(
+            self.runtime.stop_streams, min(SHUTDOWN_GRACE_S, drain), name="stop-streams"
+        )
+        await self._stop_accepting()
+        cut = await self._requests.drain(drain)
         await self._runner.cleanup()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.runtime.stop, SHUTDOWN_GRACE_S)
+        streams_ok = await streams
+        stopped = await in_own_thread(self.runtime.stop, MODELS_GRACE_S, name="stop-runtime")
+        cut_note = f", {len(cut)} request(s) cut short" if cut else ""
+        log.info("shut down in %.1f s%s", time.monotonic() - began, cut_note)
+        return streams_ok and stopped
+
+    async def _stop_accepting(self) -> None:
+        for site in list(self._runner.sites):
+            await site.stop()  # closes the listening socket
+        if self._runner.server is not None:
+            # Keep-alive connections close after the request they carry: no new ones.
+            self._runner.server.pre_shutdown()
 
     async def reload_logged(self, why: str) -> None:
         """A reload that is not a request (SIGHUP): its outcome goes to the log only."""
@@ -103,7 +146,9 @@ async def serve(
     """Run until `stop` is set or a signal arrives; True when shutdown was clean.
 
     ConfigError (before anything starts) when `host` is not loopback and there is no
-    token, unless `insecure`."""
+    token, unless `insecure`. This is the `appliance serve` process's lifecycle: once
+    shutdown begins, an ExitDeadline ends the process by drain + EXIT_MARGIN_S even if a
+    thread still holds it; embed `Server` instead."""
     server = Server(runtime, host, port, insecure=insecure)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -121,9 +166,11 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError):
                 await reloader
     finally:
+        deadline = ExitDeadline(server.drain_timeout_s + EXIT_MARGIN_S)
         clean = await server.shutdown()
         for sig in handlers:
             loop.remove_signal_handler(sig)
+    deadline.shorten(LINGER_S, 0 if clean else 1)
     return clean
 
 

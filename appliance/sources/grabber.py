@@ -56,6 +56,10 @@ class GrabberStats:
     fps: float | None  # measured rate of delivered frames
     last_frame_mono: float  # heartbeat: 0.0 before the first frame
     retry_delay_s: float | None  # the latest backoff delay
+    # Heartbeat of the read in progress: when it began, 0.0 while not reading (opening,
+    # pacing, handing a frame over, waiting to retry). The supervisor reports a read
+    # older than limits.worker_stall_s: the source's own timeouts should have ended it.
+    reading_since: float
 
 
 class Grabber:
@@ -90,6 +94,7 @@ class Grabber:
         self._interval_s: float | None = None  # EWMA of the frame interval
         self._prev_frame_mono: float | None = None  # this session's previous frame
         self._last_frame_mono = 0.0
+        self._reading_since = 0.0  # one float store per frame each way, no lock
         # Called with (seq, start, end) as each frame is read and decoded (profiling).
         self.on_grabbed: Callable[[int, float, float], None] | None = None
 
@@ -115,6 +120,11 @@ class Grabber:
         return not self._thread.is_alive()
 
     @property
+    def alive(self) -> bool:
+        """The thread runs (after stop(): it did not end in time)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def stats(self) -> GrabberStats:
         """Counters as of now (read without a lock: each field is one atomic store)."""
         interval = self._interval_s
@@ -126,6 +136,7 @@ class Grabber:
             fps=1.0 / interval if interval else None,
             last_frame_mono=self._last_frame_mono,
             retry_delay_s=self._retry_delay_s,
+            reading_since=self._reading_since,
         )
 
     def _run(self) -> None:
@@ -190,21 +201,26 @@ class Grabber:
 
     def _pump(self, source: VideoSource) -> None:
         frames = source.frames()
-        first = next(frames, None)
-        if first is None:
-            if not self._live and not self._stop.is_set():  # else an empty file loops busily
-                raise SourceError(f"{self._label}: no video frames")
-            return
-        self._on_first_frame(source, first[0])
-        pace = Pacer(self._stop, source.fps) if self._paced else None
-        grabbed, start = self.on_grabbed, self._last_frame_mono or time.perf_counter()
-        for image, pts in itertools.chain([first], frames):
-            if grabbed is not None:  # the profiler's hook: this frame's read and decode
-                grabbed(self._seq, start, time.perf_counter())
-            if pace is not None and not pace.wait(pts):
+        self._reading_since = time.perf_counter()
+        try:
+            first = next(frames, None)
+            if first is None:
+                if not self._live and not self._stop.is_set():  # else an empty file loops
+                    raise SourceError(f"{self._label}: no video frames")
                 return
-            self._deliver(image, pts)
-            start = time.perf_counter()
+            self._on_first_frame(source, first[0])
+            pace = Pacer(self._stop, source.fps) if self._paced else None
+            grabbed, start = self.on_grabbed, self._last_frame_mono or time.perf_counter()
+            for image, pts in itertools.chain([first], frames):
+                self._reading_since = 0.0  # pacing and a full slot are waits, not reads
+                if grabbed is not None:  # the profiler's hook: this frame's read and decode
+                    grabbed(self._seq, start, time.perf_counter())
+                if pace is not None and not pace.wait(pts):
+                    return
+                self._deliver(image, pts)
+                self._reading_since = start = time.perf_counter()  # the next read begins
+        finally:
+            self._reading_since = 0.0
 
     @property
     def _paced(self) -> bool:
