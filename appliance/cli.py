@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import AppConfig, ConfigError, load_config
+from appliance.errors import FileAccessError, LimitError
+from appliance.masking import mask_url
 from appliance.models import ModelLoadError
 from appliance.runtime import Runtime
 from appliance.sources import StreamState
@@ -28,7 +30,7 @@ log = logging.getLogger("appliance")
 
 EXIT_BAD_INPUT = 1
 EXIT_STREAM_FAILED = 3
-BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError)
+BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError, FileAccessError, LimitError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command(args)
     except BAD_INPUT as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {mask_url(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -87,11 +89,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_logging(level: str) -> None:
+    from appliance.masking import install
+
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
+    # The last guard: whatever a record carries (a URL in an FFmpeg error, a traceback,
+    # an access log line's query) reaches stderr with its credentials masked.
+    install(logging.getLogger().handlers)
 
 
 # -- serve ------------------------------------------------------------------------------
@@ -197,13 +204,13 @@ def _default_text(param: dict[str, Any]) -> str:
 # -- validate ---------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
     """A config (models loaded, workflows compiled) or a workflow file (has `blocks`)."""
-    import yaml
+    from pipelines.spec import load_yaml
 
     path: Path = args.file
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        print(f"error: {path}: {exc}", file=sys.stderr)
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: YAML's, with line and column
+        print(f"error: {mask_url(f'{path}: {exc}')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     config = load_config(args.config) if args.config else None
     if isinstance(data, dict) and "blocks" in data:

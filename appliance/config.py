@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipelines.errors import format_location, pydantic_message
 from pipelines.spec import BatchingSpec as BatchingConfig
 from pipelines.spec import ModelSpec as ModelConfig
 from pipelines.spec import SessionSpec as SessionConfig
+from pipelines.spec import load_yaml
 
 __all__ = [
     "AppConfig",
@@ -199,15 +199,23 @@ def _check_references(config: AppConfig) -> list[str]:
             f"limits.max_streams = {config.limits.max_streams}"
         )
     for name, model in config.models.items():
-        path = config.resolve(model.path)
-        if not path.is_file():
-            problems.append(f"models.{name}.path: file not found: {path}")
-        if model.labels_file is not None and not config.resolve(model.labels_file).is_file():
-            problems.append(f"models.{name}.labels_file: file not found: {model.labels_file}")
+        problems += _missing(config, model.path, f"models.{name}.path")
+        if model.labels_file is not None:
+            problems += _missing(config, model.labels_file, f"models.{name}.labels_file")
     for i, stream in enumerate(config.streams):
-        if isinstance(stream.workflow, Path) and not config.resolve(stream.workflow).is_file():
-            problems.append(f"streams[{i}].workflow: file not found: {stream.workflow}")
+        if isinstance(stream.workflow, Path):
+            problems += _missing(config, stream.workflow, f"streams[{i}].workflow")
     return problems
+
+
+def _missing(config: AppConfig, path: Path, where: str) -> list[str]:
+    """A problem when `path` is not a regular file (the access policy checks it again,
+    with the size caps, when the file is read)."""
+    resolved = config.resolve(path)
+    if resolved.is_file():
+        return []
+    what = "not a regular file" if resolved.exists() else "file not found"
+    return [f"{where}: {what}: {path}"]
 
 
 def load_config(path: Path | str) -> AppConfig:
@@ -218,7 +226,7 @@ def load_config(path: Path | str) -> AppConfig:
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror or exc}"], str(p)) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"invalid YAML: {exc}"], str(p)) from None
+        data = load_yaml(text)
+    except ValueError as exc:
+        raise ConfigError([str(exc)], str(p)) from None
     return parse_config(data, p.resolve().parent, str(p))

@@ -82,14 +82,18 @@ class LimitError(ApplianceError):
         self.retry_after_s = retry_after_s
 
 
-class FileAccessError(ApplianceError, PermissionError):
+class FileAccessError(ApplianceError):
     """A file named by a request, config or workflow that the access policy refuses.
 
-    The message names the rule and the path as given, never the file's content.
+    The message names the rule, the path as given and where it was named, never the
+    file's content. `status` is 403 for a rule, 422 for a file that is not there.
     """
 
-    def __init__(self, kind: str, path: str, rule: str) -> None:
-        super().__init__(f"{kind} file {path!r}: {rule}")
+    def __init__(self, kind: str, path: str, rule: str, where: str = "", status: int = 403) -> None:
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{kind} file {path!r}: {rule}")
         self.kind = kind
         self.path = path
         self.rule = rule
+        self.where = where
+        self.status = status

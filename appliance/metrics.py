@@ -86,6 +86,21 @@ class Metrics:
             "appliance_source_fps", "Frames per second decoded from the source.",
             ["stream"], registry=r,
         )  # fmt: skip
+        # Not part of StreamMetrics: a stalled stream is restarted, which drops its
+        # series, and the stall must outlive that. Ids come from the config or the API.
+        self.stream_stalls = Counter(
+            "appliance_stream_stalls", "Streams found stalled (a worker or read busy longer "
+            "than limits.worker_stall_s) and restarted.", ["stream"], registry=r,
+        )  # fmt: skip
+        self.threads_abandoned = Counter(
+            "appliance_threads_abandoned", "Stuck threads left behind (daemon threads that "
+            "end on their own, if ever) when their stream was restarted.", registry=r,
+        )  # fmt: skip
+
+    def remove_model(self, model_id: str) -> None:
+        """Drop a released model's series: API workflows may name any number of models."""
+        for metric in (self.model_inference, self.model_queue, self.model_batch_size):
+            _remove(metric, model_id)
 
 
 class StreamMetrics:

@@ -7,6 +7,7 @@ samples go through the same batchers as the streams, so they batch with live tra
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,13 +15,18 @@ from typing import Any
 
 import cv2
 import numpy as np
+import PIL.Image
 
+from appliance.config import LimitsConfig
+from appliance.errors import LimitError
+from appliance.files import FilePolicy
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
 from appliance.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import Frame, FrameResult
 
+DEFAULT_MAX_PIXELS = LimitsConfig().max_image_pixels
 REQUEST_STREAM = "request"  # the stream id model batches record for these samples
 
 
@@ -28,22 +34,52 @@ class ImageDecodeError(ValueError):
     """The bytes are not an image OpenCV can decode."""
 
 
-def decode_image(data: bytes) -> np.ndarray:
-    """JPEG/PNG/... bytes -> BGR uint8 H x W x 3."""
+def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """JPEG/PNG/... bytes -> BGR uint8 H x W x 3. The size is read from the header first:
+    LimitError (413, limits.max_image_pixels) before anything large is decoded."""
     if not data:
         raise ImageDecodeError("empty image")
+    check_image_size(data, max_pixels)
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if image is None:
         raise ImageDecodeError(f"not a decodable image ({len(data)} bytes)")
     return image
 
 
+def check_image_size(data: bytes, max_pixels: int) -> None:
+    """LimitError past `max_pixels`, from the image's header: Pillow reads no pixel data
+    for it. ImageDecodeError when the header is not an image's."""
+    try:
+        with PIL.Image.open(io.BytesIO(data)) as header:
+            width, height = header.size
+    except PIL.Image.DecompressionBombError:
+        # Pillow's own guard, at twice its MAX_IMAGE_PIXELS (~179 MP): over ours too.
+        width, height = 2 * (PIL.Image.MAX_IMAGE_PIXELS or 0) + 1, 1
+    except PIL.UnidentifiedImageError:
+        raise ImageDecodeError(f"not an image in a known format ({len(data)} bytes)") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        # SyntaxError: Pillow's plugins raise it for malformed headers.
+        raise ImageDecodeError(f"not a decodable image ({len(data)} bytes): {exc}") from None
+    if width * height > max_pixels:
+        size = f"{width}x{height} is {width * height}" if height > 1 else f"over {width - 1}"
+        raise LimitError("limits.max_image_pixels", max_pixels, f"image: {size} pixels", status=413)
+
+
 def run_image(
-    runtime: Runtime, image: np.ndarray, workflow: Path | Mapping[str, Any], profile: bool
+    runtime: Runtime,
+    image: np.ndarray,
+    workflow: Path | Mapping[str, Any],
+    profile: bool,
+    files: FilePolicy | None = None,
 ) -> dict[str, Any]:
-    compiled = runtime.compile_workflow(workflow, "workflow")
-    frame = Frame(REQUEST_STREAM, 0, None, time.time(), time.perf_counter(), image)
-    result = compiled.instantiate().run(frame)
+    """Run `workflow` once on `image`; its file paths go through `files` (the request
+    policy for API calls). Its models are leased for the call only."""
+    compiled = runtime.compile_workflow(workflow, "workflow", files)
+    try:
+        frame = Frame(REQUEST_STREAM, 0, None, time.time(), time.perf_counter(), image)
+        result = compiled.instantiate().run(frame)
+    finally:
+        runtime.release_workflow(compiled)
     blocks = {
         bid: round((span[1] - span[0]) * 1000, 3)
         for bid, span in zip(compiled.block_ids, result.block_spans, strict=True)

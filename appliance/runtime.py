@@ -13,13 +13,19 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from appliance.config import AppConfig, StreamConfig, load_config
-from appliance.errors import ReloadError, StreamExistsError, UnknownStreamError
+from appliance.errors import (
+    FileAccessError,
+    LimitError,
+    ReloadError,
+    StreamExistsError,
+    UnknownStreamError,
+)
 from appliance.fanout import Fanout
+from appliance.files import FileKind, FilePolicy
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
@@ -28,17 +34,20 @@ from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
 from appliance.reload import ReloadPlan, plan_reload
+from appliance.sources import source_kind
 from appliance.streams import Stream
+from appliance.supervisor import Supervisor
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
-from pipelines.spec import read_workflow_file
+from pipelines.spec import WorkflowSpec, parse_workflow_text
 
 log = logging.getLogger("appliance.runtime")
 
 WORKFLOW_CACHE_SIZE = 256  # distinct compiled workflows kept for reuse
+MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
 
 
 class Runtime:
@@ -65,7 +74,17 @@ class Runtime:
             errors=self.metrics.trace_errors,
         )
         self.fanout = Fanout()
-        self.pool = ModelPool(self.metrics, self.tracer)
+        # Read once at start, like `server`: a reload changes streams and models.
+        self.limits = config.limits
+        self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
+        self.request_files = FilePolicy.requests(config, config_path)  # the API's: roots
+        self.pool = ModelPool(
+            self.metrics,
+            self.tracer,
+            max_models=self.limits.max_models,
+            idle_models=self.limits.idle_models,
+            on_release=self._forget_model,
+        )
         self.windows = ProfilingWindows(
             self.tracer,
             self.trace_writer,
@@ -79,10 +98,20 @@ class Runtime:
         self.streams: dict[str, Stream] = {}
         # By digest: compile once. Bounded (least recently used out), since API calls may
         # bring any number of inline workflows; running streams hold their own reference.
-        self._workflows: OrderedDict[str, CompiledWorkflow] = OrderedDict()
+        # Each entry keeps the batchers it was bound to: a model released and loaded
+        # again is another batcher, and the entry must compile again.
+        self._workflows: OrderedDict[str, _Cached] = OrderedDict()
+        self._requested: set[str] = set()  # ids of streams added over the API
         self._max_frames = max_frames
         self._lock = threading.Lock()
         self.started_at = 0.0
+        # Finds stalled streams and restarts them (the supervision section below).
+        self.supervisor = Supervisor(
+            lambda: list(self.streams.values()), self._on_stalled, config.limits.worker_stall_s
+        )
+        self._stopping = threading.Event()  # stop began: no restarts, /health says so
+        self._stop_lock = threading.Lock()
+        self._streams_stopped: bool | None = None  # stop_streams' result, once it ran
 
     # -- start-up --------------------------------------------------------------------
     def prepare(self) -> list[tuple[StreamConfig, CompiledWorkflow]]:
@@ -108,43 +137,94 @@ class Runtime:
             self._start_stream(cfg, workflow)
         if self.tracer.enabled:
             self.trace_writer.start()
+        self.supervisor.start()
 
     def load_models(self) -> None:
         """Load the config's models (workflows may add their own when compiled)."""
+        files = self.files.at(self.config.base_dir)
         for model_id, spec in self.config.models.items():
-            self.pool.ensure(model_id, spec, self.config.resolve, f"models.{model_id}")
+            self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=True)
 
-    def compile_workflow(self, workflow: Path | Mapping[str, Any], where: str) -> CompiledWorkflow:
-        """Compile (or reuse) a workflow, loading the models it declares itself.
+    def compile_workflow(
+        self, workflow: Path | Mapping[str, Any], where: str, files: FilePolicy | None = None
+    ) -> CompiledWorkflow:
+        """Compile (or reuse) a workflow, loading the models it declares itself, and lease
+        its models to the caller: `release_workflow` it when done (a stream does so when
+        removed). `files` is the policy its paths go through (the owner's by default).
 
-        WorkflowError and ModelLoadError name `where` and, for files, the file.
+        WorkflowError and ModelLoadError name `where` and, for files, the file;
+        FileAccessError and LimitError name the rule or limit.
         """
-        document, origin, base = workflow_document(self.config, workflow, where)
+        files = files or self.files
+        document, origin, base = workflow_document(files, workflow, where)
         try:
             spec = parse_workflow(document)
             digest = workflow_digest(spec)
-            with self._lock:
-                cached = self._workflows.get(digest)
-                if cached is not None:
-                    self._workflows.move_to_end(digest)
+            cached = self._cached(digest)
             if cached is not None:
                 return cached
-            for model_id, model in spec.models.items():
-                resolve = partial(_resolve_against, base)
-                self.pool.ensure(model_id, model, resolve, f"{origin} models.{model_id}")
-            compiled = compile_workflow(spec, BuildContext(models=self.pool.handles))
+            compiled = self._compile(spec, files.at(base), origin)
         except WorkflowError as exc:
             raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
         with self._lock:
-            self._workflows[digest] = compiled
+            self._workflows[digest] = (compiled, self._bound(compiled))
             while len(self._workflows) > WORKFLOW_CACHE_SIZE:
                 self._workflows.popitem(last=False)
         return compiled
 
-    def compile_stream_workflow(self, cfg: StreamConfig, where: str) -> CompiledWorkflow:
-        return self.compile_workflow(cfg.workflow, f"{where}.workflow")
+    def release_workflow(self, workflow: CompiledWorkflow) -> None:
+        """End the lease `compile_workflow` gave on the workflow's models."""
+        self.pool.release(workflow.models)
+
+    def _cached(self, digest: str) -> CompiledWorkflow | None:
+        """A cached compilation, leased, if its models still run the batchers it bound."""
+        with self._lock:
+            entry = self._workflows.get(digest)
+            if entry is None:
+                return None
+            self._workflows.move_to_end(digest)
+        if self.pool.acquire(entry[1]):
+            return entry[0]
+        return None
+
+    def _compile(self, spec: WorkflowSpec, files: FilePolicy, origin: str) -> CompiledWorkflow:
+        """Load the workflow's own models (each leased while it compiles), compile, and
+        lease the models its blocks run."""
+        declared: list[str] = []
+        try:
+            for model_id, model in spec.models.items():
+                self.pool.ensure(model_id, model, files, f"{origin} models.{model_id}")
+                declared.append(model_id)
+            compiled = compile_workflow(spec, BuildContext(models=self.pool.handles))
+            if not self.pool.acquire(self._bound(compiled)):
+                raise AssertionError("unreachable: the workflow's models are leased")
+            return compiled
+        finally:
+            self.pool.release(declared)
+
+    def _bound(self, compiled: CompiledWorkflow) -> dict[str, ModelBatcher]:
+        return {m: self.pool.handles[m] for m in compiled.models}
+
+    def _forget_model(self, model_id: str) -> None:
+        """A model was released: compilations bound to its batcher must not be reused."""
+        with self._lock:  # taken inside the pool's lock: never the other way round
+            stale = [d for d, (_, bound) in self._workflows.items() if model_id in bound]
+            for digest in stale:
+                del self._workflows[digest]
+
+    def compile_stream_workflow(
+        self, cfg: StreamConfig, where: str, files: FilePolicy | None = None
+    ) -> CompiledWorkflow:
+        return self.compile_workflow(cfg.workflow, f"{where}.workflow", files)
 
     def _start_stream(self, cfg: StreamConfig, workflow: CompiledWorkflow) -> Stream:
+        """Start a stream on a workflow leased for it; the lease is the stream's now."""
+        try:
+            with self._lock:  # checked again here: the id may have been taken since
+                self._check_room(cfg.id)
+        except BaseException:
+            self.release_workflow(workflow)
+            raise
         blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
         stream = Stream(
             cfg,
@@ -157,29 +237,57 @@ class Runtime:
                 self.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
             ),
         )
-        with self._lock:  # checked again here: the id may have been taken since
-            if cfg.id in self.streams:
-                raise StreamExistsError(cfg.id)
+        with self._lock:
+            self._check_room(cfg.id)
             self.streams[cfg.id] = stream
         stream.start()
         return stream
 
+    def _check_room(self, stream_id: str) -> None:
+        """StreamExistsError or LimitError (limits.max_streams); under the lock."""
+        if stream_id in self.streams:
+            raise StreamExistsError(stream_id)
+        if len(self.streams) >= self.limits.max_streams:
+            raise LimitError(
+                "limits.max_streams", self.limits.max_streams, f"{len(self.streams)} streams run"
+            )
+
     # -- managing streams at runtime ---------------------------------------------------
-    def add_stream(self, cfg: StreamConfig) -> Stream:
-        """Compile the stream's workflow and start it; StreamExistsError if the id runs."""
+    def add_stream(self, cfg: StreamConfig, *, requested: bool = False) -> Stream:
+        """Compile the stream's workflow and start it; StreamExistsError if the id runs,
+        LimitError past limits.max_streams. A `requested` stream (over the API) has its
+        files checked by the request policy, now and whenever it restarts."""
         with self._lock:
-            if cfg.id in self.streams:
-                raise StreamExistsError(cfg.id)
-        workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}")
-        return self._start_stream(cfg, workflow)
+            self._check_room(cfg.id)
+        files = self._files_for(requested)
+        workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}", files)
+        if source_kind(cfg.source.url) == "file":
+            try:
+                files.path(cfg.source.url, FileKind.VIDEO, f"stream {cfg.id!r} source.url")
+            except BaseException:
+                self.release_workflow(workflow)
+                raise
+        stream = self._start_stream(cfg, workflow)
+        if requested:
+            self._requested.add(cfg.id)
+        return stream
+
+    def _files_for(self, requested: bool) -> FilePolicy:
+        return self.request_files if requested else self.files
 
     def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         """Stop a stream, join its threads and drop its metrics; True if they ended."""
+        ended = self._stop_stream(stream_id, timeout)
+        self._requested.discard(stream_id)
+        return ended
+
+    def _stop_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         with self._lock:
             stream = self.streams.pop(stream_id, None)
         if stream is None:
             raise UnknownStreamError(stream_id)
         ended = stream.stop(timeout)
+        self.release_workflow(stream.workflow)
         stream.metrics.remove()
         log.info("stream %s removed", stream_id)
         return ended
@@ -192,8 +300,9 @@ class Runtime:
         if old is None:
             raise UnknownStreamError(stream_id)
         cfg = cfg or old.cfg
-        workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}")
-        self.remove_stream(stream_id)
+        files = self._files_for(stream_id in self._requested)
+        workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}", files)
+        self._stop_stream(stream_id)
         return self._start_stream(cfg, workflow)
 
     def reload(self) -> ReloadPlan:
@@ -211,12 +320,16 @@ class Runtime:
                 "remove them over the API first; nothing was changed"
             )
         old_config, self.config = self.config, new
+        self.files = FilePolicy.owner(new)
+        compiled: dict[str, CompiledWorkflow] = {}
         try:
             self.load_models()
-            compiled = {c.id: self.compile_stream_workflow(c, f"streams.{c.id}")
-                        for c in [*plan.added, *plan.changed]}  # fmt: skip
+            for c in [*plan.added, *plan.changed]:
+                compiled[c.id] = self.compile_stream_workflow(c, f"streams.{c.id}")
         except BaseException:
-            self.config = old_config
+            self.config, self.files = old_config, FilePolicy.owner(old_config)
+            for workflow in compiled.values():
+                self.release_workflow(workflow)
             raise
         for sid in plan.removed:
             self.remove_stream(sid)
@@ -236,9 +349,9 @@ class Runtime:
             if stream is None:
                 continue
             try:
-                doc, _, _ = workflow_document(new, cfg.workflow, cfg.id)
+                doc, _, _ = workflow_document(FilePolicy.owner(new), cfg.workflow, cfg.id)
                 digest = workflow_digest(parse_workflow(doc))
-            except WorkflowError:
+            except (WorkflowError, FileAccessError, LimitError):
                 changed.add(cfg.id)  # broken now: the compile step will report it
                 continue
             if digest != stream.workflow.digest:
@@ -261,23 +374,13 @@ class Runtime:
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
-        """Stop streams (in parallel), then models; True when every thread ended."""
+        """Stop streams (in parallel; at once if `stop_streams` already did), then models;
+        True when every thread ended."""
         deadline = time.monotonic() + timeout
-        self.windows.stop()
-        streams = list(self.streams.values())
-        results: dict[str, bool] = {}
-        stoppers = [
-            threading.Thread(target=lambda s=s: results.__setitem__(s.id, s.stop(timeout * 0.7)),
-                             name=f"stop:{s.id}", daemon=True)
-            for s in streams
-        ]  # fmt: skip
-        for t in stoppers:
-            t.start()
-        for t in stoppers:
-            t.join(max(0.0, deadline - time.monotonic()))
+        streams_ok = self.stop_streams(timeout * 0.7)
         models_ok = self._stop_models(max(0.1, deadline - time.monotonic()))
         models_ok = self.trace_writer.stop(max(0.1, deadline - time.monotonic())) and models_ok
-        ok = models_ok and all(results.get(s.id, False) for s in streams)
+        ok = models_ok and streams_ok
         log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok
 
@@ -288,17 +391,92 @@ class Runtime:
     def models(self) -> Mapping[str, ModelBatcher]:
         return self.pool.handles
 
+    # -- supervision -------------------------------------------------------------------
+    def liveness_problem(self) -> str | None:
+        """None while the runtime can work; else why not (GET /health answers 503)."""
+        if self._stopping.is_set():
+            return "runtime stopped"
+        problem = self.supervisor.problem
+        return None if problem is None else f"stream supervisor {problem}"
+
+    def stalled(self) -> dict[str, str]:
+        """Stream id -> why it stalled, while its restarted stream has processed nothing."""
+        return {s.id: reason for s in list(self.streams.values()) if (reason := s.stall)}
+
+    def stop_streams(self, timeout: float) -> bool:
+        """Stop supervision, profiling windows and every stream (in parallel): what runs
+        on its own. Models go on serving requests until `stop`. Runs once: a later call
+        waits for the first and returns its result (True when every thread ended)."""
+        self._stopping.set()
+        with self._stop_lock:
+            if self._streams_stopped is None:
+                self._streams_stopped = self._stop_every_stream(timeout)
+            return self._streams_stopped
+
+    def _stop_every_stream(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
+        self.windows.stop()
+        streams = list(self.streams.values())
+        results: dict[str, bool] = {}
+
+        def stop(stream: Stream) -> None:
+            results[stream.id] = stream.stop(timeout)
+
+        stoppers = [
+            threading.Thread(target=stop, args=(s,), name=f"stop:{s.id}", daemon=True)
+            for s in streams
+        ]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        ok = all(results.get(s.id, False) for s in streams)
+        log.info("streams stopped (%d)%s", len(streams), "" if ok else ", not every thread ended")
+        return ok
+
+    def _on_stalled(self, stream: Stream, reason: str) -> None:
+        """On the supervise thread: count the stall, restart the stream (the restart is
+        what helps: a fresh worker, maybe a fresh source) and abandon its stuck thread."""
+        self.metrics.stream_stalls.labels(stream.id).inc()
+        with self._lock:
+            replaced = self.streams.get(stream.id) is not stream
+        if replaced or self._stopping.is_set():
+            return  # removed, restarted over the API, or shutting down: nothing to do
+        if stream.stall_streak >= MAX_STALL_RESTARTS:
+            # Each restart leaves a stuck thread behind: a call that never returns (a hung
+            # GPU, a deadlocked plugin) would leak one per worker_stall_s forever.
+            log.error(
+                "stream %s: stalled again after %d restarts without a processed frame; "
+                "not restarted again (POST /v1/streams/%s/restart once the cause is fixed)",
+                stream.id, stream.stall_streak, stream.id,
+            )  # fmt: skip
+            return
+        try:
+            new = self.restart_stream(stream.id)
+        except Exception:  # a workflow file broken since: the stream stays `stalled`
+            log.exception("stream %s: restart after a stall failed; it stays stalled", stream.id)
+            return
+        new.inherit(stream)
+        log.warning("stream %s restarted after a stall", stream.id)
+        left = stream.threads_alive()
+        if left:
+            self.metrics.threads_abandoned.inc(len(left))
+            names = ", ".join(left)
+            log.warning("stream %s: abandoned stuck thread(s) %s", stream.id, names)
+
 
 def workflow_document(
-    config: AppConfig, workflow: Path | Mapping[str, Any], where: str
+    files: FilePolicy, workflow: Path | Mapping[str, Any], where: str
 ) -> tuple[Mapping[str, Any], str, Path]:
-    """(document, origin for messages, base directory for its relative paths)."""
+    """(document, origin for messages, base directory for its relative paths); a file is
+    read through `files`, the policy of whoever named it."""
     if isinstance(workflow, Path):
-        path = config.resolve(workflow)
-        return read_workflow_file(path), f"{where} ({path})", path.parent
-    return workflow, where, config.base_dir
+        path = files.path(workflow, FileKind.WORKFLOW, where)
+        text = files.read_text(path, FileKind.WORKFLOW, where)
+        origin = f"{where} ({path})"
+        return parse_workflow_text(text, origin), origin, path.parent
+    return workflow, where, files.base
 
 
-def _resolve_against(base: Path, path: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (base / p).resolve()
+_Cached = tuple[CompiledWorkflow, dict[str, ModelBatcher]]

@@ -101,14 +101,67 @@ class WorkflowSpec(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
 
 
-def read_workflow_file(path: Path) -> dict[str, Any]:
-    """A workflow document from a YAML or JSON file (JSON is YAML); WorkflowError if not."""
+MAX_DOCUMENT_NODES = 1_000_000  # a workflow has hundreds; this only stops alias bombs
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML (or JSON) text; ValueError naming the line and column of a syntax
+    error, never quoting it (the text may be a file a request has no right to see).
+
+    Anchors and aliases are allowed, but their expansion is bounded: a few hundred bytes
+    of nested aliases ("billion laughs") expand to 10^9 nodes when the document is later
+    walked, hashed or validated."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"invalid YAML{at}: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"invalid YAML: {type(exc).__name__}") from None
+    if _expanded_nodes(data) > MAX_DOCUMENT_NODES:
+        raise ValueError(f"the document expands to over {MAX_DOCUMENT_NODES} values (aliases)")
+    return data
+
+
+def _expanded_nodes(data: Any) -> int:
+    """How many values `data` has once aliases are expanded, in time linear in the
+    distinct objects (an alias is the same object, so sizes are memoized by id)."""
+    sizes: dict[int, int] = {}
+    pending: list[tuple[Any, bool]] = [(data, False)]
+    while pending:  # iterative: nesting may be deeper than the recursion limit
+        value, children_done = pending.pop()
+        if id(value) in sizes:
+            continue
+        children = list(value.values()) + list(value) if isinstance(value, dict) else value
+        if not isinstance(value, dict | list):
+            sizes[id(value)] = 1
+        elif children_done:
+            sizes[id(value)] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[id(value)] > MAX_DOCUMENT_NODES:
+                return sizes[id(value)]
+        else:
+            pending.append((value, True))
+            pending.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(data)]
+
+
+def parse_workflow_text(text: str, origin: str) -> dict[str, Any]:
+    """A workflow document from YAML or JSON text; WorkflowError naming `origin` if not."""
+    try:
+        data = load_yaml(text)
+    except ValueError as exc:
+        raise WorkflowError([str(exc)], origin) from None
+    if not isinstance(data, dict):
+        raise WorkflowError([f"(top): expected a mapping, got {type(data).__name__}"], origin)
+    return data
+
+
+def read_workflow_file(path: Path) -> dict[str, Any]:
+    """A workflow document from a YAML or JSON file (JSON is YAML); WorkflowError if not.
+    For the owner's tools; the runtime reads files through its access policy."""
+    try:
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkflowError([f"cannot read: {exc.strerror or exc}"], str(path)) from None
-    except yaml.YAMLError as exc:
-        raise WorkflowError([f"invalid YAML: {exc}"], str(path)) from None
-    if not isinstance(data, dict):
-        raise WorkflowError([f"(top): expected a mapping, got {type(data).__name__}"], str(path))
-    return data
+    return parse_workflow_text(text, str(path))

@@ -72,10 +72,17 @@ class LoadedModel:
         return self.info.id
 
 
-def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path]) -> LoadedModel:
+def load_model(
+    model_id: str,
+    cfg: ModelConfig,
+    resolve: Callable[[Path], Path],
+    *,
+    read_text: Callable[[Path], str] | None = None,
+) -> LoadedModel:
     """Open `cfg.path` (made absolute by `resolve`, e.g. `AppConfig.resolve`) on the
     configured providers. Raises `ModelLoadError` for a missing file, a file that is not
-    an ONNX model, or a model with more than one input."""
+    an ONNX model, or a model with more than one input. `read_text` reads the labels
+    file (the runtime passes its file-access policy's reader)."""
     path = resolve(cfg.path)
     if not path.is_file():
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
@@ -99,7 +106,7 @@ def load_model(model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path])
         inputs=inputs,
         outputs=outputs,
         decoder=cfg.decoder or "",
-        labels=_labels(model_id, cfg, resolve, metadata),
+        labels=_labels(model_id, cfg, resolve, metadata, read_text or _read_text),
         input_size=cfg.input_size,
         metadata=metadata,
         providers=obtained,
@@ -199,8 +206,16 @@ def _tensor_info(arg: Any) -> TensorInfo:
     return TensorInfo(name=arg.name, shape=shape, dtype=_DTYPES.get(element, element))
 
 
+def _read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
 def _labels(
-    model_id: str, cfg: ModelConfig, resolve: Callable[[Path], Path], metadata: Mapping[str, str]
+    model_id: str,
+    cfg: ModelConfig,
+    resolve: Callable[[Path], Path],
+    metadata: Mapping[str, str],
+    read_text: Callable[[Path], str],
 ) -> tuple[str, ...]:
     """Config labels, else the labels file, else the model's metadata, else none."""
     if cfg.labels is not None:
@@ -208,7 +223,7 @@ def _labels(
     if cfg.labels_file is not None:
         path = resolve(cfg.labels_file)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except OSError as exc:
             raise ModelLoadError(
                 f"model {model_id!r}: cannot read labels file {path}: {exc.strerror or exc}"

@@ -62,6 +62,9 @@ class Window:
         return out
 
 
+KEEP_WINDOWS = 20  # windows (and their trace files) kept; each one is at most a few MB
+
+
 class ProfilingWindows:
     def __init__(
         self,
@@ -104,9 +107,22 @@ class ProfilingWindows:
                 raise WindowBusyError(self._running.id)
             window = Window(uuid.uuid4().hex[:12], duration_s, streams, ort_operators)
             self._running = self._windows[window.id] = window
+            expired = self._expire()
+        for path in expired:
+            path.unlink(missing_ok=True)
         threading.Thread(target=self._run, args=(window,), name=f"profile:{window.id}",
                          daemon=True).start()  # fmt: skip
         return window.status()
+
+    def _expire(self) -> list[Path]:
+        """Forget the oldest windows past KEEP_WINDOWS; their trace files to delete.
+        Under the lock (the running window is the newest, never among them)."""
+        paths = []
+        while len(self._windows) > KEEP_WINDOWS:
+            oldest = self._windows.pop(next(iter(self._windows)))
+            if oldest.path is not None:
+                paths.append(oldest.path)
+        return paths
 
     @property
     def active(self) -> bool:

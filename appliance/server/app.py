@@ -11,8 +11,9 @@ from aiohttp import web
 
 from appliance.runtime import Runtime
 from appliance.server.auth import AuthPolicy, auth_middleware
-from appliance.server.context import CONTROL, MAX_BODY, OPENAPI, RUNTIME
+from appliance.server.context import CONTROL, MAX_BODY, OPENAPI, RUNTIME, WORK_SLOTS
 from appliance.server.errors import REFUSALS, error_middleware
+from appliance.server.limits import WorkSlots, timeout_middleware
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, ROUTES
 
@@ -23,16 +24,26 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
     """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind)."""
     policy = dataclasses.replace(policy, open_paths=PROBES)
     max_body = runtime.config.server.max_body_bytes
-    app = web.Application(
-        client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
-    )
+    limits = runtime.limits
+    middlewares = [
+        error_middleware,
+        auth_middleware(policy),
+        timeout_middleware(limits.request_timeout_s),
+    ]
+    app = web.Application(client_max_size=max_body, middlewares=middlewares)
+    slots = app[WORK_SLOTS] = WorkSlots(limits.max_concurrent_runs)
+    app.on_cleanup.append(lambda _: _close(slots))
     app[RUNTIME] = runtime
     app[CONTROL] = asyncio.Lock()
     app[MAX_BODY] = max_body
-    app[REFUSALS] = {"limit_hits": runtime.metrics.limit_hits,
-                     "file_refusals": runtime.metrics.file_refusals}  # fmt: skip
+    metrics = runtime.metrics
+    app[REFUSALS] = {"limit_hits": metrics.limit_hits, "file_refusals": metrics.file_refusals}
     for route in ROUTES:
         # add_route, not add_get: no implicit HEAD routes the document would not list.
         app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
     app[OPENAPI] = build_openapi(ROUTES, policy)
     return app
+
+
+async def _close(slots: WorkSlots) -> None:
+    slots.close()

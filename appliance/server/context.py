@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from aiohttp import web
 
 from appliance.runtime import Runtime
+from appliance.server.limits import WorkSlots
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -26,6 +27,7 @@ RUNTIME = web.AppKey("runtime", Runtime)
 CONTROL = web.AppKey("control", asyncio.Lock)
 OPENAPI = web.AppKey("openapi", dict[str, Any])  # the document, built once with the app
 MAX_BODY = web.AppKey("max_body", int)  # bytes; what client_max_size is for JSON bodies
+WORK_SLOTS = web.AppKey("work_slots", WorkSlots)  # workflow requests at work (limits.py)
 
 
 def runtime_of(request: web.Request) -> Runtime:

@@ -120,8 +120,13 @@ _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
 def error_response(
     status: int, message: str, details: Sequence[str] = (), headers: dict[str, str] | None = None
 ) -> web.Response:
+    """The JSON error answer. Message and details are masked as a last guard: a
+    validation message may echo the input, such as a source URL with its password."""
+    from appliance.masking import mask_url
+
     code = CODES.get(status, "bad_request" if status < 500 else "internal")
-    body = {"error": {"code": code, "message": message, "details": list(details)}}
+    masked = [mask_url(d) for d in details]
+    body = {"error": {"code": code, "message": mask_url(message), "details": masked}}
     return web.json_response(body, status=status, headers=headers)
 
 
@@ -166,7 +171,7 @@ def from_exception(request: web.Request, exc: Exception) -> web.Response:
         return _limit_response(request, exc)
     if isinstance(exc, FileAccessError):
         _count(request, "file_refusals", exc.kind)
-        return error_response(403, str(exc), [f"{exc.kind}: {exc.rule}"])
+        return error_response(exc.status, str(exc), [f"{exc.where or exc.kind}: {exc.rule}"])
     for kind, status in _BY_TYPE:
         if isinstance(exc, kind):
             return error_response(status, _headline(exc), details_of(exc, status))

@@ -20,11 +20,14 @@ REF = "#/components/schemas/{model}"
 ERRORS = {
     400: "malformed JSON, a body that is not an object, an undecodable image",
     401: "missing or wrong bearer token",
+    403: "a file the access policy refuses (server.file_roots, regular files only)",
     404: "unknown stream or profiling window id",
-    409: "conflict with the running state; nothing was changed",
-    413: "body over server.max_body_bytes",
+    408: "the request took longer than limits.request_timeout_s and was cancelled",
+    409: "conflict with the running state, or a count limit reached; nothing was changed",
+    413: "body over server.max_body_bytes, or an image or file over its limit",
     415: "neither JSON nor multipart/form-data",
     422: "the body parses but does not validate; `details` lists every problem",
+    429: "limits.max_concurrent_runs workflow requests at work; retry after Retry-After",
 }
 BEARER = {"type": "http", "scheme": "bearer", "description": "server.token or APPLIANCE_API_TOKEN"}
 
@@ -74,14 +77,14 @@ def _responses(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
     error = {JSON: {"schema": refs[Error]}}
     for status in sorted(_error_statuses(route, policy)):
         out[str(status)] = {"description": ERRORS[status], "content": error}
-    if "401" in out:
-        out["401"]["headers"] = {"WWW-Authenticate": {"required": True,
-                                                      "schema": {"type": "string"}}}  # fmt: skip
+    for code, header in (("401", "WWW-Authenticate"), ("429", "Retry-After")):
+        if code in out:
+            out[code]["headers"] = {header: {"required": True, "schema": {"type": "string"}}}
     return out
 
 
 def _error_statuses(route: Route, policy: AuthPolicy) -> set[int]:
-    statuses = set(route.errors)
+    statuses = {*route.errors, 408}  # every request has a time limit
     if policy.needs_token(route.path):
         statuses.add(401)
     if route.body:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from appliance.config import BatchingConfig
 
 # appliance.sources.StreamState's values (a test keeps the two equal).
-StateName = Literal["starting", "running", "reconnecting", "stopped", "failed"]
+StateName = Literal["starting", "running", "reconnecting", "stopped", "failed", "stalled"]
 
 WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
 
@@ -42,9 +42,11 @@ class ProfilingRequest(_Request):
 
 
 class ErrorDetail(BaseModel):
+    # server/errors.py's CODES values (a test keeps the two equal).
     code: Literal[
-        "bad_request", "unauthorized", "not_found", "method_not_allowed", "conflict",
-        "payload_too_large", "unsupported_media_type", "invalid", "internal",
+        "bad_request", "unauthorized", "forbidden", "not_found", "method_not_allowed",
+        "request_timeout", "conflict", "payload_too_large", "unsupported_media_type",
+        "invalid", "too_many_requests", "internal",
     ]  # fmt: skip
     message: str
     details: list[str] = Field(description="every problem as `location: message`")
@@ -55,7 +57,10 @@ class Error(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "down"]
+    reason: str | None = Field(
+        None, description="why the process cannot work (`down`: its runtime or supervisor)"
+    )
 
 
 class ProfilingState(BaseModel):
@@ -71,6 +76,13 @@ class Ready(BaseModel):
     ready: bool
     models: list[str]
     waiting: list[str] = Field(description="ids of streams still starting")
+    stalled: dict[str, str] = Field(
+        description="stream id -> why it stalled (restarted; listed until it processes a "
+        "frame again)"
+    )
+    insecure: bool = Field(
+        description="the API is open without a token on a non-loopback address (--insecure)"
+    )
     profiling: ProfilingState
 
 
@@ -153,6 +165,8 @@ class Model(BaseModel):
     batching: BatchingConfig
     batches: int
     samples: int
+    users: int = Field(description="streams and requests using the model now")
+    pinned: bool = Field(description="declared in the config: never released when idle")
 
 
 class ModelList(BaseModel):

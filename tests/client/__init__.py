@@ -17,7 +17,8 @@ import yaml
 from tests.support.appliance import DEMO_CLIP, ROOT, Served, start_served
 
 TOKEN = "client-tests-token"
-WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"
+CONFIGS = ROOT / "configs"
+WORKFLOW = CONFIGS / "workflows" / "people_counter.yaml"
 CONFIG_NAME = "appliance.yaml"
 
 
@@ -33,7 +34,8 @@ def stream_doc(stream_id: str, workflow: Path | dict[str, Any] = WORKFLOW) -> di
 def write_demo_config(path: Path, extra: Sequence[dict[str, Any]] = ()) -> Path:
     """The config of the served appliance; `extra` streams after `people-cam`."""
     doc = {
-        "server": {"host": "127.0.0.1", "token": TOKEN},
+        # The API may name the bundled clip and workflows (configs/) besides the config's.
+        "server": {"host": "127.0.0.1", "token": TOKEN, "file_roots": [".", str(CONFIGS)]},
         "streams": [stream_doc("people-cam"), *extra],
     }
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")

@@ -89,3 +89,20 @@ def test_bad_window_requests(runtime: Runtime) -> None:
     with pytest.raises(UnknownWindowError):
         runtime.windows.get("nope")
     json.dumps(runtime.windows.start(0.2, None, False))  # JSON-ready status
+
+
+def test_only_the_newest_windows_and_their_traces_are_kept(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from appliance.profiling import windows
+
+    monkeypatch.setattr(windows, "KEEP_WINDOWS", 2)
+    ids = []
+    for _ in range(3):
+        ids.append(runtime.windows.start(0.05, ["a"], ort_operators=False)["id"])
+        assert wait_done(runtime, ids[-1])["state"] == "done"
+    first = runtime.windows.directory / "windows" / f"window-{ids[0]}.json"
+    assert not first.exists()  # the oldest window's trace went with it
+    with pytest.raises(UnknownWindowError):
+        runtime.windows.get(ids[0])
+    assert all(runtime.windows.trace_path(i).is_file() for i in ids[1:])

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from tests.server.live import LiveServer, wait_for, write_yaml
-from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+from tests.support.appliance import DEMO_CLIP, ROOT, detect_workflow, person_model
 
 TOKEN = "test-token-3f9a"
 MAX_BODY = 1 << 20  # 1 MiB for the cam server, so "too large" is cheap to send
+CONFIGS = ROOT / "configs"
 WAIT_S = 30.0  # for a stream to start, process or change state
 
 
@@ -23,8 +24,10 @@ def demo_stream(stream_id: str, **source: Any) -> dict[str, Any]:
 
 
 def config_doc(*streams: dict[str, Any], **server: Any) -> dict[str, Any]:
+    """A config whose API may name files beside it and the bundled ones (configs/)."""
+    roots = [".", str(CONFIGS)]
     return {
-        "server": {"token": TOKEN, **server},
+        "server": {"token": TOKEN, "file_roots": roots, **server},
         "models": {"person": person_model()},
         "streams": list(streams),
     }

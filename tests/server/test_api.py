@@ -163,7 +163,8 @@ def test_probes_and_metrics(cam_server: LiveServer) -> None:
     assert cam_server.get_json("/health") == {"status": "ok"}
     ready = cam_server.get_json("/ready")
     profiling = ready.pop("profiling")
-    assert ready == {"ready": True, "models": ["person"], "waiting": []}
+    assert ready == {"ready": True, "models": ["person"], "waiting": [], "stalled": {},
+                     "insecure": False}  # fmt: skip
     assert profiling["enabled"] is True and profiling["window_active"] is False
     assert profiling["last_write_error"] is None
     assert profiling["trace_dir"] == str(cam_server.runtime.trace_writer.directory)

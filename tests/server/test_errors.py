@@ -16,7 +16,7 @@ from tests.support.appliance import DEMO_CLIP, detect_workflow
 GOOD_SOURCE = {"url": str(DEMO_CLIP)}
 UNKNOWN_BLOCK = {"name": "w", "blocks": [{"id": "b", "type": "nope"}], "outputs": {"b": "b"}}
 STREAMS, RUN, VALIDATE = "/v1/streams", "/v1/workflows/run", "/v1/workflows/validate"
-GHOST_MODEL = {"path": "/nonexistent/ghost.onnx", "decoder": "tf_od", "providers": ["cpu"]}
+GHOST_MODEL = {"path": "ghost.onnx", "decoder": "tf_od", "providers": ["cpu"]}
 JSON = "application/json"
 FORM = FORM_TYPE["Content-Type"]
 
@@ -88,7 +88,22 @@ BAD_REQUESTS = {
         doc({"workflow": {**detect_workflow("ghost"), "models": {"ghost": GHOST_MODEL}}}),
         422,
         "invalid",
-        "model 'ghost': file not found: /nonexistent/ghost.onnx",
+        "model file 'ghost.onnx': file not found",
+    ),
+    "model file outside the roots": Bad(
+        "POST",
+        VALIDATE,
+        doc(
+            {
+                "workflow": {
+                    **detect_workflow("ghost"),
+                    "models": {"ghost": {**GHOST_MODEL, "path": "/nonexistent/g.onnx"}},
+                }
+            }
+        ),
+        403,
+        "forbidden",
+        "model file '/nonexistent/g.onnx': outside the file roots",
     ),
     "missing workflow file": Bad(
         "POST",
@@ -96,7 +111,7 @@ BAD_REQUESTS = {
         new_stream(workflow="missing.yaml"),
         422,
         "invalid",
-        "cannot read: No such file or directory",
+        "workflow file 'missing.yaml': file not found",
     ),
     "NUL in a path": Bad(
         "POST",
@@ -142,7 +157,7 @@ BAD_REQUESTS = {
         doc({"image": "aGVsbG8=", "workflow": detect_workflow()}),
         400,
         "bad_request",
-        "not a decodable image (5 bytes)",
+        "not an image in a known format (5 bytes)",
     ),
     "form without workflow": Bad(
         "POST",

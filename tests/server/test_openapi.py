@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi import checks
 
 from appliance.server.auth import AuthPolicy
+from appliance.server.errors import CODES
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, ROUTES
-from appliance.server.schemas import StateName
+from appliance.server.schemas import ErrorDetail, StateName
 from appliance.sources import StreamState
 from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer
@@ -67,6 +68,11 @@ def test_the_docs_page_shows_every_operation(server: LiveServer) -> None:
 
 def test_state_names_match_the_runtime() -> None:
     assert set(get_args(StateName)) == {s.value for s in StreamState}
+
+
+def test_error_codes_match_the_ones_answered() -> None:
+    documented = get_args(ErrorDetail.model_fields["code"].annotation)
+    assert set(documented) == set(CODES.values())
 
 
 # Built as the server builds it, so tests can be generated at collection time (the

@@ -26,5 +26,5 @@ async def reload(request: web.Request) -> web.Response:
 
 ROUTES = (
     Route("POST", "/v1/config/reload", reload, "Reload the config file",
-          (Reply(200, "applied", Reloaded),), errors=(409, 422), tag="config"),
+          (Reply(200, "applied", Reloaded),), errors=(403, 409, 413, 422), tag="config"),
 )  # fmt: skip

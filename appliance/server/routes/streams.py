@@ -56,7 +56,7 @@ async def add_stream(request: web.Request) -> web.Response:
     cfg = await parse_json(request, StreamConfig)
     rt = runtime_of(request)
     async with request.app[CONTROL]:
-        stream = await in_thread(rt.add_stream, cfg)
+        stream = await in_thread(rt.add_stream, cfg, requested=True)
     location = {"Location": f"/v1/streams/{stream.id}"}
     return web.json_response(stream_json(rt, stream), status=201, headers=location)
 
@@ -81,11 +81,12 @@ ROUTES = (
     Route("GET", "/v1/streams", list_streams, "List streams",
           (Reply(200, "every stream", StreamList),)),
     Route("POST", "/v1/streams", add_stream, "Add a stream",
-          (Reply(201, "started", Stream),), errors=(409,), body={"application/json": StreamConfig}),
+          (Reply(201, "started", Stream),), errors=(403, 409),
+          body={"application/json": StreamConfig}),
     Route("GET", "/v1/streams/{id}", get_stream, "Get a stream",
           (Reply(200, "the stream", StreamDetail),)),
     Route("DELETE", "/v1/streams/{id}", remove_stream, "Remove a stream",
           (Reply(200, "stopped and removed", Removed),)),
     Route("POST", "/v1/streams/{id}/restart", restart_stream, "Restart a stream",
-          (Reply(200, "restarted", Stream),), errors=(422,)),
+          (Reply(200, "restarted", Stream),), errors=(403, 413, 422)),
 )  # fmt: skip

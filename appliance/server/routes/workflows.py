@@ -14,7 +14,7 @@ from aiohttp import web
 from appliance.oneshot import decode_image, run_image
 from appliance.runtime import Runtime
 from appliance.server.bodies import json_object, parse_json, read_form, reject_nul
-from appliance.server.context import MAX_BODY, in_thread, runtime_of
+from appliance.server.context import MAX_BODY, WORK_SLOTS, runtime_of
 from appliance.server.errors import BadRequestError, InvalidError, UnsupportedMediaTypeError
 from appliance.server.routing import JSON, Reply, Route
 from appliance.server.schemas import RunRequest, RunResult, Validated, ValidateRequest
@@ -33,14 +33,16 @@ async def run_workflow(request: web.Request) -> web.Response:
     """Run one image through a workflow and wait for the result: JSON with a base64 image,
     or multipart/form-data with an `image` file part. `profile` adds a Chrome trace."""
     image, workflow, profile = await _run_input(request)
-    answer = await in_thread(_run, runtime_of(request), image, workflow, profile)
+    slots = request.app[WORK_SLOTS]
+    answer = await slots.run(_run, runtime_of(request), image, workflow, profile)
     return web.json_response(answer)
 
 
 def _run(rt: Runtime, data: bytes, workflow: Workflow, profile: bool) -> dict[str, Any]:
     if not data:  # OpenCV asserts (cv2.error) on an empty buffer instead of failing to decode
         raise BadRequestError("image: empty")
-    return run_image(rt, decode_image(data), workflow, profile)
+    image = decode_image(data, rt.limits.max_image_pixels)
+    return run_image(rt, image, workflow, profile, rt.request_files)
 
 
 async def _run_input(request: web.Request) -> RunInput:
@@ -92,9 +94,15 @@ def _text(parts: dict[str, bytes], name: str, default: str) -> str:
 async def validate_workflow(request: web.Request) -> web.Response:
     """Compile a workflow (loading the models it declares) without running it."""
     body = await parse_json(request, ValidateRequest)
-    compile_workflow = runtime_of(request).compile_workflow
-    compiled = await in_thread(compile_workflow, workflow_ref(body.workflow), "workflow")
-    return web.json_response({"valid": True, "summary": compiled.summary()})
+    slots = request.app[WORK_SLOTS]
+    summary = await slots.run(_validate, runtime_of(request), workflow_ref(body.workflow))
+    return web.json_response({"valid": True, "summary": summary})
+
+
+def _validate(rt: Runtime, workflow: Workflow) -> str:
+    compiled = rt.compile_workflow(workflow, "workflow", rt.request_files)
+    rt.release_workflow(compiled)
+    return compiled.summary()
 
 
 FORM_SCHEMA = {
@@ -112,9 +120,9 @@ FORM_SCHEMA = {
 
 ROUTES = (
     Route("POST", "/v1/workflows/run", run_workflow, "Run a workflow on one image",
-          (Reply(200, "the workflow's outputs", RunResult),), errors=(415,),
+          (Reply(200, "the workflow's outputs", RunResult),), errors=(403, 409, 415, 429),
           body={JSON: RunRequest, FORM: FORM_SCHEMA}, tag="workflows"),
     Route("POST", "/v1/workflows/validate", validate_workflow, "Validate a workflow",
-          (Reply(200, "the workflow compiles", Validated),),
+          (Reply(200, "the workflow compiles", Validated),), errors=(403, 409, 429),
           body={JSON: ValidateRequest}, tag="workflows"),
 )  # fmt: skip

@@ -1,0 +1,150 @@
+"""The one file-access policy: every file the appliance opens for a config, a workflow or a
+request (workflows, models, labels files, videos) is checked here first.
+
+Two policies exist per runtime (docs/security.md):
+- the owner's (`FilePolicy.owner`): the config file and the CLI are run by whoever owns the
+  machine, so any path they name may be read; the regular-file rule and size caps still
+  hold, so a config that names `/dev/zero` as a workflow fails instead of eating memory;
+- the requests' (`FilePolicy.requests`): paths that arrive over the API, and everything
+  those files name in turn, resolve (symlinks followed) only under `server.file_roots`,
+  and the loaded config file itself (it holds the API token) is never one of them.
+
+The rules, in the order they are checked, so that a refused path reveals nothing about
+what lies outside the roots: under a root → not the config file → exists → a regular
+file (no devices, FIFOs, sockets, directories) → at most the kind's size cap. Reads are
+bounded by the cap as well (a file may grow between the check and the read), and the open
+never blocks (O_NONBLOCK: a FIFO swapped in after the check cannot hang a request).
+Messages name the rule and the path as it was given, never the file's content.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+from appliance.config import AppConfig, LimitsConfig
+from appliance.errors import FileAccessError, LimitError
+
+
+class FileKind(StrEnum):
+    """What a file is for; each kind has its own size cap (`limits.max_<kind>_bytes`)."""
+
+    WORKFLOW = "workflow"
+    LABELS = "labels"
+    MODEL = "model"
+    VIDEO = "video"  # streamed by FFmpeg, never read whole: no cap
+
+
+def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
+    return {
+        FileKind.WORKFLOW: limits.max_workflow_bytes,
+        FileKind.LABELS: limits.max_labels_bytes,
+        FileKind.MODEL: limits.max_model_bytes,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class FilePolicy:
+    """Where files may be, how large, and the directory relative paths start from.
+
+    `roots` None means the owner's policy (any path). `base` is the directory of the
+    document that names the file (the config, or a workflow file).
+    """
+
+    base: Path
+    caps: Mapping[FileKind, int]
+    roots: tuple[Path, ...] | None = None
+    denied: frozenset[Path] = field(default_factory=frozenset)
+
+    @classmethod
+    def owner(cls, config: AppConfig) -> FilePolicy:
+        return cls(config.base_dir, size_caps(config.limits))
+
+    @classmethod
+    def requests(cls, config: AppConfig, config_path: Path | None) -> FilePolicy:
+        denied = frozenset({config_path.resolve()}) if config_path is not None else frozenset()
+        return cls(config.base_dir, size_caps(config.limits), config.file_roots, denied)
+
+    @property
+    def restricted(self) -> bool:
+        return self.roots is not None
+
+    def at(self, base: Path) -> FilePolicy:
+        """The same policy for paths named by a document in `base`."""
+        return replace(self, base=base)
+
+    def path(self, name: Path | str, kind: FileKind, where: str = "") -> Path:
+        """The checked, absolute path of `name`; FileAccessError or LimitError if refused."""
+        resolved = self._resolve(name, kind, where)
+        info = self._stat(resolved, name, kind, where)
+        self._check_size(info.st_size, name, kind)
+        return resolved
+
+    def read_bytes(self, name: Path | str, kind: FileKind, where: str = "") -> bytes:
+        """The file's bytes, read no further than its kind's cap."""
+        resolved = self.path(name, kind, where)
+        cap = self.caps.get(kind)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(resolved, flags)
+        except OSError as exc:
+            raise FileAccessError(kind, str(name), f"cannot open: {exc.strerror}", where) from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the check
+                raise FileAccessError(kind, str(name), "not a regular file", where)
+            data = f.read(-1 if cap is None else cap + 1)
+        self._check_size(len(data), name, kind)
+        return data
+
+    def read_text(self, name: Path | str, kind: FileKind, where: str = "") -> str:
+        data = self.read_bytes(name, kind, where)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # The offset, not the bytes: they are the file's content.
+            rule = f"not UTF-8 text (byte {exc.start})"
+            raise FileAccessError(kind, str(name), rule, where) from None
+
+    # -- the rules -------------------------------------------------------------------
+    def _resolve(self, name: Path | str, kind: FileKind, where: str) -> Path:
+        text = str(name)
+        if not text.strip() or "\x00" in text:
+            raise FileAccessError(kind, text, "not a file name", where)
+        # `~` is the owner's shorthand; in a request it is just a directory name.
+        p = Path(text).expanduser() if self.roots is None else Path(text)
+        resolved = (p if p.is_absolute() else self.base / p).resolve()
+        if self.roots is not None:
+            if not any(resolved.is_relative_to(root) for root in self.roots):
+                roots = ", ".join(str(r) for r in self.roots)
+                rule = f"outside the file roots ({roots}; server.file_roots)"
+                raise FileAccessError(kind, text, rule, where)
+            if resolved in self.denied:
+                rule = "the appliance's config file is never read over the API"
+                raise FileAccessError(kind, text, rule, where)
+        return resolved
+
+    def _stat(self, resolved: Path, name: Path | str, kind: FileKind, where: str) -> os.stat_result:
+        try:
+            info = resolved.stat()
+        except FileNotFoundError:
+            raise FileAccessError(kind, str(name), "file not found", where, 422) from None
+        except OSError as exc:
+            raise FileAccessError(kind, str(name), f"cannot read: {exc.strerror}", where) from None
+        if not stat.S_ISREG(info.st_mode):
+            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise FileAccessError(kind, str(name), what, where)
+        return info
+
+    def _check_size(self, size: int, name: Path | str, kind: FileKind) -> None:
+        cap = self.caps.get(kind)
+        if cap is not None and size > cap:
+            raise LimitError(
+                f"limits.max_{kind.value}_bytes",
+                cap,
+                f"{kind.value} file {str(name)!r} is over the size limit",
+                status=413,
+            )

@@ -1,0 +1,186 @@
+"""The file-access policy against a live server: every field of a request that names a
+file reads only under `server.file_roots`, only regular files, within the size caps, and
+no answer quotes a file the request did not send (issue 8, part 1).
+
+The layout each test runs in (`tree`):
+    root/           the config's directory, the only file root
+      config.yaml   the served config (holds the API token: never readable over the API)
+      ok.yaml       a valid workflow; person.onnx (a model)
+      big.yaml      over 1 MiB; notyaml.yaml: not YAML, with the marker inside
+      link_out      -> ../outside/secret.yaml; dirlink -> ../outside; link_in -> ok.yaml
+      fifo          a named pipe; sub/ a directory
+    outside/        secret.yaml (a valid workflow), labels.txt, model.onnx: all with a marker
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.server.conftest import TOKEN, WAIT_S, demo_stream
+from tests.server.live import LiveServer, wait_for, write_yaml
+from tests.support.appliance import MODELS, detect_workflow, person_model
+
+MARKER = "MARKER-7c1e-outside-the-roots"
+VALIDATE = "/v1/workflows/validate"
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path
+    outside: Path
+    server: LiveServer
+
+
+def _image() -> str:
+    ok, jpg = cv2.imencode(".jpg", np.zeros((48, 64, 3), np.uint8))
+    assert ok
+    return base64.b64encode(jpg.tobytes()).decode()
+
+
+def _plant(root: Path, outside: Path) -> None:
+    secret = {**detect_workflow("person"), "name": MARKER}
+    (outside / "secret.yaml").write_text(yaml.safe_dump(secret))
+    (outside / "labels.txt").write_text(f"{MARKER}\nroot:x:0:0\n")
+    shutil.copy(MODELS / "person_ssdlite.onnx", outside / "model.onnx")
+    shutil.copy(MODELS / "person_ssdlite.onnx", root / "person.onnx")
+    write_yaml(root, detect_workflow("person"), "ok.yaml")
+    (root / "big.yaml").write_text("# " + "x" * (1 << 20) + "\n")
+    (root / "notyaml.yaml").write_text(f"blocks: [\n  {MARKER}: : ]\n")
+    (root / "link_out").symlink_to(outside / "secret.yaml")
+    (root / "dirlink").symlink_to(outside)
+    (root / "link_in").symlink_to(root / "ok.yaml")
+    (root / "sub").mkdir()
+    os.mkfifo(root / "fifo")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
+    base = tmp_path_factory.mktemp("files")
+    root, outside = base / "root", base / "outside"
+    root.mkdir()
+    outside.mkdir()
+    _plant(root, outside)
+    doc = {
+        "server": {"token": TOKEN},  # file_roots: the config's directory (the default)
+        "models": {"person": person_model()},
+        "streams": [{**demo_stream("cam"), "source": {"url": "demo.mp4", "loop": True}}],
+    }
+    shutil.copy(MODELS.parent / "media" / "demo.mp4", root / "demo.mp4")
+    server = LiveServer(write_yaml(root, doc, "config.yaml"), token=TOKEN).start()
+    wait_for(lambda: server.stream("cam")["frames_processed"] > 0, WAIT_S, "cam processing")
+    yield Tree(root, outside, server)
+    assert server.stop()
+
+
+def _outside_roots(tree: Tree, name: str) -> bool:
+    """Where the appliance must refuse `name`: it resolves outside the root, or to the
+    config file."""
+    resolved = Path(os.path.realpath(tree.root / name))
+    return not resolved.is_relative_to(tree.root) or resolved == tree.root / "config.yaml"
+
+
+def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Every field of the API that names a file, set to `name`."""
+    inline = detect_workflow("m")
+    model = {**person_model(), "path": name}
+    labelled = {**person_model(), "path": "person.onnx", "labels": None, "labels_file": name}
+    return {
+        "validate workflow": ("POST", VALIDATE, {"workflow": name}),
+        "run workflow": ("POST", "/v1/workflows/run", {"image": _image(), "workflow": name}),
+        "model path": ("POST", VALIDATE, {"workflow": {**inline, "models": {"m": model}}}),
+        "labels file": ("POST", VALIDATE, {"workflow": {**inline, "models": {"m": labelled}}}),
+        "stream workflow": ("POST", "/v1/streams", {"id": "f", "source": "demo.mp4",
+                                                    "workflow": name}),
+        "stream source": ("POST", "/v1/streams", {"id": "f", "source": name,
+                                                  "workflow": detect_workflow()}),
+    }  # fmt: skip
+
+
+def _check(tree: Tree, name: str) -> None:
+    for field, (method, path, body) in _requests(name).items():
+        reply = tree.server.call(method, path, json_body=body)
+        text = reply.body.decode(errors="replace")
+        assert MARKER not in text and "root:x:0:0" not in text, (field, name, text)
+        assert reply.status != 500, (field, name, text)
+        if _outside_roots(tree, name):
+            assert reply.status in (403, 422), (field, name, reply.status, text)
+            if reply.status == 422:  # only when the name is not a file name at all
+                assert "not a file name" in text or "file not found" in text, (field, text)
+        if reply.status == 201:  # a stream of an allowed file: remove it again
+            assert tree.server.call("DELETE", "/v1/streams/f").status == 200
+
+
+def test_the_reproductions_are_refused_with_the_rule(tree: Tree) -> None:
+    server = tree.server
+    for name, rule in [("/dev/zero", "outside the file roots"),
+                       ("/etc/shadow", "outside the file roots"),
+                       ("link_out", "outside the file roots"),
+                       ("config.yaml", "config file is never read over the API"),
+                       ("fifo", "not a regular file"),
+                       ("sub", "a directory")]:  # fmt: skip
+        reply = server.call("POST", VALIDATE, json_body={"workflow": name})
+        assert (reply.status, reply.error["code"]) == (403, "forbidden"), (name, reply.body)
+        assert rule in reply.error["message"], reply.error
+    big = server.call("POST", VALIDATE, json_body={"workflow": "big.yaml"})
+    assert big.status == 413, big.body
+    assert "limits.max_workflow_bytes = 1048576" in big.error["message"]
+    # A file under the roots that is not YAML: the line and column, never the line.
+    bad = server.call("POST", VALIDATE, json_body={"workflow": "notyaml.yaml"})
+    assert bad.status == 422
+    assert "line 2" in " ".join(bad.error["details"]) and MARKER not in bad.body.decode()
+    ok = server.call("POST", VALIDATE, json_body={"workflow": "link_in"})
+    assert ok.status == 200, ok.body
+
+
+def test_a_labels_file_outside_the_roots_never_reaches_the_models(tree: Tree) -> None:
+    inline = detect_workflow("leak")
+    labelled = {**person_model(), "path": "person.onnx", "labels": None,
+                "labels_file": "/etc/shadow"}  # fmt: skip
+    body = {"image": _image(), "workflow": {**inline, "models": {"leak": labelled}}}
+    reply = tree.server.call("POST", "/v1/workflows/run", json_body=body)
+    assert reply.status == 403, reply.body
+    assert "labels_file" in reply.error["message"]
+    models = tree.server.get_json("/v1/models")["models"]
+    assert [m["id"] for m in models] == ["person"]
+    metrics = tree.server.call("GET", "/metrics").body.decode()
+    assert 'appliance_file_refusals_total{kind="labels"}' in metrics
+
+
+SEGMENTS = st.sampled_from(["..", ".", "", "sub", "dirlink", "link_out", "link_in", "fifo",
+                            "outside", "secret.yaml", "labels.txt", "model.onnx", "ok.yaml",
+                            "config.yaml", "etc", "shadow", "dev", "zero", "proc", "self",
+                            "environ", "~", "%2e%2e", "..%2f", "%00"])  # fmt: skip
+WORDS = st.text(alphabet="ab./%2e~-_", min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    absolute=st.booleans(),
+    segments=st.lists(SEGMENTS | WORDS, min_size=1, max_size=6),
+)
+def test_generated_paths_never_read_outside_the_roots(
+    tree: Tree, absolute: bool, segments: list[str]
+) -> None:
+    _check(tree, ("/" if absolute else "") + "/".join(segments))
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "/dev/urandom", "/proc/self/environ", "/etc/passwd",
+                                  "fifo", "../outside/model.onnx", "dirlink/model.onnx",
+                                  str(Path.home() / ".bashrc")])  # fmt: skip
+def test_each_field_refuses_system_and_special_files(tree: Tree, name: str) -> None:
+    _check(tree, name)
+    assert tree.server.stream("cam")["state"] == "running"  # the other streams go on
