@@ -26,8 +26,16 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from appliance.config import AppConfig, LimitsConfig
+from appliance.config import AppConfig, ConfigError, LimitsConfig, SourceConfig
 from appliance.errors import FileAccessError, LimitError
+from appliance.sources.base import source_kind
+
+# FFmpeg options that let a demuxer open more than the URL it was given (libavformat's
+# protocol lists, the concat demuxer's `safe`, HLS's extension checks, the HTTP proxy).
+UNSAFE_FFMPEG_OPTIONS = frozenset({
+    "protocol_whitelist", "protocol_blacklist", "safe", "allowed_extensions",
+    "allowed_segment_extensions", "extension_picky", "http_proxy",
+})  # fmt: skip
 
 
 class FileKind(StrEnum):
@@ -83,6 +91,21 @@ class FilePolicy:
         info = self._stat(resolved, name, kind, where)
         self._check_size(info.st_size, name, kind)
         return resolved
+
+    def check_source(self, source: SourceConfig, where: str) -> None:
+        """A video file goes through the rules (no cap: FFmpeg streams it). Under the
+        request policy, FFmpeg options that widen what it may open are refused (422): an
+        HLS playlist or concat list may name any file, and these options decide whether
+        FFmpeg follows (its `protocol_whitelist`, demuxers' `safe`, ...)."""
+        if source_kind(source.url) == "file":
+            self.path(source.url, FileKind.VIDEO, f"{where} source.url")
+        if self.roots is None:
+            return
+        unsafe = sorted(k for k in source.options if k.lower() in UNSAFE_FFMPEG_OPTIONS)
+        if unsafe:
+            problems = [f"source.options.{k}: not allowed over the API (it widens what FFmpeg "
+                        "may open); set it in the config file" for k in unsafe]  # fmt: skip
+            raise ConfigError(problems, where)
 
     def read_bytes(self, name: Path | str, kind: FileKind, where: str = "") -> bytes:
         """The file's bytes, read no further than its kind's cap."""

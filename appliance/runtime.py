@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from appliance.config import AppConfig, StreamConfig, load_config
 from appliance.errors import (
@@ -25,7 +23,7 @@ from appliance.errors import (
     UnknownStreamError,
 )
 from appliance.fanout import Fanout
-from appliance.files import FileKind, FilePolicy
+from appliance.files import FilePolicy
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
@@ -34,19 +32,16 @@ from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
 from appliance.reload import ReloadPlan, plan_reload
-from appliance.sources import source_kind
 from appliance.streams import Stream
 from appliance.supervisor import Supervisor
-from pipelines.blocks.base import BuildContext
-from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
+from appliance.workflows import WorkflowCache, WorkflowRef, workflow_document
+from pipelines.compiler import parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
-from pipelines.spec import WorkflowSpec, parse_workflow_text
 
 log = logging.getLogger("appliance.runtime")
 
-WORKFLOW_CACHE_SIZE = 256  # distinct compiled workflows kept for reuse
 MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
 
 
@@ -83,8 +78,9 @@ class Runtime:
             self.tracer,
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
-            on_release=self._forget_model,
         )
+        self.workflows = WorkflowCache(self.pool)
+        self.pool.on_release = self.workflows.forget_model
         self.windows = ProfilingWindows(
             self.tracer,
             self.trace_writer,
@@ -96,11 +92,6 @@ class Runtime:
             prof.ort_sample_every_n_batches,
         )
         self.streams: dict[str, Stream] = {}
-        # By digest: compile once. Bounded (least recently used out), since API calls may
-        # bring any number of inline workflows; running streams hold their own reference.
-        # Each entry keeps the batchers it was bound to: a model released and loaded
-        # again is another batcher, and the entry must compile again.
-        self._workflows: OrderedDict[str, _Cached] = OrderedDict()
         self._requested: set[str] = set()  # ids of streams added over the API
         self._max_frames = max_frames
         self._lock = threading.Lock()
@@ -146,71 +137,16 @@ class Runtime:
             self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=True)
 
     def compile_workflow(
-        self, workflow: Path | Mapping[str, Any], where: str, files: FilePolicy | None = None
+        self, workflow: WorkflowRef, where: str, files: FilePolicy | None = None
     ) -> CompiledWorkflow:
-        """Compile (or reuse) a workflow, loading the models it declares itself, and lease
-        its models to the caller: `release_workflow` it when done (a stream does so when
-        removed). `files` is the policy its paths go through (the owner's by default).
-
-        WorkflowError and ModelLoadError name `where` and, for files, the file;
-        FileAccessError and LimitError name the rule or limit.
-        """
-        files = files or self.files
-        document, origin, base = workflow_document(files, workflow, where)
-        try:
-            spec = parse_workflow(document)
-            digest = workflow_digest(spec)
-            cached = self._cached(digest)
-            if cached is not None:
-                return cached
-            compiled = self._compile(spec, files.at(base), origin)
-        except WorkflowError as exc:
-            raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
-        with self._lock:
-            self._workflows[digest] = (compiled, self._bound(compiled))
-            while len(self._workflows) > WORKFLOW_CACHE_SIZE:
-                self._workflows.popitem(last=False)
-        return compiled
+        """Compile (or reuse) a workflow and lease its models to the caller:
+        `release_workflow` it when done (a stream does so when removed). `files` is the
+        policy its paths go through (the owner's by default); see WorkflowCache.compile."""
+        return self.workflows.compile(workflow, where, files or self.files)
 
     def release_workflow(self, workflow: CompiledWorkflow) -> None:
         """End the lease `compile_workflow` gave on the workflow's models."""
-        self.pool.release(workflow.models)
-
-    def _cached(self, digest: str) -> CompiledWorkflow | None:
-        """A cached compilation, leased, if its models still run the batchers it bound."""
-        with self._lock:
-            entry = self._workflows.get(digest)
-            if entry is None:
-                return None
-            self._workflows.move_to_end(digest)
-        if self.pool.acquire(entry[1]):
-            return entry[0]
-        return None
-
-    def _compile(self, spec: WorkflowSpec, files: FilePolicy, origin: str) -> CompiledWorkflow:
-        """Load the workflow's own models (each leased while it compiles), compile, and
-        lease the models its blocks run."""
-        declared: list[str] = []
-        try:
-            for model_id, model in spec.models.items():
-                self.pool.ensure(model_id, model, files, f"{origin} models.{model_id}")
-                declared.append(model_id)
-            compiled = compile_workflow(spec, BuildContext(models=self.pool.handles))
-            if not self.pool.acquire(self._bound(compiled)):
-                raise AssertionError("unreachable: the workflow's models are leased")
-            return compiled
-        finally:
-            self.pool.release(declared)
-
-    def _bound(self, compiled: CompiledWorkflow) -> dict[str, ModelBatcher]:
-        return {m: self.pool.handles[m] for m in compiled.models}
-
-    def _forget_model(self, model_id: str) -> None:
-        """A model was released: compilations bound to its batcher must not be reused."""
-        with self._lock:  # taken inside the pool's lock: never the other way round
-            stale = [d for d, (_, bound) in self._workflows.items() if model_id in bound]
-            for digest in stale:
-                del self._workflows[digest]
+        self.workflows.release(workflow)
 
     def compile_stream_workflow(
         self, cfg: StreamConfig, where: str, files: FilePolicy | None = None
@@ -261,12 +197,11 @@ class Runtime:
             self._check_room(cfg.id)
         files = self._files_for(requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}", files)
-        if source_kind(cfg.source.url) == "file":
-            try:
-                files.path(cfg.source.url, FileKind.VIDEO, f"stream {cfg.id!r} source.url")
-            except BaseException:
-                self.release_workflow(workflow)
-                raise
+        try:
+            files.check_source(cfg.source, f"stream {cfg.id!r}")
+        except BaseException:
+            self.release_workflow(workflow)
+            raise
         stream = self._start_stream(cfg, workflow)
         if requested:
             self._requested.add(cfg.id)
@@ -464,19 +399,3 @@ class Runtime:
             self.metrics.threads_abandoned.inc(len(left))
             names = ", ".join(left)
             log.warning("stream %s: abandoned stuck thread(s) %s", stream.id, names)
-
-
-def workflow_document(
-    files: FilePolicy, workflow: Path | Mapping[str, Any], where: str
-) -> tuple[Mapping[str, Any], str, Path]:
-    """(document, origin for messages, base directory for its relative paths); a file is
-    read through `files`, the policy of whoever named it."""
-    if isinstance(workflow, Path):
-        path = files.path(workflow, FileKind.WORKFLOW, where)
-        text = files.read_text(path, FileKind.WORKFLOW, where)
-        origin = f"{where} ({path})"
-        return parse_workflow_text(text, origin), origin, path.parent
-    return workflow, where, files.base
-
-
-_Cached = tuple[CompiledWorkflow, dict[str, ModelBatcher]]

@@ -47,13 +47,14 @@ class ModelPool:
         *,
         max_models: int = 16,
         idle_models: int = 2,
-        on_release: Callable[[str], None] | None = None,
     ) -> None:
         self._metrics = metrics
         self._tracer = tracer
         self._max_models = max_models
         self._idle_models = idle_models
-        self._on_release = on_release  # told the id of every model released
+        # Told the id of every model released, under the pool's lock (it must not call
+        # back into the pool).
+        self.on_release: Callable[[str], None] | None = None
         self._batchers: dict[str, ModelBatcher] = {}
         self._specs: dict[str, tuple[ModelSpec, str]] = {}  # id -> (resolved spec, where)
         self._users: Counter[str] = Counter()
@@ -167,8 +168,8 @@ class ModelPool:
             released.append(self._batchers.pop(model_id))
             del self._specs[model_id], self._users[model_id]
             self._metrics.remove_model(model_id)
-            if self._on_release is not None:
-                self._on_release(model_id)
+            if self.on_release is not None:
+                self.on_release(model_id)
             log.info("model %r released (idle; limits.idle_models)", model_id)
         return released
 

@@ -184,3 +184,20 @@ def test_generated_paths_never_read_outside_the_roots(
 def test_each_field_refuses_system_and_special_files(tree: Tree, name: str) -> None:
     _check(tree, name)
     assert tree.server.stream("cam")["state"] == "running"  # the other streams go on
+
+
+def test_ffmpeg_options_that_widen_what_it_opens_are_refused_over_the_api(tree: Tree) -> None:
+    source = {"url": "demo.mp4", "options": {"protocol_whitelist": "file,http", "safe": "0"}}
+    body = {"id": "opts", "source": source, "workflow": detect_workflow()}
+    reply = tree.server.call("POST", "/v1/streams", json_body=body)
+    assert (reply.status, reply.error["code"]) == (422, "invalid"), reply.body
+    assert reply.error["details"] == [
+        "source.options.protocol_whitelist: not allowed over the API (it widens what FFmpeg "
+        "may open); set it in the config file",
+        "source.options.safe: not allowed over the API (it widens what FFmpeg may open); "
+        "set it in the config file",
+    ]
+    assert tree.server.call("GET", "/v1/streams/opts").status == 404
+    body["source"] = {"url": "demo.mp4", "options": {"probesize": "32768"}}  # harmless: kept
+    assert tree.server.call("POST", "/v1/streams", json_body=body).status == 201
+    assert tree.server.call("DELETE", "/v1/streams/opts").status == 200

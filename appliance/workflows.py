@@ -1,0 +1,114 @@
+"""Compiled workflows of a runtime: compile once per distinct document, and lease the
+models each compilation runs to whoever uses it (a stream, a request).
+
+Compilations are cached by digest, least recently used out past `size`, since API calls
+may bring any number of inline workflows (running streams hold their own reference).
+Each entry keeps the batchers it was bound to: a model released and loaded again is
+another batcher, and a workflow bound to the old one must compile again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from appliance.files import FileKind, FilePolicy
+from appliance.models import ModelBatcher
+from appliance.models.pool import ModelPool
+from pipelines.blocks.base import BuildContext
+from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
+from pipelines.errors import WorkflowError
+from pipelines.executor import CompiledWorkflow
+from pipelines.spec import WorkflowSpec, parse_workflow_text
+
+CACHE_SIZE = 256  # distinct compiled workflows kept for reuse
+
+WorkflowRef = Path | Mapping[str, Any]  # a file, or an inline document
+_Entry = tuple[CompiledWorkflow, dict[str, ModelBatcher]]
+
+
+class WorkflowCache:
+    """`compile` leases, `release` ends the lease; `forget_model` is the pool's callback."""
+
+    def __init__(self, pool: ModelPool, size: int = CACHE_SIZE) -> None:
+        self._pool = pool
+        self._size = size
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def compile(self, workflow: WorkflowRef, where: str, files: FilePolicy) -> CompiledWorkflow:
+        """Compile (or reuse) a workflow, loading the models it declares itself, and lease
+        its models to the caller. `files` is the policy its paths go through.
+
+        WorkflowError and ModelLoadError name `where` and, for files, the file;
+        FileAccessError and LimitError name the rule or limit.
+        """
+        document, origin, base = workflow_document(files, workflow, where)
+        try:
+            spec = parse_workflow(document)
+            digest = workflow_digest(spec)
+            cached = self._cached(digest)
+            if cached is not None:
+                return cached
+            compiled = self._compile(spec, files.at(base), origin)
+        except WorkflowError as exc:
+            raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
+        with self._lock:
+            self._entries[digest] = (compiled, self._bound(compiled))
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return compiled
+
+    def release(self, workflow: CompiledWorkflow) -> None:
+        """End the lease `compile` gave on the workflow's models."""
+        self._pool.release(workflow.models)
+
+    def forget_model(self, model_id: str) -> None:
+        """A model was released: compilations bound to its batcher must not be reused."""
+        with self._lock:  # called inside the pool's lock: never taken the other way round
+            stale = [d for d, (_, bound) in self._entries.items() if model_id in bound]
+            for digest in stale:
+                del self._entries[digest]
+
+    def _cached(self, digest: str) -> CompiledWorkflow | None:
+        """A cached compilation, leased, if its models still run the batchers it bound."""
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            self._entries.move_to_end(digest)
+        return entry[0] if self._pool.acquire(entry[1]) else None
+
+    def _compile(self, spec: WorkflowSpec, files: FilePolicy, origin: str) -> CompiledWorkflow:
+        """Load the workflow's own models (each leased while it compiles), compile, and
+        lease the models its blocks run."""
+        declared: list[str] = []
+        try:
+            for model_id, model in spec.models.items():
+                self._pool.ensure(model_id, model, files, f"{origin} models.{model_id}")
+                declared.append(model_id)
+            compiled = compile_workflow(spec, BuildContext(models=self._pool.handles))
+            if not self._pool.acquire(self._bound(compiled)):
+                raise AssertionError("unreachable: the workflow's models are leased")
+            return compiled
+        finally:
+            self._pool.release(declared)
+
+    def _bound(self, compiled: CompiledWorkflow) -> dict[str, ModelBatcher]:
+        return {m: self._pool.handles[m] for m in compiled.models}
+
+
+def workflow_document(
+    files: FilePolicy, workflow: WorkflowRef, where: str
+) -> tuple[Mapping[str, Any], str, Path]:
+    """(document, origin for messages, base directory for its relative paths); a file is
+    read through `files`, the policy of whoever named it."""
+    if isinstance(workflow, Path):
+        path = files.path(workflow, FileKind.WORKFLOW, where)
+        text = files.read_text(path, FileKind.WORKFLOW, where)
+        origin = f"{where} ({path})"
+        return parse_workflow_text(text, origin), origin, path.parent
+    return workflow, where, files.base
