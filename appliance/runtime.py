@@ -255,14 +255,13 @@ class Runtime:
                 "remove them over the API first; nothing was changed"
             )
         old_config, self.config = self.config, new
-        self.files = FilePolicy.owner(new)
         compiled: dict[str, CompiledWorkflow] = {}
         try:
             self.load_models()
             for c in [*plan.added, *plan.changed]:
                 compiled[c.id] = self.compile_stream_workflow(c, f"streams.{c.id}")
         except BaseException:
-            self.config, self.files = old_config, FilePolicy.owner(old_config)
+            self.config = old_config
             for workflow in compiled.values():
                 self.release_workflow(workflow)
             raise
@@ -284,7 +283,7 @@ class Runtime:
             if stream is None:
                 continue
             try:
-                doc, _, _ = workflow_document(FilePolicy.owner(new), cfg.workflow, cfg.id)
+                doc, _, _ = workflow_document(self.files, cfg.workflow, cfg.id)
                 digest = workflow_digest(parse_workflow(doc))
             except (WorkflowError, FileAccessError, LimitError):
                 changed.add(cfg.id)  # broken now: the compile step will report it
