@@ -8,13 +8,13 @@ and a broken plugin is reported by name without touching the built-ins.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from pydantic import BaseModel
 
 from pipelines.blocks.base import BlockType
+from pipelines.importer import ImportFromStringError, import_from_string
 
 PLUGIN_GROUP = "appliance.blocks"
 
@@ -80,11 +80,10 @@ class BlockRegistry:
 
 
 def _import(name: str, target: str) -> type[BlockType]:
-    module_name, _, attr = target.partition(":")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:  # a plugin's module may raise anything at import
-        raise BlockImportError(f"block type {name!r}: cannot import {target!r}: {exc}") from exc
+        obj = import_from_string(target)
+    except ImportFromStringError as exc:
+        raise BlockImportError(f"block type {name!r}: {exc}") from exc
     if not (isinstance(obj, type) and issubclass(obj, BlockType)):
         raise BlockImportError(f"block type {name!r}: {target!r} is not a BlockType subclass")
     if not (isinstance(obj.Params, type) and issubclass(obj.Params, BaseModel)):

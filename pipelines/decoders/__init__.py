@@ -6,9 +6,8 @@ whatever it imports, loads only when a model of its kind is compiled.
 
 from __future__ import annotations
 
-import importlib
-
 from pipelines.decoders.base import DecodeOptions, Decoder, DecoderError, DecoderFactory, Transform
+from pipelines.importer import import_from_string
 from pipelines.models import ModelInfo
 
 __all__ = [
@@ -36,8 +35,7 @@ def decoder_factory(kind: str) -> DecoderFactory:
     if target is None:
         known = ", ".join(sorted(DECODERS))
         raise DecoderError(f"unknown decoder {kind!r}; known decoders: {known}")
-    module_name, _, attr = target.partition(":")
-    factory: DecoderFactory = getattr(importlib.import_module(module_name), attr)
+    factory: DecoderFactory = import_from_string(target)
     return factory
 
 
