@@ -67,6 +67,7 @@ class Readiness(TypedDict):
     waiting: list[str]
     stalled: dict[str, str]  # stream id -> why its worker was found stuck
     insecure: bool  # no token on an exposed address (--insecure)
+    sinks: dict[str, str]  # sink name -> state
     profiling: ProfilingState
 
 
@@ -98,7 +99,23 @@ class Stream(TypedDict):
     reconnects: int
     last_error: str | None
     providers: NotRequired[dict[str, list[str]]]
+    outputs: NotRequired[list[str]]  # the sinks its results go to
     transitions: NotRequired[list[Transition]]
+
+
+class Sink(TypedDict):
+    """A sink's state and delivery counters (`last_error` masked)."""
+
+    name: str
+    type: str
+    up: bool
+    state: str
+    queue_depth: int
+    sent: int
+    retried: int
+    dropped: int
+    dead_lettered: int
+    last_error: str | None
 
 
 class Model(TypedDict):
@@ -231,6 +248,10 @@ class ApplianceClient:
         """Compile a workflow without running it; 422 with every problem in `details`."""
         body = {"workflow": _workflow_json(workflow)}
         return cast(Validation, self._json("POST", "/v1/workflows/validate", body))
+
+    def sinks(self) -> list[Sink]:
+        """The sinks results go to, with their state and counters."""
+        return cast(list[Sink], self._json("GET", "/v1/sinks")["sinks"])
 
     def models(self) -> list[Model]:
         """The loaded models with their tensors, providers and batching figures."""

@@ -27,6 +27,7 @@ from appliance.client import (
     ApplianceConnectionError,
     Model,
     ProfilingWindow,
+    Sink,
     Stream,
 )
 from appliance.masking import mask_url
@@ -229,15 +230,17 @@ def _ms(value: float | None) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     health, ready = client.health(), client.ready()
-    streams, models = client.streams(), client.models()
+    streams, models, sinks = client.streams(), client.models(), client.sinks()
     if args.json:
-        report = {"health": health, "ready": ready, "streams": streams, "models": models}
+        report = {"health": health, "ready": ready, "streams": streams, "models": models,
+                  "sinks": sinks}  # fmt: skip
         _print_json({"url": client.url, **report})
         return 0
     waiting = f" (waiting for {', '.join(ready['waiting'])})" if ready["waiting"] else ""
     readiness = "ready" if ready["ready"] else "not ready"
     print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}")
     _print_models(models)
+    _print_sinks(sinks)
     states = Counter(s["state"] for s in streams)
     print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
     _print_streams(streams)
@@ -249,6 +252,18 @@ def _print_models(models: Sequence[Model]) -> None:
     for m in models:
         providers = ", ".join(m["providers"]) or "-"
         print(f"  {m['id']}: {m['decoder']}, {providers}, {m['batches']} batch(es)")
+
+
+def _print_sinks(sinks: Sequence[Sink]) -> None:
+    if not sinks:
+        return
+    print(f"sinks: {len(sinks)}")
+    for s in sinks:
+        error = f", last error: {mask_url(s['last_error'])}" if s["last_error"] else ""
+        print(
+            f"  {s['name']} ({s['type']}): {s['state']}, {s['sent']} sent, "
+            f"{s['queue_depth']} queued, {s['dropped']} dropped{error}"
+        )
 
 
 # -- profile ----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ against the directory of the config file, so a config works from any working dir
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from pipelines.spec import BatchingSpec as BatchingConfig
 from pipelines.spec import ModelSpec as ModelConfig
 from pipelines.spec import SessionSpec as SessionConfig
 from pipelines.spec import load_yaml
+from sinks.registry import SINKS, SinkTypeError, config_model
 
 __all__ = [
     "AppConfig",
@@ -116,11 +118,31 @@ class SourceConfig(_Strict):
 _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
+class OutputConfig(_Strict):
+    """One of a stream's outputs: a declared sink and the filters in front of it. A
+    result passes when every filter given lets it through."""
+
+    sink: Annotated[str, Field(min_length=1, max_length=64)]
+    every_s: Annotated[float, Field(gt=0)] | None = None  # at most one result per N s
+    # Only when one of these outputs' value changed since the last result sent.
+    on_change: list[str] | None = Field(default=None, min_length=1)
+    # Only when a detections output holds one of these class names.
+    classes: list[str] | None = Field(default=None, min_length=1)
+
+
 class StreamConfig(_Strict):
     id: Annotated[str, Field(pattern=_STREAM_ID)]
     source: SourceConfig
     workflow: Path | dict[str, Any]
-    outputs: list[str] = Field(default_factory=list)
+    outputs: list[OutputConfig] = Field(default_factory=list, max_length=16)
+
+    @field_validator("outputs", mode="before")
+    @classmethod
+    def _outputs_from_names(cls, v: Any) -> Any:
+        """`[bus, {sink: hook, every_s: 1}]`: a name is an output without filters."""
+        if isinstance(v, list):
+            return [{"sink": o} if isinstance(o, str) else o for o in v]
+        return v
 
     @field_validator("source", mode="before")
     @classmethod
@@ -193,6 +215,7 @@ def parse_config(data: Any, base_dir: Path, source: str = "config") -> AppConfig
 
 def _check_references(config: AppConfig) -> list[str]:
     problems = []
+    problems += _sink_problems(config)
     if len(config.streams) > config.limits.max_streams:
         problems.append(
             f"streams: {len(config.streams)} streams, over "
@@ -206,6 +229,65 @@ def _check_references(config: AppConfig) -> list[str]:
         if isinstance(stream.workflow, Path):
             problems += _missing(config, stream.workflow, f"streams[{i}].workflow")
     return problems
+
+
+def sink_configs(config: AppConfig) -> dict[str, BaseModel]:
+    """Each declared sink's config, validated by its type's own model (sinks.registry).
+    ConfigError naming every problem (`sinks.bus.port: ...`)."""
+    out: dict[str, BaseModel] = {}
+    problems: list[str] = []
+    for name, raw in config.sinks.items():
+        where = f"sinks.{name}"
+        if not re.match(_STREAM_ID, name):
+            problems.append(f"{where}: a sink name is letters, digits, '_', '.', '-'")
+            continue
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        if not isinstance(kind, str):
+            problems.append(f"{where}.type: required (known: {', '.join(sorted(SINKS))})")
+            continue
+        try:
+            out[name] = config_model(kind).model_validate(raw)
+        except SinkTypeError as exc:
+            problems.append(f"{where}.type: {exc}")
+        except ValidationError as exc:
+            # Without the value it got: a sink's fields hold passwords and secrets.
+            problems += [f"{where}.{format_location(e['loc'])}: {pydantic_message(_no_input(e))}"
+                         for e in exc.errors()]  # fmt: skip
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def _no_input(error: Any) -> dict[str, Any]:
+    return {k: v for k, v in error.items() if k != "input"}
+
+
+def _sink_problems(config: AppConfig) -> list[str]:
+    try:
+        sink_configs(config)
+    except ConfigError as exc:
+        problems = exc.problems
+    else:
+        problems = []
+    for i, stream in enumerate(config.streams):
+        for j, output in enumerate(stream.outputs):
+            if output.sink not in config.sinks:
+                problems.append(
+                    f"streams[{i}].outputs[{j}].sink: {unknown_sink(output.sink, config.sinks)}"
+                )
+    return problems
+
+
+def unknown_sink(name: str, declared: Iterable[str]) -> str:
+    """The message for an output naming no declared sink, with what to do instead."""
+    names = ", ".join(sorted(declared)) or "none"
+    hint = ""
+    if "://" in name:  # a URL where a name belongs: the common first try
+        hint = (
+            "; declare the destination under `sinks:` (e.g. bus: {type: mqtt, host: ...})"
+            " and name it here"
+        )
+    return f"unknown sink {name!r} (declared: {names}){hint}"
 
 
 def _missing(config: AppConfig, path: Path, where: str) -> list[str]:

@@ -97,6 +97,24 @@ class Metrics:
             "end on their own, if ever) when their stream was restarted.", registry=r,
         )  # fmt: skip
 
+        self.sink_messages = Counter(
+            "appliance_sink_messages", "Messages by outcome: sent, retried, dropped (queue "
+            "overflow or shutdown) or dead_lettered (webhook retries exhausted).",
+            ["sink", "outcome"], registry=r,
+        )  # fmt: skip
+        self.sink_queue_depth = Gauge(
+            "appliance_sink_queue_depth", "Messages waiting in a sink's queue.", ["sink"],
+            registry=r,
+        )  # fmt: skip
+        self.sink_send_seconds = Histogram(
+            "appliance_sink_send_seconds", "One delivery: publish to PUBACK, or HTTP request.",
+            ["sink"], buckets=b, registry=r,
+        )  # fmt: skip
+        self.sink_up = Gauge(
+            "appliance_sink_up", "1 while the sink is connected or delivering.", ["sink"],
+            registry=r,
+        )  # fmt: skip
+
     def remove_model(self, model_id: str) -> None:
         """Drop a released model's series: API workflows may name any number of models."""
         for metric in (self.model_inference, self.model_queue, self.model_batch_size):

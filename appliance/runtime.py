@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from appliance.config import AppConfig, StreamConfig, load_config
+from appliance.config import AppConfig, StreamConfig, load_config, sink_configs
 from appliance.errors import (
     FileAccessError,
     LimitError,
@@ -22,11 +22,11 @@ from appliance.errors import (
     StreamExistsError,
     UnknownStreamError,
 )
-from appliance.fanout import Fanout
 from appliance.files import FilePolicy
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.outputs import Outputs
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
@@ -42,6 +42,7 @@ from pipelines.registry import DEFAULT_REGISTRY
 
 log = logging.getLogger("appliance.runtime")
 
+SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
 
 
@@ -68,7 +69,8 @@ class Runtime:
             written=self.metrics.trace_files,
             errors=self.metrics.trace_errors,
         )
-        self.fanout = Fanout()
+        # Sinks and in-process subscribers; dead letters go beside the traces.
+        self.outputs = Outputs(sink_configs(config), self.metrics, config.resolve(prof.dir))
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
@@ -124,7 +126,9 @@ class Runtime:
     def start(self) -> None:
         """Prepare, then start every stream (and the rolling trace writer)."""
         self.started_at = time.time()
-        for cfg, workflow in self.prepare():
+        prepared = self.prepare()
+        self.outputs.start()  # before the streams: their first results have somewhere to go
+        for cfg, workflow in prepared:
             self._start_stream(cfg, workflow)
         if self.tracer.enabled:
             self.trace_writer.start()
@@ -165,7 +169,7 @@ class Runtime:
         stream = Stream(
             cfg,
             workflow,
-            self.fanout,
+            self.outputs.publisher(cfg.id, cfg.outputs),
             StreamMetrics(self.metrics, cfg.id, blocks),
             self.config.resolve,
             max_frames=self._max_frames,
@@ -195,6 +199,7 @@ class Runtime:
         files checked by the request policy, now and whenever it restarts."""
         with self._lock:
             self._check_room(cfg.id)
+        self.outputs.check(cfg.outputs)
         files = self._files_for(requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}", files)
         try:
@@ -247,6 +252,8 @@ class Runtime:
         if self.config_path is None:
             raise ReloadError("this runtime was not started from a config file")
         new = load_config(self.config_path)
+        if new.sinks != self.config.sinks:
+            raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
         plan = plan_reload(self.config, new, self._changed_workflows(new))
         taken = [c.id for c in plan.added if c.id in self.streams]
         if taken:  # added over the API since: the file must not silently replace them
@@ -296,6 +303,7 @@ class Runtime:
     def sync_metrics(self) -> None:
         for stream in list(self.streams.values()):
             stream.sync_metrics()
+        self.outputs.sync_metrics()
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Block until every stream's worker has ended; False on timeout."""
@@ -311,10 +319,11 @@ class Runtime:
         """Stop streams (in parallel; at once if `stop_streams` already did), then models;
         True when every thread ended."""
         deadline = time.monotonic() + timeout
-        streams_ok = self.stop_streams(timeout * 0.7)
+        streams_ok = self.stop_streams(timeout * 0.6)
+        sinks_ok = self.outputs.stop(min(SINK_DRAIN_S, max(0.1, deadline - time.monotonic())))
         models_ok = self._stop_models(max(0.1, deadline - time.monotonic()))
         models_ok = self.trace_writer.stop(max(0.1, deadline - time.monotonic())) and models_ok
-        ok = models_ok and streams_ok
+        ok = models_ok and streams_ok and sinks_ok
         log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import StreamConfig
-from appliance.fanout import Fanout
 from appliance.metrics import StreamMetrics
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
@@ -65,7 +64,7 @@ class Stream:
         self,
         cfg: StreamConfig,
         workflow: CompiledWorkflow,
-        fanout: Fanout,
+        publish: Callable[[FrameResult], None],
         metrics: StreamMetrics,
         resolve_path: Callable[[str], Path],
         *,
@@ -78,7 +77,7 @@ class Stream:
         self.cfg = cfg
         self.url = mask_url(cfg.source.url)
         self.workflow = workflow
-        self._fanout = fanout
+        self._publish = publish  # the stream's routes to its sinks (appliance/outputs.py)
         self.metrics = metrics
         self._max_frames = max_frames
         self._state = StreamState.STARTING
@@ -159,7 +158,7 @@ class Stream:
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
         run = self.workflow.instantiate().run  # this stream's own block state
-        publish, observe, trace = self._fanout.publish, self.metrics.observe, self._trace
+        publish, observe, trace = self._publish, self.metrics.observe, self._trace
         if trace is not None:
             trace.bind()
         get, stop, clock = self.slot.get, self._stop, time.perf_counter

@@ -82,7 +82,7 @@ def test_a_slow_workflow_takes_the_newest_frame_and_counts_drops(
     rt = Runtime(parse_config(doc, tmp_path))
     runtimes.append(rt)
     got = Collector(12)
-    rt.fanout.subscribe(got)
+    rt.outputs.subscribe(got)
     rt.start()
     assert got.enough.wait(WAIT_S)
     stream = rt.streams["cam"]
@@ -111,7 +111,7 @@ def test_camera_outage_is_seen_as_transitions_and_metrics(
     rt = Runtime(parse_config(doc, tmp_path))
     runtimes.append(rt)
     first = Collector(3)
-    unsubscribe = rt.fanout.subscribe(first)
+    unsubscribe = rt.outputs.subscribe(first)
     rt.start()
     assert first.enough.wait(WAIT_S)
     unsubscribe()
@@ -120,7 +120,7 @@ def test_camera_outage_is_seen_as_transitions_and_metrics(
     _wait(lambda: stream.state.value == "reconnecting", "reconnecting")
     camera.start()
     again = Collector(3)
-    rt.fanout.subscribe(again)
+    rt.outputs.subscribe(again)
     assert again.enough.wait(WAIT_S), stream.history()
     states = [t["state"] for t in stream.history()]
     assert states[:2] == ["starting", "running"]
@@ -152,9 +152,9 @@ def test_a_broken_subscriber_does_not_stop_others_and_stop_joins_every_thread(
     def broken(result: FrameResult) -> None:
         raise RuntimeError("subscriber bug")
 
-    rt.fanout.subscribe(broken)
+    rt.outputs.subscribe(broken)
     good = Collector(30)
-    rt.fanout.subscribe(good)
+    rt.outputs.subscribe(good)
     rt.start()
     assert good.enough.wait(WAIT_S)
     assert {r.stream_id for r in good.results} == {"s0", "s1", "s2"}
@@ -194,7 +194,7 @@ def test_streams_share_one_compilation_but_not_block_state(
     rt = Runtime(parse_config(doc, tmp_path), max_frames=120)
     runtimes.append(rt)
     last: dict[str, FrameResult] = {}
-    rt.fanout.subscribe(lambda r: last.__setitem__(r.stream_id, r))
+    rt.outputs.subscribe(lambda r: last.__setitem__(r.stream_id, r))
     rt.start()
     assert rt.wait_done(timeout=120)
     a, b, c = (rt.streams[i].workflow for i in ("a", "b", "c"))

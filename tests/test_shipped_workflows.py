@@ -28,7 +28,7 @@ def run_file(
                      "workflow": str(WORKFLOWS / workflow)}],
     }  # fmt: skip
     rt = Runtime(parse_config(doc, tmp_path))
-    rt.fanout.subscribe(on_result)
+    rt.outputs.subscribe(on_result)
     rt.start()
     try:
         assert rt.wait_done(timeout=240)

@@ -83,6 +83,10 @@ class Ready(BaseModel):
     insecure: bool = Field(
         description="the API is open without a token on a non-loopback address (--insecure)"
     )
+    sinks: dict[str, str] = Field(
+        description="sink name -> state (connected, reconnecting, ...); informational: a "
+        "sink that is down does not make the appliance unready"
+    )
     profiling: ProfilingState
 
 
@@ -106,6 +110,7 @@ class Stream(BaseModel):
     reconnects: int
     last_error: str | None
     providers: dict[str, list[str]] = Field(description="model id -> ONNX Runtime providers")
+    outputs: list[str] = Field(description="the sinks its results go to")
 
 
 class Transition(BaseModel):
@@ -203,3 +208,20 @@ CHROME_TRACE: dict[str, Any] = {
     "properties": {"traceEvents": {"type": "array", "items": {"type": "object"}}},
     "description": "Chrome Trace Event Format (chrome://tracing, Perfetto)",
 }
+
+
+class Sink(BaseModel):
+    name: str
+    type: str
+    up: bool = Field(description="connected (MQTT), or the last delivery succeeded (webhook)")
+    state: str
+    queue_depth: int
+    sent: int
+    retried: int
+    dropped: int = Field(description="queue overflow (oldest first) or left at shutdown")
+    dead_lettered: int
+    last_error: str | None
+
+
+class SinkList(BaseModel):
+    sinks: list[Sink]

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from appliance.server.routes import config, meta, models, probes, profiling, streams, workflows
+from appliance.server.routes import (
+    config,
+    meta,
+    models,
+    probes,
+    profiling,
+    sinks,
+    streams,
+    workflows,
+)
 from appliance.server.routing import Route
 
 ROUTES: tuple[Route, ...] = (
@@ -11,6 +20,7 @@ ROUTES: tuple[Route, ...] = (
     *streams.ROUTES,
     *workflows.ROUTES,
     *models.ROUTES,
+    *sinks.ROUTES,
     *config.ROUTES,
     *profiling.ROUTES,
 )

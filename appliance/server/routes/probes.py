@@ -48,6 +48,7 @@ async def ready(request: web.Request) -> web.Response:
         "waiting": waiting,
         "stalled": stalled,
         "insecure": request.app.get(INSECURE, False),
+        "sinks": {s.name: s.state for s in rt.outputs.statuses()},
         "profiling": profiling,
     }
     return web.json_response(body, status=200 if ok else 503)

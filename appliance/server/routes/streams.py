@@ -24,7 +24,8 @@ def stream_json(rt: Runtime, stream: RunningStream, *, detail: bool = False) -> 
     """The API's `Stream`: the runtime's summary plus the providers of its models."""
     models = rt.models
     providers = {m: list(models[m].info.providers) for m in stream.workflow.models if m in models}
-    body = {"id": stream.id, **stream.summary(), "providers": providers}
+    outputs = [o.sink for o in stream.cfg.outputs]
+    body = {"id": stream.id, **stream.summary(), "providers": providers, "outputs": outputs}
     if detail:
         body["transitions"] = list(stream.history())
     return body
