@@ -97,6 +97,8 @@ class SinkLoop:
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()
+            # Sinks write dead letters on the loop's executor: let those writes finish.
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
         finally:
             self.loop.close()
 

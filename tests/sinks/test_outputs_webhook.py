@@ -1,0 +1,82 @@
+"""A stream's results reach a real webhook receiver through the runtime's outputs: the
+config declares the sink, the stream names it with a filter; a receiver that hangs costs
+the stream nothing (its results are dropped at the sink's bound, and counted)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import parse_config
+from appliance.runtime import Runtime
+from tests.server.live import wait_for
+from tests.sinks.receiver import Answer, Receiver
+from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+
+SECRET = "hook-secret-9d2"
+WAIT_S = 30.0
+
+Start = Callable[..., Runtime]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    started: list[Runtime] = []
+
+    def run(url: str, output: dict[str, Any], **hook: Any) -> Runtime:
+        doc = {
+            "models": {"person": person_model()},
+            "sinks": {"hook": {"type": "webhook", "url": url, "secret": SECRET, **hook}},
+            "streams": [{"id": "cam", "workflow": detect_workflow(), "outputs": [output],
+                         "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}}],
+        }  # fmt: skip
+        rt = Runtime(parse_config(doc, tmp_path))
+        started.append(rt)
+        rt.start()
+        return rt
+
+    yield run
+    for rt in started:
+        rt.stop()
+
+
+def test_results_arrive_signed_in_order_at_the_filtered_rate(start: Start) -> None:
+    with Receiver() as rx:
+        rt = start(rx.url, {"sink": "hook", "every_s": 0.2})
+        got = rx.wait_for(4, WAIT_S)
+        for request in got:
+            signature = hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
+            assert request.headers["x-appliance-signature"] == f"sha256={signature}"
+            assert request.headers["x-appliance-event"] == "prediction"
+            body = request.json()
+            assert body["stream"] == "cam" and set(body["outputs"]) == {"people"}
+        seqs = [r.json()["seq"] for r in got]
+        assert seqs == sorted(seqs)
+        # every_s 0.2 at 15 fps: about one frame in three goes out, never two in a row.
+        assert all(b - a >= 2 for a, b in zip(seqs, seqs[1:], strict=False)), seqs
+        status = rt.outputs.statuses()[0]
+        assert (status.name, status.type, status.up) == ("hook", "webhook", True)
+        assert status.sent >= 3
+        rt.sync_metrics()
+        sent = rt.metrics.registry.get_sample_value(
+            "appliance_sink_messages_total", {"sink": "hook", "outcome": "sent"}
+        )
+        assert sent is not None and sent >= 3
+
+
+def test_a_hanging_receiver_costs_the_stream_nothing(start: Start) -> None:
+    with Receiver(default=Answer(hang=True)) as rx:
+        rt = start(rx.url, {"sink": "hook"}, concurrency=1, queue={"max_messages": 5})
+        rx.wait_for(1, WAIT_S)  # the first delivery hangs, holding the only slot
+        stream = rt.streams["cam"]
+        before = stream.rate.count
+        # The worker goes on while the hook hangs: 30 more frames, 2 s of a 15 fps camera.
+        wait_for(lambda: stream.rate.count - before >= 30, WAIT_S, "30 more frames")
+        assert len(rx.requests) == 1  # all the while, the first delivery hung
+        status = rt.outputs.statuses()[0]
+        assert status.queue_depth <= 5 and status.dropped >= 10
