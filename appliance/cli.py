@@ -70,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     from appliance.client_cli import add_client_commands
-    from appliance.profiling.model_cli import add_model_commands
-    from appliance.profiling.trace_cli import add_trace_commands
+    from appliance.tools.model_cli import add_model_commands
+    from appliance.tools.trace_cli import add_trace_commands
 
     add_client_commands(sub)  # streams list|add|remove|restart, status: over the HTTP API
     add_trace_commands(sub)  # trace summarize|diff

@@ -10,6 +10,10 @@ call. The config's models are pinned. A model nobody leases is idle: up to
 first), so models that API workflows declare do not pile up. At most
 `limits.max_models` are loaded at once; beyond that idle ones are released, and when none
 is idle the load is refused with LimitError.
+
+After each batch the pool records the model's metrics (inference time, batch size, queue
+waits) and then calls `on_batch`, the hook the runtime injects (its trace spans): the
+models do not know about profiling.
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ from appliance.files import FileKind, FilePolicy
 from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.session import ModelLoadError, load_model
-from appliance.profiling.hooks import trace_batch
-from appliance.profiling.tracer import Tracer
 from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
 
@@ -43,13 +45,14 @@ class ModelPool:
     def __init__(
         self,
         metrics: Metrics,
-        tracer: Tracer | None = None,
         *,
+        on_batch: Callable[[BatchRecord], None] | None = None,
         max_models: int = 16,
         idle_models: int = 2,
     ) -> None:
         self._metrics = metrics
-        self._tracer = tracer
+        # Every model's batches, on that model's batcher thread (BatchRecord.model_id).
+        self._on_batch = on_batch
         self._max_models = max_models
         self._idle_models = idle_models
         # Told the id of every model released, under the pool's lock (it must not call
@@ -181,15 +184,15 @@ class ModelPool:
         run = self._metrics.model_inference.labels(model_id)
         queue = self._metrics.model_queue.labels(model_id)
         size = self._metrics.model_batch_size.labels(model_id)
-        tracer = self._tracer
+        on_batch = self._on_batch
 
         def observe(rec: BatchRecord) -> None:
-            if tracer is not None:
-                trace_batch(tracer, rec)
             run.observe(rec.run_s)
             size.observe(rec.batch_size)
             for wait in rec.queue_wait_s:
                 queue.observe(wait)
+            if on_batch is not None:
+                on_batch(rec)
 
         return observe
 

@@ -1,4 +1,6 @@
-"""Continuous profiling: tracer, rolling Chrome traces, trace tools, model benchmarks.
+"""Runtime instrumentation: tracer, hooks, rolling Chrome traces, windows, ORT profiles.
+
+The offline tools that read these traces live apart, in `appliance.tools`.
 
 Trace conventions (Chrome Trace Event Format, `{"traceEvents": [...], "displayTimeUnit":
 "ms", "otherData": {...}}`, timestamps in microseconds):

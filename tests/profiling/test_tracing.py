@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import parse_config
-from appliance.profiling.fingerprint import fingerprint_file
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.runtime import Runtime
+from appliance.tools.fingerprint import fingerprint_file
 from tests.support import tracecheck
 from tests.support.appliance import DEMO_CLIP, person_model
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from appliance.models.session import ModelLoadError
-from appliance.profiling.model_bench import BenchError, BenchResult, bench_model
-from appliance.profiling.model_cli import add_model_commands
+from appliance.tools.model_bench import BenchError, BenchResult, bench_model
+from appliance.tools.model_cli import add_model_commands
 
 SLACK_US = 1  # ORT's µs timestamps are rounded independently
 

@@ -11,14 +11,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.profiling.fingerprint import (
+from appliance.tools.fingerprint import (
     TraceFormatError,
     fingerprint,
     fingerprint_file,
     load_events,
     percentile,
 )
-from tests.profiling import node, sample_events, span, write_trace
+from tests.tools import node, sample_events, span, write_trace
 
 MODEL = Path(__file__).resolve().parents[2] / "configs" / "models" / "person_ssdlite.onnx"
 CUDA_FIRST = {"requested_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}

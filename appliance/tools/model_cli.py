@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.models.session import PROVIDERS, ModelLoadError
-from appliance.profiling.model_bench import BenchError, BenchResult, bench_model, parse_shape
+from appliance.tools.model_bench import BenchError, BenchResult, bench_model, parse_shape
 
 EXIT_LOAD_ERROR = 1
 EXIT_USAGE = 2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.profiling.trace_cli import add_trace_commands
-from tests.profiling import sample_events, span, write_trace
+from appliance.tools.trace_cli import add_trace_commands
+from tests.tools import sample_events, span, write_trace
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from appliance.profiling.fingerprint import Fingerprint, TraceFormatError, fingerprint_file
+from appliance.tools.fingerprint import Fingerprint, TraceFormatError, fingerprint_file
 
 EXIT_BAD_INPUT = 1
 EXIT_REGRESSION = 2

@@ -1,0 +1,58 @@
+"""Tests of the trace tools, with traces built here in the documented format."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+Event = dict[str, Any]
+
+
+def span(cat: str, name: str, ts: float, dur: float, **args: Any) -> Event:
+    """A complete ("X") event, times in µs."""
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "pid": 1,
+        "tid": 1,
+        "args": args,
+    }
+
+
+def node(
+    name: str, op: str, dur: float, provider: str = "CPUExecutionProvider", **args: Any
+) -> Event:
+    """An ONNX Runtime operator event, as ORT writes it."""
+    return span("Node", f"{name}_kernel_time", 0, dur, op_name=op, provider=provider, **args)
+
+
+def write_trace(
+    path: Path, events: list[Event], other: dict[str, Any] | None = None, gz: bool = False
+) -> Path:
+    """Write `events` as our trace object (gzip-compressed with `gz`)."""
+    doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other or {}}
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def sample_events(detect_us: tuple[float, ...] = (1000, 2000, 3000, 4000)) -> list[Event]:
+    """Blocks detect (durations `detect_us`) and draw (4 × 1 ms), two model runs, ten frame
+    ages 10..100 ms, and operators Conv 600 µs (on CPU), Relu 200, MemcpyToHost 200."""
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 1, "args": {"name": "x"}}]
+    for i, dur in enumerate(detect_us):
+        events.append(span("block", "detect", i * 10_000, dur, stream="s", type="ObjectDetection"))
+        events.append(span("block", "draw", i * 10_000 + 5000, 1000, stream="s", type="Draw"))
+    events.append(span("model", "session.run", 100, 3000, model="ssd", batch_size=1))
+    events.append(span("model", "session.run", 200, 5000, model="ssd", batch_size=3))
+    events += [span("workflow", "workflow.run", 0, 10, age_ms=10.0 * k) for k in range(1, 11)]
+    events.append(node("conv1", "Conv", 400, model="ssd"))
+    events.append(node("conv2", "Conv", 200, model="ssd"))
+    events.append(node("relu", "Relu", 200, "CUDAExecutionProvider", model="ssd"))
+    events.append(node("copy", "MemcpyToHost", 200, "CUDAExecutionProvider", model="ssd"))
+    return events
