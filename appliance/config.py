@@ -77,6 +77,8 @@ class LimitsConfig(_Strict):
     # reuse up to this many, least recently used released first.
     idle_models: Annotated[int, Field(ge=0)] = 2
     max_concurrent_runs: Annotated[int, Field(ge=1)] = 4  # /v1/workflows/run at once
+    # Server-sent events and MJPEG readers at once (each holds a connection and a task).
+    max_watchers: Annotated[int, Field(ge=1)] = 32
     request_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # any one API request
     # Decoded image size, checked from the header before decoding: 40 MP is 8K plus room
     # (7680x4320 = 33 MP); each megapixel costs 3 MB as BGR.

@@ -97,3 +97,14 @@ class FileAccessError(ApplianceError):
         self.rule = rule
         self.where = where
         self.status = status
+
+
+class NoResultError(ApplianceError, KeyError):
+    """The stream has not produced a result yet (or is not running)."""
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(f"stream {stream_id!r} has no result yet")
+        self.stream_id = stream_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])

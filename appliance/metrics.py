@@ -110,6 +110,10 @@ class Metrics:
             "appliance_sink_send_seconds", "One delivery: publish to PUBACK, or HTTP request.",
             ["sink"], buckets=b, registry=r,
         )  # fmt: skip
+        self.result_reads = Counter(
+            "appliance_result_reads", "Results read over HTTP: latest, snapshot, and the "
+            "event and MJPEG streams opened.", ["kind"], registry=r,
+        )  # fmt: skip
         self.sink_up = Gauge(
             "appliance_sink_up", "1 while the sink is connected or delivering.", ["sink"],
             registry=r,

@@ -23,11 +23,12 @@ from appliance.errors import (
     UnknownStreamError,
 )
 from appliance.files import FilePolicy
+from appliance.latest import LatestResults
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
 from appliance.outputs import Outputs
-from appliance.profiling.hooks import StreamTrace
+from appliance.profiling.hooks import StreamTrace, trace_batch
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
@@ -71,13 +72,15 @@ class Runtime:
         )
         # Sinks and in-process subscribers; dead letters go beside the traces.
         self.outputs = Outputs(sink_configs(config), self.metrics, config.resolve(prof.dir))
+        self.latest = LatestResults()  # every stream's newest result, for the API to read
+        self.outputs.subscribe(self.latest)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
         self.request_files = FilePolicy.requests(config, config_path)  # the API's: roots
         self.pool = ModelPool(
             self.metrics,
-            self.tracer,
+            on_batch=lambda rec: trace_batch(self.tracer, rec),  # the batch's spans
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
         )
@@ -219,6 +222,7 @@ class Runtime:
         """Stop a stream, join its threads and drop its metrics; True if they ended."""
         ended = self._stop_stream(stream_id, timeout)
         self._requested.discard(stream_id)
+        self.latest.forget(stream_id)
         return ended
 
     def _stop_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
@@ -351,6 +355,7 @@ class Runtime:
         on its own. Models go on serving requests until `stop`. Runs once: a later call
         waits for the first and returns its result (True when every thread ended)."""
         self._stopping.set()
+        self.latest.close()  # readers of results (events, MJPEG) end now
         with self._stop_lock:
             if self._streams_stopped is None:
                 self._streams_stopped = self._stop_every_stream(timeout)

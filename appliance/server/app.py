@@ -11,11 +11,18 @@ from aiohttp import web
 
 from appliance.runtime import Runtime
 from appliance.server.auth import AuthPolicy, auth_middleware
-from appliance.server.context import CONTROL, MAX_BODY, OPENAPI, RUNTIME, WORK_SLOTS
+from appliance.server.context import (
+    CONTROL,
+    MAX_BODY,
+    OPENAPI,
+    RUNTIME,
+    WATCHERS,
+    WORK_SLOTS,
+)
 from appliance.server.errors import REFUSALS, error_middleware
-from appliance.server.limits import WorkSlots, timeout_middleware
+from appliance.server.limits import Watchers, WorkSlots, timeout_middleware
 from appliance.server.openapi import build_openapi
-from appliance.server.routes import PROBES, ROUTES
+from appliance.server.routes import PROBES, ROUTES, STREAMING
 
 __all__ = ["RUNTIME", "build_app"]
 
@@ -28,10 +35,11 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
     middlewares = [
         error_middleware,
         auth_middleware(policy),
-        timeout_middleware(limits.request_timeout_s),
+        timeout_middleware(limits.request_timeout_s, STREAMING),
     ]
     app = web.Application(client_max_size=max_body, middlewares=middlewares)
     slots = app[WORK_SLOTS] = WorkSlots(limits.max_concurrent_runs)
+    app[WATCHERS] = Watchers(limits.max_watchers)
     app.on_cleanup.append(lambda _: _close(slots))
     app[RUNTIME] = runtime
     app[CONTROL] = asyncio.Lock()

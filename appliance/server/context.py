@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from aiohttp import web
 
 from appliance.runtime import Runtime
-from appliance.server.limits import WorkSlots
+from appliance.server.limits import Watchers, WorkSlots
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,6 +28,7 @@ CONTROL = web.AppKey("control", asyncio.Lock)
 OPENAPI = web.AppKey("openapi", dict[str, Any])  # the document, built once with the app
 MAX_BODY = web.AppKey("max_body", int)  # bytes; what client_max_size is for JSON bodies
 WORK_SLOTS = web.AppKey("work_slots", WorkSlots)  # workflow requests at work (limits.py)
+WATCHERS = web.AppKey("watchers", Watchers)  # event and MJPEG readers (limits.py)
 
 
 def runtime_of(request: web.Request) -> Runtime:

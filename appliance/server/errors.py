@@ -21,6 +21,7 @@ from appliance.config import ConfigError
 from appliance.errors import (
     FileAccessError,
     LimitError,
+    NoResultError,
     ReloadError,
     StreamExistsError,
     UnknownStreamError,
@@ -102,6 +103,7 @@ class InvalidError(ApiError):
 # The runtime's failures by type; the first match wins (subclasses before bases).
 _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (UnknownStreamError, 404),
+    (NoResultError, 404),
     (StreamExistsError, 409),
     (ReloadError, 409),
     (UnknownWindowError, 404),

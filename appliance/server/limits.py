@@ -11,8 +11,9 @@ retries cannot pile up threads behind the limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
@@ -63,12 +64,42 @@ class WorkSlots:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def timeout_middleware(seconds: float) -> Middleware:
+class Watchers:
+    """At most `size` long-lived readers (server-sent events, MJPEG) at once; the next
+    is refused with 429. On the event loop only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.active = 0
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        if self.active >= self.size:
+            raise LimitError(
+                "limits.max_watchers",
+                self.size,
+                f"{self.active} readers are watching",
+                status=429,
+                retry_after_s=RETRY_AFTER_S,
+            )
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+def timeout_middleware(seconds: float, streaming: frozenset[str] = frozenset()) -> Middleware:
     """Answer 408 (limits.request_timeout_s) when a handler takes longer than `seconds`,
-    reading the body included, so a slow client cannot hold a handler either."""
+    reading the body included, so a slow client cannot hold a handler either. Routes in
+    `streaming` (events, MJPEG) answer for as long as the client reads: they are bounded
+    by limits.max_watchers instead."""
 
     @web.middleware
     async def limit_time(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical in streaming:
+            return await handler(request)
         deadline = asyncio.timeout(seconds)
         try:
             async with deadline:

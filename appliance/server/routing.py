@@ -45,6 +45,7 @@ class Route:
     errors: tuple[int, ...] = ()
     body: Mapping[str, Schema] = field(default_factory=dict)  # media type -> schema
     probe: bool = False  # open without a token where the policy opens probes
+    streaming: bool = False  # answers for as long as the client reads (no time limit)
     tag: str = "streams"
 
     @property

@@ -225,3 +225,12 @@ class Sink(BaseModel):
 
 class SinkList(BaseModel):
     sinks: list[Sink]
+
+
+class LatestResult(BaseModel):
+    v: int = Field(description="message schema version (docs/outputs.md)")
+    stream: str
+    seq: int = Field(description="the frame's sequence number in its stream")
+    capture_time: float = Field(description="Unix time the frame was captured, seconds")
+    latency_ms: float = Field(description="capture to result")
+    outputs: dict[str, Any] = Field(description="the workflow's outputs (no images)")

@@ -75,6 +75,8 @@ class LiveServer:
         return self
 
     def stop(self, timeout: float = 15.0) -> bool:
+        if not self._thread.is_alive():  # stopped already (a test may stop it itself)
+            return bool(self.clean)
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)
         assert not self._thread.is_alive(), "server thread did not end"

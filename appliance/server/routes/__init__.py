@@ -8,6 +8,7 @@ from appliance.server.routes import (
     models,
     probes,
     profiling,
+    results,
     sinks,
     streams,
     workflows,
@@ -18,6 +19,7 @@ ROUTES: tuple[Route, ...] = (
     *probes.ROUTES,
     *meta.ROUTES,
     *streams.ROUTES,
+    *results.ROUTES,
     *workflows.ROUTES,
     *models.ROUTES,
     *sinks.ROUTES,
@@ -27,5 +29,7 @@ ROUTES: tuple[Route, ...] = (
 
 # Paths the auth policy may open without a token (`server.open_probes`).
 PROBES = frozenset(r.path for r in ROUTES if r.probe)
+# Paths that answer for as long as the client reads: no request time limit.
+STREAMING = frozenset(r.path for r in ROUTES if r.streaming)
 
-__all__ = ["PROBES", "ROUTES", "Route"]
+__all__ = ["PROBES", "ROUTES", "STREAMING", "Route"]
