@@ -16,7 +16,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Generator, Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -288,6 +288,33 @@ class ApplianceClient:
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI 3.1 document of the API."""
         return cast(dict[str, Any], self._json("GET", "/openapi.json"))
+
+    def latest(self, stream_id: str) -> dict[str, Any]:
+        """The stream's newest result (docs/outputs.md); 404 before its first one."""
+        return cast(dict[str, Any], self._json("GET", _stream_path(stream_id) + "/latest"))
+
+    def snapshot(self, stream_id: str) -> bytes:
+        """The newest frame of the stream's `video` output as JPEG bytes."""
+        return self._request("GET", _stream_path(stream_id) + "/snapshot.jpg")
+
+    def watch(self, stream_id: str) -> Generator[dict[str, Any], None, None]:
+        """Every result the reader keeps up with, as they come (server-sent events); a
+        slow reader gets the newest, its `skipped` says how many it missed. Ends when the
+        appliance stops; close the iterator to leave earlier."""
+        req = self._build("GET", _stream_path(stream_id) + "/events", None)
+        try:
+            # No read timeout: an idle stream sends a comment every 15 s.
+            with urllib.request.urlopen(req, timeout=max(self.timeout, 60.0)) as resp:
+                for raw in resp:
+                    line = raw.decode("utf-8").rstrip("\n")
+                    if line.startswith("data: "):
+                        yield cast(dict[str, Any], json.loads(line[6:]))
+        except urllib.error.HTTPError as err:
+            with err:
+                payload = err.read()
+            raise _api_error(err.code, payload) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApplianceConnectionError(self.url, mask_url(_reason(exc))) from None
 
     def _json(self, method: str, path: str, body: Any = None, ok: Collection[int] = ()) -> Any:
         return json.loads(self._request(method, path, body, ok))

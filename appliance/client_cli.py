@@ -74,6 +74,14 @@ def add_client_commands(sub: Any) -> None:
         action.add_argument("id")
         action.set_defaults(func=_guarded(func))
 
+    watch = actions.add_parser(
+        "watch", parents=[common], help="print a stream's results as they come (Ctrl+C ends)"
+    )
+    watch.add_argument("id")
+    watch.add_argument("--count", type=int, help="stop after N results")
+    watch.add_argument("--json", action="store_true", help="one JSON document a line")
+    watch.set_defaults(func=_guarded(cmd_watch))
+
     status = sub.add_parser("status", parents=[common], help="health, readiness, streams, models")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_guarded(cmd_status))
@@ -227,6 +235,34 @@ def _ms(value: float | None) -> str:
 
 
 # -- status -----------------------------------------------------------------------------
+def cmd_watch(args: argparse.Namespace) -> int:
+    """`appliance streams watch ID`: one line per result, until --count or Ctrl+C."""
+    results = _client(args).watch(args.id)
+    try:
+        for n, result in enumerate(results, 1):
+            print(json.dumps(result) if args.json else result_line(result), flush=True)
+            if args.count is not None and n >= args.count:
+                break
+    except KeyboardInterrupt:  # Ctrl+C is how a watch ends
+        pass
+    finally:
+        results.close()
+    return 0
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """`cam #1042 +38 ms people: 2 detections, line: {"in": 3, "out": 1}`."""
+    parts = []
+    for name, value in result["outputs"].items():
+        if isinstance(value, list):
+            parts.append(f"{name}: {len(value)} detections")
+        else:
+            parts.append(f"{name}: {json.dumps(value)}")
+    skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
+    return (f"{result['stream']} #{result['seq']} +{result['latency_ms']:.0f} ms "
+            f"{', '.join(parts)}{skipped}")  # fmt: skip
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     health, ready = client.health(), client.ready()

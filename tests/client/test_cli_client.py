@@ -130,3 +130,19 @@ def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     done = appliance(*args)
     assert done.returncode == 2
     assert done.stderr
+
+
+def test_streams_watch_prints_results_as_they_come(served: Served) -> None:
+    done = against(served, "streams", "watch", "people-cam", "--count", "5", "--json")
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(results) == 5 and {r["stream"] for r in results} == {"people-cam"}
+    seqs = [r["seq"] for r in results]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    done = against(served, "streams", "watch", "people-cam", "--count", "2")
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("people-cam #") for line in lines), lines
+    # The workflow's outputs: tracks as a count of detections, crossings as their JSON.
+    assert " people: " in lines[0] and " detections, crossings: {" in lines[0], lines[0]
+    missing = against(served, "streams", "watch", "nope", "--count", "1")
+    assert missing.returncode == 1 and missing.stderr.startswith("error: 404 not_found")
