@@ -11,9 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from appliance.errors import FileAccessError, LimitError
 from appliance.masking import mask_url
 from appliance.models import ModelLoadError
 from appliance.runtime import Runtime
-from appliance.sources import StreamState
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance")
@@ -63,11 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
-    run = sub.add_parser("run", help="headless: process the streams, print a summary")
-    run.add_argument("--config", required=True, type=Path)
-    run.add_argument("--max-frames", type=int, help="stop each stream after N frames")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    run.set_defaults(func=cmd_run)
+    from appliance.headless import add_run_command
+
+    add_run_command(sub)  # run: headless, with recordings
 
     from appliance.client_cli import add_client_commands
     from appliance.tools.model_cli import add_model_commands
@@ -113,62 +108,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(runtime, host, port, stats_interval_s=args.stats_interval, insecure=args.insecure)
     )
     return 0 if clean else 1
-
-
-# -- run --------------------------------------------------------------------------------
-def cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    runtime = Runtime(config, max_frames=args.max_frames)
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        runtime.start()
-        _wait_with_progress(runtime, stop, show=sys.stderr.isatty() and not args.json)
-    finally:
-        runtime.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    summary = {"streams": {sid: s.summary() for sid, s in runtime.streams.items()}}
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        _print_table(summary["streams"])
-    failed = any(s.state == StreamState.FAILED for s in runtime.streams.values())
-    return EXIT_STREAM_FAILED if failed else 0
-
-
-def _wait_with_progress(runtime: Runtime, stop: threading.Event, show: bool) -> None:
-    while not stop.is_set() and not runtime.wait_done(timeout=0.5):
-        if show:
-            parts = [
-                f"{sid} {s.rate.count} ({s.rate.recent():.1f} fps)"
-                for sid, s in runtime.streams.items()
-            ]
-            print("\r" + "  ".join(parts), end="", file=sys.stderr, flush=True)
-    if show:
-        print(file=sys.stderr)
-
-
-def _print_table(streams: dict[str, dict[str, Any]]) -> None:
-    head = (
-        f"{'stream':<16}{'state':<10}{'processed':>10}{'dropped':>9}{'fps':>8}"
-        f"{'p50 ms':>9}{'p99 ms':>9}{'detections':>12}"
-    )
-    print(head)
-    for sid, s in streams.items():
-        lat = s["latency_ms"]
-        print(
-            f"{sid:<16}{s['state']:<10}{s['frames_processed']:>10}{s['frames_dropped']:>9}"
-            f"{s['fps']:>8.1f}{_ms(lat['p50']):>9}{_ms(lat['p99']):>9}{s['detections']:>12}"
-        )
-        if s["state"] == "failed":
-            print(f"  failed: {s['last_error']}")
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 # -- blocks -----------------------------------------------------------------------------

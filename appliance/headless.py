@@ -1,0 +1,158 @@
+"""`appliance run`: the streams without a server. It processes until every stream has
+ended or failed, `--duration` has passed, or Ctrl+C; then prints a summary with each
+stream's last outputs (counts, crossings), and can save every result as JSON lines and
+each stream's `video` output as an MP4 (appliance/recording.py).
+
+A live camera that cannot be reached is retried by `serve` for as long as it runs; a run
+gives up on a stream that has never produced a frame once its first connection failed,
+so a wrong URL ends the run with exit 3 instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from appliance.config import load_config
+from appliance.recording import JsonLines, VideoRecorder, video_path
+from appliance.runtime import Runtime
+from appliance.sources import StreamState
+from appliance.streams import Stream
+
+EXIT_STREAM_FAILED = 3
+POLL_S = 0.5  # how often the run checks its streams and redraws the progress line
+
+
+def add_run_command(sub: Any) -> None:
+    run = sub.add_parser("run", help="headless: process the streams, print a summary")
+    run.add_argument("--config", required=True, type=Path)
+    run.add_argument("--max-frames", type=int, help="stop each stream after N frames")
+    run.add_argument("--duration", type=float, help="stop after S seconds")
+    run.add_argument("--save-json", type=Path, metavar="FILE.jsonl",
+                     help="write every result as one JSON line")  # fmt: skip
+    run.add_argument("--save-video", type=Path, metavar="FILE.mp4",
+                     help="write each stream's video output (FILE-<stream>.mp4 each "
+                          "when there are several)")  # fmt: skip
+    run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    runtime = Runtime(load_config(args.config), max_frames=args.max_frames)
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    recordings = _recordings(runtime, args)
+    given_up: dict[str, str] = {}
+    try:
+        runtime.start()
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        show = sys.stderr.isatty() and not args.json
+        _wait(runtime, stop, deadline, given_up, show)
+    finally:
+        runtime.stop()
+        for close in recordings:
+            close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = _summary(runtime, given_up)
+    print(json.dumps(summary)) if args.json else _print_table(summary["streams"])
+    failed = any(s["state"] == StreamState.FAILED for s in summary["streams"].values())
+    return EXIT_STREAM_FAILED if failed else 0
+
+
+def _recordings(runtime: Runtime, args: argparse.Namespace) -> list[Any]:
+    """Subscribe the writers asked for; their close functions."""
+    closers: list[Any] = []
+    if args.save_json is not None:
+        lines = JsonLines(args.save_json)
+        runtime.outputs.subscribe(lines)
+        closers.append(lines.close)
+    if args.save_video is not None:
+        streams = runtime.config.streams
+        for cfg in streams:
+            path = video_path(args.save_video, cfg.id, len(streams) > 1)
+            recorder = VideoRecorder(path, cfg.id)
+            runtime.outputs.subscribe(recorder, cfg.id)
+            closers.append(recorder.close)
+    return closers
+
+
+def _wait(
+    runtime: Runtime,
+    stop: threading.Event,
+    deadline: float | None,
+    given_up: dict[str, str],
+    show: bool,
+) -> None:
+    while not stop.wait(POLL_S):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        streams = list(runtime.streams.values())
+        for stream in streams:
+            reason = _never_connected(stream)
+            if reason is not None and stream.id not in given_up:
+                given_up[stream.id] = reason  # the run no longer waits for it
+        if all(s.done.is_set() or s.id in given_up for s in streams):
+            break
+        if show:
+            parts = [f"{s.id} {s.rate.count} ({s.rate.recent():.1f} fps)"
+                     for s in runtime.streams.values()]  # fmt: skip
+            print("\r" + "  ".join(parts), end="", file=sys.stderr, flush=True)
+    if show:
+        print(file=sys.stderr)
+
+
+def _never_connected(stream: Stream) -> str | None:
+    """Why a stream that never ran is given up: its first connection failed."""
+    if stream.state != StreamState.RECONNECTING or stream.rate.count:
+        return None
+    if any(t["state"] == "running" for t in stream.history()):
+        return None
+    return f"never connected: {stream.last_error}"
+
+
+def _summary(runtime: Runtime, given_up: dict[str, str]) -> dict[str, Any]:
+    streams: dict[str, Any] = {}
+    for sid, stream in runtime.streams.items():
+        s = stream.summary()
+        if sid in given_up:
+            s["state"], s["last_error"] = StreamState.FAILED.value, given_up[sid]
+        latest = runtime.latest.get(sid)
+        s["outputs"] = {} if latest is None else _scalars(latest.result.predictions_json())
+        streams[sid] = s
+    return {"streams": streams}
+
+
+def _scalars(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The outputs worth printing at the end: counts and values, not detection rows."""
+    return {k: v for k, v in outputs.items() if not isinstance(v, list)}
+
+
+def _print_table(streams: dict[str, dict[str, Any]]) -> None:
+    head = (
+        f"{'stream':<16}{'state':<10}{'processed':>10}{'dropped':>9}{'fps':>8}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'detections':>12}"
+    )
+    print(head)
+    for sid, s in streams.items():
+        lat = s["latency_ms"]
+        print(
+            f"{sid:<16}{s['state']:<10}{s['frames_processed']:>10}{s['frames_dropped']:>9}"
+            f"{s['fps']:>8.1f}{_ms(lat['p50']):>9}{_ms(lat['p99']):>9}{s['detections']:>12}"
+        )
+        for name, value in s["outputs"].items():
+            print(f"  {name}: {json.dumps(value)}")
+        if s["state"] == "failed":
+            print(f"  failed: {s['last_error']}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
