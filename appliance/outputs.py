@@ -28,6 +28,7 @@ from appliance.masking import mask_url
 from appliance.metrics import Metrics
 from pipelines.types import Detections, FrameResult
 from sinks.base import Sink, SinkStatus
+from sinks.mqtt_commands import CommandHandler
 from sinks.registry import sink_class
 
 log = logging.getLogger("appliance.outputs")
@@ -106,8 +107,15 @@ class SinkLoop:
 class Outputs:
     """The sinks of one runtime and the routes to them; `start` once, `stop` once."""
 
-    def __init__(self, configs: Mapping[str, BaseModel], metrics: Metrics, data_dir: Path) -> None:
+    def __init__(
+        self,
+        configs: Mapping[str, BaseModel],
+        metrics: Metrics,
+        data_dir: Path,
+        on_command: CommandHandler | None = None,
+    ) -> None:
         self._configs = dict(configs)
+        self._on_command = on_command  # the runtime's: sinks that take commands call it
         self._metrics = metrics
         self._data_dir = data_dir
         self.sinks: dict[str, Sink] = {}
@@ -150,6 +158,8 @@ class Outputs:
         options: dict[str, Any] = {"observe_send": send.observe}
         if kind == "webhook":
             options["data_dir"] = self._data_dir
+        if kind == "mqtt":
+            options["on_command"] = self._on_command
         sink: Sink = sink_class(kind)(name, cfg, **options)
         return sink
 
@@ -172,6 +182,13 @@ class Outputs:
                     _deliver(fn, result)
 
         return publish
+
+    def stream_state(self, stream_id: str, state: str, reason: str) -> None:
+        """A stream's state changed (any thread): sinks that publish states are told."""
+        for sink in self.sinks.values():
+            publish = getattr(sink, "publish_stream_status", None)
+            if publish is not None:
+                publish(stream_id, state, mask_url(reason))
 
     def check(self, outputs: Sequence[OutputConfig]) -> None:
         """ConfigError unless every output names a running sink (a stream added over the

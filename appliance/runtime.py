@@ -12,8 +12,10 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
+from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, load_config, sink_configs
 from appliance.errors import (
     FileAccessError,
@@ -71,7 +73,9 @@ class Runtime:
             errors=self.metrics.trace_errors,
         )
         # Sinks and in-process subscribers; dead letters go beside the traces.
-        self.outputs = Outputs(sink_configs(config), self.metrics, config.resolve(prof.dir))
+        self.outputs = Outputs(
+            sink_configs(config), self.metrics, config.resolve(prof.dir), partial(command, self)
+        )
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)
         # Read once at start, like `server`: a reload changes streams and models.
@@ -179,6 +183,7 @@ class Runtime:
             trace=StreamTrace(
                 self.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
             ),
+            on_state=self.outputs.stream_state,
         )
         with self._lock:
             self._check_room(cfg.id)

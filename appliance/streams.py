@@ -71,8 +71,11 @@ class Stream:
         max_frames: int | None = None,
         history: int = 50,
         trace: StreamTrace | None = None,
+        on_state: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.id = cfg.id
+        # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
+        self._state_hook = on_state
         self._trace = trace  # the profiler's per-frame hook, on this worker thread
         self.cfg = cfg
         self.url = mask_url(cfg.source.url)
@@ -154,6 +157,8 @@ class Stream:
         level = logging.WARNING if state in _TROUBLE else logging.INFO
         if changed or level == logging.WARNING:
             log.log(level, "stream %s: %s (%s)", self.id, state.value, reason)
+        if changed and self._state_hook is not None:
+            self._state_hook(self.id, state.value, reason)
 
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import threading
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +212,7 @@ class Subscriber:
         self._topics = topics
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2,
-            client_id=f"sub-{id(self)}",
+            client_id=f"sub-{uuid.uuid4().hex[:12]}",  # never reused, unlike id()
             protocol=protocol,
             clean_session=False if protocol == mqtt.MQTTv311 else None,
         )

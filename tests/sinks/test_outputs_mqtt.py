@@ -1,0 +1,82 @@
+"""A stream's results and states reach a real mosquitto through the runtime's outputs,
+and commands over MQTT (restart a stream, start a profiling window) go through the
+runtime; a bad command is refused with a reply and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import parse_config
+from appliance.runtime import Runtime
+from tests.sinks.conftest import Broker, Received, Subscriber
+from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+
+WAIT_S = 30.0
+MakeSubscriber = Callable[..., Subscriber]
+
+
+@pytest.fixture
+def runtime(mosquitto: Broker, tmp_path: Path) -> Iterator[Runtime]:
+    bus = {"type": "mqtt", "port": mosquitto.port, "qos": 1, "topic_prefix": "site",
+           "client_id": "appliance-test", "commands": {"enabled": True}}  # fmt: skip
+    doc = {
+        "models": {"person": person_model()},
+        "sinks": {"bus": bus},
+        "streams": [{"id": "cam", "workflow": detect_workflow(), "outputs": ["bus"],
+                     "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}}],
+        "profiling": {"dir": str(tmp_path / "traces"), "max_window_s": 5},
+    }  # fmt: skip
+    rt = Runtime(parse_config(doc, tmp_path))
+    rt.start()
+    yield rt
+    rt.stop()
+
+
+def payloads(messages: list[Received], topic: str) -> list[dict[str, Any]]:
+    return [json.loads(m.payload) for m in messages if m.topic == topic]
+
+
+def test_results_and_states_are_published(
+    runtime: Runtime, mosquitto: Broker, subscriber: MakeSubscriber
+) -> None:
+    sub = subscriber(mosquitto, "site/#")
+    got = sub.wait_for(lambda ms: len(payloads(ms, "site/cam/predictions")) >= 10, WAIT_S)
+    predictions = payloads(got, "site/cam/predictions")
+    seqs = [p["seq"] for p in predictions]
+    assert seqs == sorted(seqs) and {p["stream"] for p in predictions} == {"cam"}
+    assert set(predictions[0]["outputs"]) == {"people"}
+    states = [p["state"] for p in payloads(got, "site/cam/status")]
+    assert states[-1] == "running"
+    # Retained: a subscriber that comes later gets the state and `online` at once.
+    late = subscriber(mosquitto, "site/status", "site/cam/status")
+    kept = late.wait_for(lambda ms: len(ms) >= 2, WAIT_S)
+    assert all(m.retain for m in kept)
+    assert {m.topic: m.payload for m in kept}["site/status"] == b"online"
+    assert json.loads({m.topic: m.payload for m in kept}["site/cam/status"])["state"] == "running"
+    (sink,) = runtime.outputs.statuses()
+    assert (sink.name, sink.state, sink.up) == ("bus", "connected", True)
+
+
+def test_commands_restart_a_stream_and_start_a_window(
+    runtime: Runtime, mosquitto: Broker, subscriber: MakeSubscriber
+) -> None:
+    sub = subscriber(mosquitto, "site/cmd/reply")
+    before = runtime.streams["cam"]
+    sub.publish("site/cmd/streams/cam/restart", json.dumps({"id": "r1"}).encode())
+    sub.publish("site/cmd/profiling", json.dumps({"id": "r2", "duration_s": 0.5}).encode())
+    sub.publish("site/cmd/streams/nope/restart", json.dumps({"id": "r3"}).encode())
+    sub.publish("site/cmd/profiling", b"{not json")
+    got = sub.wait_for(lambda ms: len(ms) >= 4, WAIT_S)
+    replies = {r.get("id"): r for r in (json.loads(m.payload) for m in got)}
+    assert replies["r1"]["ok"] and replies["r1"]["result"]["stream"] == "cam"
+    assert runtime.streams["cam"] is not before  # restarted, through the runtime
+    assert replies["r2"]["ok"] and replies["r2"]["result"]["state"] == "running"
+    assert runtime.windows.get(replies["r2"]["result"]["id"])["duration_s"] == 0.5
+    assert not replies["r3"]["ok"] and "nope" in replies["r3"]["error"]
+    bad = [r for r in replies.values() if r.get("id") is None]
+    assert len(bad) == 1 and not bad[0]["ok"]
