@@ -139,17 +139,21 @@ def _check_reload_refused(live: LiveServer) -> None:
 
 
 def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> None:
-    """Every GET route of the table, `{id}` filled with every stream or the window."""
+    """Every GET route of the table, `{id}` filled with every stream or the window. The
+    streaming ones (events, MJPEG) never end; they send what `latest` answers."""
     ids = {"/v1/streams/": stream_ids, "/v1/profiling/": [window]}
     answers = []
-    for route in (r for r in ROUTES if r.method == "GET"):
+    for route in (r for r in ROUTES if r.method == "GET" and not r.streaming):
         prefix, has_id, suffix = route.path.partition("{id}")
         assert not has_id or prefix in ids, f"fill {route.path}'s id in this test"
         for path in [prefix + i + suffix for i in ids[prefix]] if has_id else [route.path]:
             reply = live.call("GET", path)
-            assert reply.status == 200, (path, reply.status, reply.body[:300])
-            assert_clean(path, reply.body.decode())
-            answers.append(reply.body.decode())
+            # These cameras never connect: their results routes answer "no result yet".
+            no_result = reply.status == 404 and route.tag == "results"
+            assert reply.status == 200 or no_result, (path, reply.status, reply.body[:300])
+            text = reply.body.decode(errors="replace")  # snapshot.jpg is a JPEG
+            assert_clean(path, text)
+            answers.append(text)
     every = "\n".join(answers)
     assert_clean("the GET answers", every, "rtsp://***:***@127.0.0.1", "password=***&token=***")
     assert 'stream="cam"' in live.call("GET", "/metrics").body.decode()
