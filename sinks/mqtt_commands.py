@@ -1,6 +1,6 @@
 """Commands over MQTT: `<prefix>/cmd/...` requests, checked here, run by the runtime.
 
-    <prefix>/cmd/profiling             {"duration_s": 10, "id": "r1"} → on_command("profiling", body)
+    <prefix>/cmd/profiling            {"duration_s": 10, "id": "r1"} → on_command("profiling", …)
     <prefix>/cmd/streams/<id>/restart  {} or empty → on_command("restart", {"stream": id})
 
 The answer, `{"ok": true, "command": ..., "result": {...}}` or `{"ok": false, "error": ...}`,
