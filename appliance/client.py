@@ -137,6 +137,7 @@ class RunResult(TypedDict):
     image_size: list[int]  # [width, height]
     timings_ms: Timings
     trace: NotRequired[dict[str, Any]]  # Chrome trace, with profile=True
+    video: NotRequired[str]  # the `video` output as a base64 JPEG, with video=True
 
 
 class ReloadResult(TypedDict):
@@ -232,15 +233,21 @@ class ApplianceClient:
         return cast(Stream, self._json("POST", _stream_path(stream_id) + "/restart"))
 
     def run_workflow(
-        self, image: bytes | Path, workflow: str | Mapping[str, Any], profile: bool = False
+        self,
+        image: bytes | Path,
+        workflow: str | Mapping[str, Any],
+        profile: bool = False,
+        video: bool = False,
     ) -> RunResult:
         """Run one JPEG/PNG image (bytes, or a local file) through a workflow (a path on
-        the appliance, or an inline workflow); `profile` adds a Chrome `trace`."""
+        the appliance, or an inline workflow); `profile` adds a Chrome `trace`, `video`
+        the `video` output as a base64 JPEG."""
         data = image.read_bytes() if isinstance(image, Path) else image
         body = {
             "image": base64.b64encode(data).decode("ascii"),
             "workflow": _workflow_json(workflow),
             "profile": profile,
+            "video": video,
         }
         return cast(RunResult, self._json("POST", "/v1/workflows/run", body))
 

@@ -7,9 +7,11 @@ samples go through the same batchers as the streams, so they batch with live tra
 
 from __future__ import annotations
 
+import base64
 import io
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +67,19 @@ def check_image_size(data: bytes, max_pixels: int) -> None:
         raise LimitError("limits.max_image_pixels", max_pixels, f"image: {size} pixels", status=413)
 
 
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What a run answers besides the outputs: a Chrome trace, the `video` output."""
+
+    profile: bool = False
+    video: bool = False
+
+
 def run_image(
     runtime: Runtime,
     image: np.ndarray,
     workflow: Path | Mapping[str, Any],
-    profile: bool,
+    options: RunOptions = RunOptions(),
     files: FilePolicy | None = None,
 ) -> dict[str, Any]:
     """Run `workflow` once on `image`; its file paths go through `files` (the request
@@ -94,8 +104,11 @@ def run_image(
             "blocks": blocks,
         },
     }
-    if profile:
+    if options.profile:
         answer["trace"] = chrome_trace(result, compiled)
+    if options.video:  # the annotated or blurred frame, as the stream's snapshot would be
+        ok, jpeg = cv2.imencode(".jpg", result.image, [cv2.IMWRITE_JPEG_QUALITY, 90])
+        answer["video"] = base64.b64encode(jpeg.tobytes()).decode("ascii") if ok else ""
     return answer
 
 

@@ -25,6 +25,7 @@ class RunRequest(_Request):
     image: str = Field(description="the image file (JPEG, PNG, ...) as base64")
     workflow: WorkflowRef
     profile: bool = Field(False, description="add a Chrome trace of the run")
+    video: bool = Field(False, description="add the `video` output as a base64 JPEG")
 
 
 class ValidateRequest(_Request):
@@ -146,6 +147,7 @@ class RunResult(BaseModel):
     trace: dict[str, Any] = Field(
         default_factory=dict, description="Chrome trace of the run, with `profile: true`"
     )
+    video: str = Field("", description="the `video` output as a base64 JPEG, with `video: true`")
 
 
 class Validated(BaseModel):

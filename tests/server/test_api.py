@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cv2
+import numpy as np
 import pytest
 
 from tests.server.conftest import WAIT_S
@@ -136,7 +137,22 @@ def test_run_a_workflow_on_a_photo_as_multipart(cam_server: LiveServer) -> None:
     reply = cam_server.call("POST", "/v1/workflows/run", body=form, headers=FORM_TYPE)
     assert reply.status == 200, reply.body
     assert_person_found(reply.json())
-    assert "trace" not in reply.json()
+    assert "trace" not in reply.json() and "video" not in reply.json()
+
+
+def test_a_run_answers_its_video_output_as_an_image_on_request(cam_server: LiveServer) -> None:
+    blur = ROOT / "configs" / "workflows" / "privacy_blur.yaml"
+    form = multipart({"image": camera_jpeg(), "workflow": str(blur).encode(), "video": b"true"})
+    reply = cam_server.call("POST", "/v1/workflows/run", body=form, headers=FORM_TYPE)
+    assert reply.status == 200, reply.body
+    jpeg = base64.b64decode(reply.json()["video"])
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None and image.shape[:2] == (512, 512)
+    original = cv2.imdecode(np.frombuffer(camera_jpeg(), np.uint8), cv2.IMREAD_COLOR)
+    diff = cv2.absdiff(image, original).mean(axis=2)
+    x0, y0, x1, y1 = (round(v) for v in reply.json()["outputs"]["faces"][0]["box"])
+    inside = diff[y0:y1, x0:x1].mean()
+    assert inside > 10 and inside > 5 * diff.mean()  # the face pixelated, the rest as sent
 
 
 def test_validate_a_workflow(cam_server: LiveServer) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from appliance.oneshot import decode_image, run_image
+from appliance.oneshot import RunOptions, decode_image, run_image
 from appliance.runtime import Runtime
 from appliance.server.bodies import json_object, parse_json, read_form, reject_nul
 from appliance.server.context import MAX_BODY, WORK_SLOTS, runtime_of
@@ -21,7 +21,7 @@ from appliance.server.schemas import RunRequest, RunResult, Validated, ValidateR
 
 FORM = "multipart/form-data"
 Workflow = Path | Mapping[str, Any]
-RunInput = tuple[bytes, Workflow, bool]
+RunInput = tuple[bytes, Workflow, RunOptions]
 
 
 def workflow_ref(value: str | dict[str, Any]) -> Workflow:
@@ -32,23 +32,24 @@ def workflow_ref(value: str | dict[str, Any]) -> Workflow:
 async def run_workflow(request: web.Request) -> web.Response:
     """Run one image through a workflow and wait for the result: JSON with a base64 image,
     or multipart/form-data with an `image` file part. `profile` adds a Chrome trace."""
-    image, workflow, profile = await _run_input(request)
+    image, workflow, options = await _run_input(request)
     slots = request.app[WORK_SLOTS]
-    answer = await slots.run(_run, runtime_of(request), image, workflow, profile)
+    answer = await slots.run(_run, runtime_of(request), image, workflow, options)
     return web.json_response(answer)
 
 
-def _run(rt: Runtime, data: bytes, workflow: Workflow, profile: bool) -> dict[str, Any]:
+def _run(rt: Runtime, data: bytes, workflow: Workflow, options: RunOptions) -> dict[str, Any]:
     if not data:  # OpenCV asserts (cv2.error) on an empty buffer instead of failing to decode
         raise BadRequestError("image: empty")
     image = decode_image(data, rt.limits.max_image_pixels)
-    return run_image(rt, image, workflow, profile, rt.request_files)
+    return run_image(rt, image, workflow, options, rt.request_files)
 
 
 async def _run_input(request: web.Request) -> RunInput:
     if request.content_type == JSON:
         body = await parse_json(request, RunRequest)
-        return _base64(body.image), workflow_ref(body.workflow), body.profile
+        options = RunOptions(profile=body.profile, video=body.video)
+        return _base64(body.image), workflow_ref(body.workflow), options
     if request.content_type == FORM:
         return _form_input(await read_form(request, request.app[MAX_BODY]))
     raise UnsupportedMediaTypeError(
@@ -65,21 +66,22 @@ def _base64(text: str) -> bytes:
 
 def _form_input(parts: dict[str, bytes]) -> RunInput:
     """The form's parts as a run: `image` (file), `workflow` (inline JSON or a path),
-    optional `profile` (`true` or `false`)."""
+    optional `profile` and `video` (`true` or `false`)."""
     problems = [f"{name}: unknown part" for name in parts if name not in _FORM_PARTS]
     problems += [f"{name}: required" for name in ("image", "workflow") if name not in parts]
-    profile = _text(parts, "profile", "false")
-    if profile not in ("true", "false"):
-        problems.append(f"profile: expected true or false (got {profile!r})")
+    flags = {name: _text(parts, name, "false") for name in ("profile", "video")}
+    problems += [f"{name}: expected true or false (got {value!r})"
+                 for name, value in flags.items() if value not in ("true", "false")]  # fmt: skip
     if problems:
         raise InvalidError("invalid multipart form", problems)
     text = _text(parts, "workflow", "").strip()
     reject_nul({"workflow": text})
     workflow = json_object(text.encode()) if text.startswith("{") else Path(text)
-    return parts["image"], workflow, profile == "true"
+    options = RunOptions(profile=flags["profile"] == "true", video=flags["video"] == "true")
+    return parts["image"], workflow, options
 
 
-_FORM_PARTS = ("image", "workflow", "profile")
+_FORM_PARTS = ("image", "workflow", "profile", "video")
 
 
 def _text(parts: dict[str, bytes], name: str, default: str) -> str:
@@ -115,6 +117,7 @@ FORM_SCHEMA = {
         "workflow": {"type": "string",
                      "description": "an inline workflow as JSON text, or a workflow file path"},
         "profile": {"type": "string", "enum": ["true", "false"], "default": "false"},
+        "video": {"type": "string", "enum": ["true", "false"], "default": "false"},
     },
 }  # fmt: skip
 
