@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, load_config, sink_configs
@@ -47,6 +48,24 @@ log = logging.getLogger("appliance.runtime")
 
 SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _one_change_at_a_time(
+    method: Callable[Concatenate[Runtime, P], T],
+) -> Callable[Concatenate[Runtime, P], T]:
+    """Runs the method under the runtime's control lock."""
+
+    def locked(self: Runtime, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with self._control:
+            return method(self, *args, **kwargs)
+
+    # functools.wraps would do, but its _Wrapped type loses the Concatenate for mypy.
+    locked.__name__, locked.__doc__ = method.__name__, method.__doc__
+    return locked
 
 
 class Runtime:
@@ -103,7 +122,12 @@ class Runtime:
         self.streams: dict[str, Stream] = {}
         self._requested: set[str] = set()  # ids of streams added over the API
         self._max_frames = max_frames
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the streams dict and the id checks
+        # One change to the set of streams at a time, whoever asks (HTTP, SIGHUP, MQTT
+        # commands, the supervisor): an id is checked and its stream started in two
+        # steps, and two requests for one id must not both pass the check. Reentrant:
+        # a public change may call another.
+        self._control = threading.RLock()
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(
@@ -201,6 +225,7 @@ class Runtime:
             )
 
     # -- managing streams at runtime ---------------------------------------------------
+    @_one_change_at_a_time
     def add_stream(self, cfg: StreamConfig, *, requested: bool = False) -> Stream:
         """Compile the stream's workflow and start it; StreamExistsError if the id runs,
         LimitError past limits.max_streams. A `requested` stream (over the API) has its
@@ -223,6 +248,7 @@ class Runtime:
     def _files_for(self, requested: bool) -> FilePolicy:
         return self.request_files if requested else self.files
 
+    @_one_change_at_a_time
     def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         """Stop a stream, join its threads and drop its metrics; True if they ended."""
         ended = self._stop_stream(stream_id, timeout)
@@ -241,6 +267,7 @@ class Runtime:
         log.info("stream %s removed", stream_id)
         return ended
 
+    @_one_change_at_a_time
     def restart_stream(self, stream_id: str, cfg: StreamConfig | None = None) -> Stream:
         """Stop and start a stream again (with `cfg` if given), recompiling its workflow
         if the workflow file changed; the new workflow is compiled before the old stops."""
@@ -254,6 +281,7 @@ class Runtime:
         self._stop_stream(stream_id)
         return self._start_stream(cfg, workflow)
 
+    @_one_change_at_a_time
     def reload(self) -> ReloadPlan:
         """Apply the config file as it is now: streams added, removed or changed are
         started, stopped or restarted; unchanged ones keep running untouched. Everything

@@ -4,7 +4,6 @@ these routes (openapi.py). Handlers stay thin; runtime work leaves the loop."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
 from aiohttp import web
@@ -12,7 +11,6 @@ from aiohttp import web
 from appliance.runtime import Runtime
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import (
-    CONTROL,
     MAX_BODY,
     OPENAPI,
     RUNTIME,
@@ -42,7 +40,6 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
     app[WATCHERS] = Watchers(limits.max_watchers)
     app.on_cleanup.append(lambda _: _close(slots))
     app[RUNTIME] = runtime
-    app[CONTROL] = asyncio.Lock()
     app[MAX_BODY] = max_body
     metrics = runtime.metrics
     app[REFUSALS] = {"limit_hits": metrics.limit_hits, "file_refusals": metrics.file_refusals}

@@ -21,10 +21,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 RUNTIME = web.AppKey("runtime", Runtime)
-# One change to the set of streams at a time (add, remove, restart, reload, SIGHUP): the
-# runtime checks an id and starts its stream in two steps, and two concurrent requests for
-# one id must not both pass the check.
-CONTROL = web.AppKey("control", asyncio.Lock)
 OPENAPI = web.AppKey("openapi", dict[str, Any])  # the document, built once with the app
 MAX_BODY = web.AppKey("max_body", int)  # bytes; what client_max_size is for JSON bodies
 WORK_SLOTS = web.AppKey("work_slots", WorkSlots)  # workflow requests at work (limits.py)

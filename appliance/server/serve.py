@@ -25,7 +25,6 @@ from appliance.models.session import ModelLoadError
 from appliance.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE, AuthPolicy
-from appliance.server.routes.config import reload_config
 from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
 from pipelines.errors import WorkflowError
 
@@ -125,7 +124,8 @@ class Server:
     async def reload_logged(self, why: str) -> None:
         """A reload that is not a request (SIGHUP): its outcome goes to the log only."""
         try:
-            summary = await reload_config(self.app)
+            loop = asyncio.get_running_loop()
+            summary = (await loop.run_in_executor(None, self.runtime.reload)).summary()
         except RELOAD_REFUSED as exc:
             log.error("config reload (%s) refused, nothing changed: %s", why, exc)
         except Exception:  # a reload must never take the server down

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.server.conftest import WAIT_S
+from tests.server.conftest import WAIT_S, LiveFactory, config_doc
 from tests.server.live import FORM_TYPE, LiveServer, multipart, wait_for, write_yaml
 from tests.support.appliance import DEMO_CLIP, ROOT, detect_workflow
 from tests.support.rtsp import RtspServerFactory
@@ -140,10 +140,11 @@ def test_run_a_workflow_on_a_photo_as_multipart(cam_server: LiveServer) -> None:
     assert "trace" not in reply.json() and "video" not in reply.json()
 
 
-def test_a_run_answers_its_video_output_as_an_image_on_request(cam_server: LiveServer) -> None:
+def test_a_run_answers_its_video_output_as_an_image_on_request(live_server: LiveFactory) -> None:
+    server = live_server(config_doc())  # of its own: the faces model stays loaded after
     blur = ROOT / "configs" / "workflows" / "privacy_blur.yaml"
     form = multipart({"image": camera_jpeg(), "workflow": str(blur).encode(), "video": b"true"})
-    reply = cam_server.call("POST", "/v1/workflows/run", body=form, headers=FORM_TYPE)
+    reply = server.call("POST", "/v1/workflows/run", body=form, headers=FORM_TYPE)
     assert reply.status == 200, reply.body
     jpeg = base64.b64decode(reply.json()["video"])
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)

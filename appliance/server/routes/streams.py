@@ -1,7 +1,7 @@
 """Streams at runtime: list, inspect, add, remove, restart.
 
 Adding compiles the workflow (maybe loading its models) and starts two threads; removing
-joins them: both run off the loop, one change at a time (context.CONTROL).
+joins them: both run off the loop, one change at a time (the runtime's control lock).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from appliance.config import StreamConfig
 from appliance.errors import UnknownStreamError
 from appliance.runtime import Runtime
 from appliance.server.bodies import parse_json
-from appliance.server.context import CONTROL, in_thread, runtime_of
+from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import Removed, Stream, StreamDetail, StreamList
 from appliance.streams import Stream as RunningStream
@@ -56,8 +56,7 @@ async def add_stream(request: web.Request) -> web.Response:
     workflow are valid."""
     cfg = await parse_json(request, StreamConfig)
     rt = runtime_of(request)
-    async with request.app[CONTROL]:
-        stream = await in_thread(rt.add_stream, cfg, requested=True)
+    stream = await in_thread(rt.add_stream, cfg, requested=True)
     location = {"Location": f"/v1/streams/{stream.id}"}
     return web.json_response(stream_json(rt, stream), status=201, headers=location)
 
@@ -65,16 +64,14 @@ async def add_stream(request: web.Request) -> web.Response:
 async def remove_stream(request: web.Request) -> web.Response:
     """Stop a stream and join its threads (3 s at most); its metrics go with it."""
     stream_id = request.match_info["id"]
-    async with request.app[CONTROL]:
-        joined = await in_thread(runtime_of(request).remove_stream, stream_id)
+    joined = await in_thread(runtime_of(request).remove_stream, stream_id)
     return web.json_response({"id": stream_id, "removed": True, "threads_joined": joined})
 
 
 async def restart_stream(request: web.Request) -> web.Response:
     """Stop and start a stream again, recompiling its workflow if the file changed."""
     rt = runtime_of(request)
-    async with request.app[CONTROL]:
-        stream = await in_thread(rt.restart_stream, request.match_info["id"])
+    stream = await in_thread(rt.restart_stream, request.match_info["id"])
     return web.json_response(stream_json(rt, stream))
 
 
