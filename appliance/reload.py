@@ -7,10 +7,15 @@ the API are not in either file and are left alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from appliance.config import AppConfig, StreamConfig
-from appliance.errors import ReloadError
+from appliance.errors import FileAccessError, LimitError, ReloadError
+from appliance.files import FilePolicy
+from appliance.workflows import workflow_document
+from pipelines.compiler import parse_workflow, workflow_digest
+from pipelines.errors import WorkflowError
 
 
 @dataclass
@@ -56,3 +61,21 @@ def _check_models(old: AppConfig, new: AppConfig) -> None:
                 f"models.{model_id}: changed definition; a running model cannot be replaced "
                 "by a reload (restart the appliance), nothing was changed"
             )
+
+
+def changed_workflows(new: AppConfig, files: FilePolicy, digests: Mapping[str, str]) -> set[str]:
+    """Running streams (id -> their workflow's digest) whose workflow document in `new`
+    now has another digest, or no longer reads or parses (the compile reports why)."""
+    changed = set()
+    for cfg in new.streams:
+        if cfg.id not in digests:
+            continue
+        try:
+            doc, _, _ = workflow_document(files, cfg.workflow, cfg.id)
+            digest = workflow_digest(parse_workflow(doc))
+        except (WorkflowError, FileAccessError, LimitError):
+            changed.add(cfg.id)
+            continue
+        if digest != digests[cfg.id]:
+            changed.add(cfg.id)
+    return changed

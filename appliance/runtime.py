@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
 
 from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, load_config, sink_configs
+from appliance.control import one_change_at_a_time
 from appliance.errors import (
-    FileAccessError,
     LimitError,
     ReloadError,
     StreamExistsError,
@@ -35,12 +34,10 @@ from appliance.profiling.hooks import StreamTrace, trace_batch
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
-from appliance.reload import ReloadPlan, plan_reload
-from appliance.streams import Stream
+from appliance.reload import ReloadPlan, changed_workflows, plan_reload
+from appliance.streams import Stream, stop_all
 from appliance.supervisor import Supervisor
-from appliance.workflows import WorkflowCache, WorkflowRef, workflow_document
-from pipelines.compiler import parse_workflow, workflow_digest
-from pipelines.errors import WorkflowError
+from appliance.workflows import WorkflowCache, WorkflowRef
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
 
@@ -48,24 +45,6 @@ log = logging.getLogger("appliance.runtime")
 
 SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _one_change_at_a_time(
-    method: Callable[Concatenate[Runtime, P], T],
-) -> Callable[Concatenate[Runtime, P], T]:
-    """Runs the method under the runtime's control lock."""
-
-    def locked(self: Runtime, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        with self._control:
-            return method(self, *args, **kwargs)
-
-    # functools.wraps would do, but its _Wrapped type loses the Concatenate for mypy.
-    locked.__name__, locked.__doc__ = method.__name__, method.__doc__
-    return locked
 
 
 class Runtime:
@@ -123,11 +102,7 @@ class Runtime:
         self._requested: set[str] = set()  # ids of streams added over the API
         self._max_frames = max_frames
         self._lock = threading.Lock()  # the streams dict and the id checks
-        # One change to the set of streams at a time, whoever asks (HTTP, SIGHUP, MQTT
-        # commands, the supervisor): an id is checked and its stream started in two
-        # steps, and two requests for one id must not both pass the check. Reentrant:
-        # a public change may call another.
-        self._control = threading.RLock()
+        self._control = threading.RLock()  # one change at a time (appliance/control.py)
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(
@@ -225,7 +200,7 @@ class Runtime:
             )
 
     # -- managing streams at runtime ---------------------------------------------------
-    @_one_change_at_a_time
+    @one_change_at_a_time
     def add_stream(self, cfg: StreamConfig, *, requested: bool = False) -> Stream:
         """Compile the stream's workflow and start it; StreamExistsError if the id runs,
         LimitError past limits.max_streams. A `requested` stream (over the API) has its
@@ -248,7 +223,7 @@ class Runtime:
     def _files_for(self, requested: bool) -> FilePolicy:
         return self.request_files if requested else self.files
 
-    @_one_change_at_a_time
+    @one_change_at_a_time
     def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         """Stop a stream, join its threads and drop its metrics; True if they ended."""
         ended = self._stop_stream(stream_id, timeout)
@@ -267,7 +242,7 @@ class Runtime:
         log.info("stream %s removed", stream_id)
         return ended
 
-    @_one_change_at_a_time
+    @one_change_at_a_time
     def restart_stream(self, stream_id: str, cfg: StreamConfig | None = None) -> Stream:
         """Stop and start a stream again (with `cfg` if given), recompiling its workflow
         if the workflow file changed; the new workflow is compiled before the old stops."""
@@ -281,7 +256,7 @@ class Runtime:
         self._stop_stream(stream_id)
         return self._start_stream(cfg, workflow)
 
-    @_one_change_at_a_time
+    @one_change_at_a_time
     def reload(self) -> ReloadPlan:
         """Apply the config file as it is now: streams added, removed or changed are
         started, stopped or restarted; unchanged ones keep running untouched. Everything
@@ -291,7 +266,10 @@ class Runtime:
         new = load_config(self.config_path)
         if new.sinks != self.config.sinks:
             raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
-        plan = plan_reload(self.config, new, self._changed_workflows(new))
+        changed = changed_workflows(
+            new, self.files, {i: s.workflow.digest for i, s in self.streams.items()}
+        )
+        plan = plan_reload(self.config, new, changed)
         taken = [c.id for c in plan.added if c.id in self.streams]
         if taken:  # added over the API since: the file must not silently replace them
             raise ReloadError(
@@ -318,23 +296,6 @@ class Runtime:
             self._start_stream(cfg, compiled[cfg.id])
         log.info("config reloaded: %s", plan.summary())
         return plan
-
-    def _changed_workflows(self, new: AppConfig) -> set[str]:
-        """Running streams whose workflow document now has another digest."""
-        changed = set()
-        for cfg in new.streams:
-            stream = self.streams.get(cfg.id)
-            if stream is None:
-                continue
-            try:
-                doc, _, _ = workflow_document(self.files, cfg.workflow, cfg.id)
-                digest = workflow_digest(parse_workflow(doc))
-            except (WorkflowError, FileAccessError, LimitError):
-                changed.add(cfg.id)  # broken now: the compile step will report it
-                continue
-            if digest != stream.workflow.digest:
-                changed.add(cfg.id)
-        return changed
 
     # -- running ---------------------------------------------------------------------
     def sync_metrics(self) -> None:
@@ -398,23 +359,7 @@ class Runtime:
         deadline = time.monotonic() + timeout
         self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
         self.windows.stop()
-        streams = list(self.streams.values())
-        results: dict[str, bool] = {}
-
-        def stop(stream: Stream) -> None:
-            results[stream.id] = stream.stop(timeout)
-
-        stoppers = [
-            threading.Thread(target=stop, args=(s,), name=f"stop:{s.id}", daemon=True)
-            for s in streams
-        ]
-        for t in stoppers:
-            t.start()
-        for t in stoppers:
-            t.join(max(0.0, deadline - time.monotonic()))
-        ok = all(results.get(s.id, False) for s in streams)
-        log.info("streams stopped (%d)%s", len(streams), "" if ok else ", not every thread ended")
-        return ok
+        return stop_all(list(self.streams.values()), max(0.1, deadline - time.monotonic()))
 
     def _on_stalled(self, stream: Stream, reason: str) -> None:
         """On the supervise thread: count the stall, restart the stream (the restart is

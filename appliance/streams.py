@@ -295,3 +295,22 @@ class Stream:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
+
+
+def stop_all(streams: list[Stream], timeout: float) -> bool:
+    """Stop streams in parallel (each joins two threads); True when every thread ended."""
+    deadline = time.monotonic() + timeout
+    results: dict[str, bool] = {}
+
+    def stop(stream: Stream) -> None:
+        results[stream.id] = stream.stop(timeout)
+
+    stoppers = [threading.Thread(target=stop, args=(s,), name=f"stop:{s.id}", daemon=True)
+                for s in streams]  # fmt: skip
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    ok = all(results.get(s.id, False) for s in streams)
+    log.info("streams stopped (%d)%s", len(streams), "" if ok else ", not every thread ended")
+    return ok
