@@ -38,6 +38,9 @@ UNSAFE_FFMPEG_OPTIONS = frozenset({
 })  # fmt: skip
 
 
+CERTIFICATE_BYTES = 1024 * 1024  # a PEM bundle of every public CA is about 200 KB
+
+
 class FileKind(StrEnum):
     """What a file is for; each kind has its own size cap (`limits.max_<kind>_bytes`)."""
 
@@ -45,6 +48,7 @@ class FileKind(StrEnum):
     LABELS = "labels"
     MODEL = "model"
     VIDEO = "video"  # streamed by FFmpeg, never read whole: no cap
+    CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key
 
 
 def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
@@ -52,6 +56,7 @@ def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
         FileKind.WORKFLOW: limits.max_workflow_bytes,
         FileKind.LABELS: limits.max_labels_bytes,
         FileKind.MODEL: limits.max_model_bytes,
+        FileKind.CERTIFICATE: CERTIFICATE_BYTES,
     }
 
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from appliance.config import ConfigError, OutputConfig, unknown_sink
+from appliance.files import FileKind, FilePolicy
 from appliance.masking import mask_url
 from appliance.metrics import Metrics
 from pipelines.types import Detections, FrameResult
@@ -113,8 +114,10 @@ class Outputs:
         metrics: Metrics,
         data_dir: Path,
         on_command: CommandHandler | None = None,
+        files: FilePolicy | None = None,
     ) -> None:
         self._configs = dict(configs)
+        self._files = files  # the config's paths (TLS files) go through it
         self._on_command = on_command  # the runtime's: sinks that take commands call it
         self._metrics = metrics
         self._data_dir = data_dir
@@ -160,6 +163,7 @@ class Outputs:
             options["data_dir"] = self._data_dir
         if kind == "mqtt":
             options["on_command"] = self._on_command
+            cfg = _with_checked_files(name, cfg, self._files)
         sink: Sink = sink_class(kind)(name, cfg, **options)
         return sink
 
@@ -229,6 +233,20 @@ class Outputs:
                 now = int(getattr(status, outcome))
                 m.sink_messages.labels(status.name, outcome).inc(max(0, now - seen.get(outcome, 0)))
                 seen[outcome] = now
+
+
+def _with_checked_files(name: str, cfg: BaseModel, files: FilePolicy | None) -> BaseModel:
+    """The sink's config with its TLS files checked by the access policy and made
+    absolute (relative to the config file, like every path of the config)."""
+    tls = getattr(cfg, "tls", None)
+    if tls is None or files is None:
+        return cfg
+    checked = {
+        field: files.path(path, FileKind.CERTIFICATE, f"sinks.{name}.tls.{field}")
+        for field in ("ca_file", "cert_file", "key_file")
+        if (path := getattr(tls, field, None)) is not None
+    }
+    return cfg.model_copy(update={"tls": tls.model_copy(update=checked)})
 
 
 def _deliver(fn: Subscriber, result: FrameResult) -> None:

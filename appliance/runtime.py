@@ -70,16 +70,20 @@ class Runtime:
             written=self.metrics.trace_files,
             errors=self.metrics.trace_errors,
         )
-        # Sinks and in-process subscribers; dead letters go beside the traces.
-        self.outputs = Outputs(
-            sink_configs(config), self.metrics, config.resolve(prof.dir), partial(command, self)
-        )
-        self.latest = LatestResults()  # every stream's newest result, for the API to read
-        self.outputs.subscribe(self.latest)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
         self.request_files = FilePolicy.requests(config, config_path)  # the API's: roots
+        # Sinks and in-process subscribers; dead letters go beside the traces.
+        self.outputs = Outputs(
+            sink_configs(config),
+            self.metrics,
+            config.resolve(prof.dir),
+            partial(command, self),
+            self.files,
+        )
+        self.latest = LatestResults()  # every stream's newest result, for the API to read
+        self.outputs.subscribe(self.latest)
         self.pool = ModelPool(
             self.metrics,
             on_batch=lambda rec: trace_batch(self.tracer, rec),  # the batch's spans

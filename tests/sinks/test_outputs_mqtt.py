@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from appliance.config import parse_config
+from appliance.config import parse_config, sink_configs
+from appliance.errors import FileAccessError
 from appliance.runtime import Runtime
+from sinks.mqtt import MqttSink
 from tests.sinks.conftest import Broker, Received, Subscriber
 from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
 
@@ -80,3 +82,23 @@ def test_commands_restart_a_stream_and_start_a_window(
     assert not replies["r3"]["ok"] and "nope" in replies["r3"]["error"]
     bad = [r for r in replies.values() if r.get("id") is None]
     assert len(bad) == 1 and not bad[0]["ok"]
+
+
+def test_tls_files_go_through_the_file_policy(tmp_path: Path) -> None:
+    bus = {"type": "mqtt", "port": 1, "tls": {"ca_file": "/dev/zero"}}
+    stream = {"id": "cam", "workflow": detect_workflow(), "outputs": ["bus"],
+              "source": {"url": str(DEMO_CLIP)}}  # fmt: skip
+    doc = {"models": {"person": person_model()}, "sinks": {"bus": bus}, "streams": [stream]}
+    rt = Runtime(parse_config(doc, tmp_path))
+    try:
+        with pytest.raises(FileAccessError, match=r"sinks.bus.tls.ca_file: .*not a regular"):
+            rt.start()
+        assert rt.streams == {}  # refused before any stream started
+    finally:
+        rt.stop()
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    bus["tls"] = {"ca_file": "ca.pem"}  # relative to the config, like every path in it
+    rt = Runtime(parse_config(doc, tmp_path))
+    sink = rt.outputs._build("bus", sink_configs(rt.config)["bus"])  # built, not started
+    assert isinstance(sink, MqttSink) and sink.config.tls is not None
+    assert sink.config.tls.ca_file == tmp_path / "ca.pem"
