@@ -25,7 +25,10 @@ from tests.support.appliance import DEMO_CLIP, person_model
 @pytest.fixture
 def runtime(tmp_path: Path) -> Any:
     doc = {
-        "profiling": {"dir": "traces", "rotate_s": 600, "max_window_s": 5},
+        # Every batch of a window on the profiled session: a 1 s window on a loaded
+        # machine may run fewer than the default 8 batches, and would hold no operator.
+        "profiling": {"dir": "traces", "rotate_s": 600, "max_window_s": 5,
+                      "ort_sample_every_n_batches": 1},
         "models": {"person": person_model()},
         "streams": [
             {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime", "loop": True},
