@@ -79,6 +79,7 @@ def test_events_arrive_in_order_and_a_slow_reader_skips(cam_server: LiveServer) 
          reading(cam_server, "/v1/streams/cam/events", receive_buffer=2048) as slow:  # fmt: skip
         assert fast.status == 200 and fast.headers["content-type"] == "text/event-stream"
         first_slow = next_event(slow)
+        assert first_slow["skipped"] == 0  # it just came: it missed nothing
         # 150 results, 10 s at 15 fps: far more than the slow reader's few KB of buffers.
         events = [next_event(fast) for _ in range(150)]
         seqs = [e["seq"] for e in events]

@@ -94,7 +94,10 @@ async def result_events(request: web.Request) -> web.StreamResponse:
 async def _send_events(
     request: web.Request, response: web.StreamResponse, rt: Runtime, stream_id: str
 ) -> None:
-    seen = 0
+    # The first event is the newest result, with nothing skipped: a reader that just
+    # came missed nothing.
+    now = rt.latest.get(stream_id)
+    seen = 0 if now is None else now.count - 1
     while not rt.latest.closed:
         latest = await rt.latest.wait_newer(stream_id, seen, HEARTBEAT_S)
         if latest is None:
