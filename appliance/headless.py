@@ -63,7 +63,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = _summary(runtime, given_up)
-    print(json.dumps(summary)) if args.json else _print_table(summary["streams"])
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_table(summary["streams"])
     failed = any(s["state"] == StreamState.FAILED for s in summary["streams"].values())
     return EXIT_STREAM_FAILED if failed else 0
 

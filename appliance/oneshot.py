@@ -48,6 +48,14 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
     return image
 
 
+def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
+    """BGR uint8 H x W x 3 -> JPEG bytes at `quality` (OpenCV's 0-100 scale)."""
+    ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:  # a BGR uint8 frame always encodes; anything else is a bug upstream
+        raise ValueError(f"cannot encode a {image.shape} {image.dtype} image as JPEG")
+    return bytes(jpeg)
+
+
 def check_image_size(data: bytes, max_pixels: int) -> None:
     """LimitError past `max_pixels`, from the image's header: Pillow reads no pixel data
     for it. ImageDecodeError when the header is not an image's."""
@@ -107,8 +115,7 @@ def run_image(
     if options.profile:
         answer["trace"] = chrome_trace(result, compiled)
     if options.video:  # the annotated or blurred frame, as the stream's snapshot would be
-        ok, jpeg = cv2.imencode(".jpg", result.image, [cv2.IMWRITE_JPEG_QUALITY, 90])
-        answer["video"] = base64.b64encode(jpeg.tobytes()).decode("ascii") if ok else ""
+        answer["video"] = base64.b64encode(encode_jpeg(result.image, 90)).decode("ascii")
     return answer
 
 

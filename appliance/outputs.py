@@ -139,7 +139,7 @@ class Outputs:
             sink = self._build(name, cfg)
             self._loop.call(sink.start(), START_TIMEOUT_S)
             self.sinks[name] = sink
-            log.info("sink %s (%s) started", name, cfg.model_dump().get("type"))
+            log.info("sink %s (%s) started", name, sink.status().type)
 
     def stop(self, drain_timeout_s: float) -> bool:
         """Drain and stop every sink (after the streams stopped); True when all ended."""
@@ -156,7 +156,7 @@ class Outputs:
         return self._loop.stop(2.0) and ok
 
     def _build(self, name: str, cfg: BaseModel) -> Sink:
-        kind = str(cfg.model_dump()["type"])
+        kind = str(cfg.model_dump()["type"])  # every sink config has one (sinks.registry)
         send = self._metrics.sink_send_seconds.labels(name)
         options: dict[str, Any] = {"observe_send": send.observe}
         if kind == "webhook":

@@ -65,8 +65,8 @@ class VideoRecorder:
         self.frames = 0
         self._queue: queue.Queue[tuple[Image, float] | None] = queue.Queue(VIDEO_QUEUE)
         self._thread = threading.Thread(target=self._run, name=f"record:{stream_id}")
+        self.error: str | None = None  # set by the thread: before it starts
         self._thread.start()
-        self.error: str | None = None
 
     def __call__(self, result: FrameResult) -> None:
         if self.error is None:

@@ -5,6 +5,7 @@ send the same documents."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from pipelines.types import FrameResult
@@ -22,6 +23,22 @@ def prediction(result: FrameResult) -> dict[str, Any]:
         "latency_ms": round(result.age_seconds * 1000, 3),  # capture → result
         "outputs": result.predictions_json(),
     }
+
+
+_last = threading.local()  # per worker thread: the last result's (stream, seq) and bytes
+
+
+def encoded_prediction(result: FrameResult) -> bytes:
+    """`encode(prediction(result))`, once per result however many sinks send it: every
+    sink's `offer` runs on the stream's worker thread, one after the other."""
+    key = (result.stream_id, result.seq)  # not the result: it holds a frame
+    cached = getattr(_last, "entry", None)
+    if cached is not None and cached[0] == key:
+        hit: bytes = cached[1]
+        return hit
+    data = encode(prediction(result))
+    _last.entry = (key, data)
+    return data
 
 
 def encode(message: dict[str, Any]) -> bytes:

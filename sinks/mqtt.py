@@ -42,7 +42,7 @@ from paho.mqtt.properties import Properties
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
-from sinks.messages import SCHEMA_VERSION, encode, prediction
+from sinks.messages import SCHEMA_VERSION, encode, encoded_prediction
 from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
 from sinks.mqtt_commands import CommandHandler, Request, answer
 from sinks.mqtt_config import MqttConfig
@@ -150,7 +150,7 @@ class MqttSink:
             self._count_dropped(1 + len(events))
             return True
         base, qos = f"{self._prefix}/{result.stream_id}", self.config.qos
-        self._put(Outgoing(f"{base}/predictions", encode(prediction(result)), qos))
+        self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos))
         for event in events:
             self._put(Outgoing(f"{base}/events", encode(event_message(result, event)), qos))
         return True

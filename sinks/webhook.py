@@ -35,7 +35,7 @@ import aiohttp
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.deadletter import DeadLetterFile
-from sinks.messages import encode, prediction
+from sinks.messages import encoded_prediction
 from sinks.retry import backoff_delay
 from sinks.webhook_http import Attempt, WebhookConfig, headers_for, post, safe_url
 
@@ -113,7 +113,7 @@ class WebhookSink:
         """Encode the result and queue it (any thread, never blocks: no I/O here)."""
         if self._closing:
             return False
-        body = encode(prediction(result))
+        body = encoded_prediction(result)
         delivery = Delivery(uuid.uuid4().hex, "prediction", body, time.time())
         return self._queue.put(delivery, len(body))
 

@@ -30,6 +30,7 @@ from appliance.errors import (
     WindowNotReadyError,
     WindowRequestError,
 )
+from appliance.masking import mask_url
 from appliance.models.session import ModelLoadError
 from appliance.oneshot import ImageDecodeError
 from pipelines.errors import WorkflowError, format_location, pydantic_message
@@ -124,8 +125,6 @@ def error_response(
 ) -> web.Response:
     """The JSON error answer. Message and details are masked as a last guard: a
     validation message may echo the input, such as a source URL with its password."""
-    from appliance.masking import mask_url
-
     code = CODES.get(status, "bad_request" if status < 500 else "internal")
     masked = [mask_url(d) for d in details]
     body = {"error": {"code": code, "message": mask_url(message), "details": masked}}

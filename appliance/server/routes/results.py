@@ -12,11 +12,11 @@ import json
 import socket
 from typing import Any
 
-import cv2
 from aiohttp import web
 
 from appliance.errors import NoResultError, UnknownStreamError
 from appliance.latest import Latest
+from appliance.oneshot import encode_jpeg
 from appliance.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
@@ -63,15 +63,8 @@ async def snapshot(request: web.Request) -> web.Response:
     stream_id = _stream_id(request)
     latest = _newest(runtime_of(request), stream_id)
     _count(request, "snapshot")
-    body = await in_thread(encode_jpeg, latest)
+    body = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
     return web.Response(body=body, content_type="image/jpeg")
-
-
-def encode_jpeg(latest: Latest) -> bytes:
-    ok, jpeg = cv2.imencode(".jpg", latest.result.image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-    if not ok:  # a BGR uint8 frame always encodes; anything else is a bug upstream
-        raise RuntimeError(f"cannot encode frame {latest.result.seq} as JPEG")
-    return bytes(jpeg)
 
 
 async def result_events(request: web.Request) -> web.StreamResponse:
@@ -142,7 +135,7 @@ async def _send_frames(
         if latest is None:
             continue
         seen = latest.count
-        jpeg = await in_thread(encode_jpeg, latest)
+        jpeg = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
         head = f"--{MJPEG_BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
         await response.write(f"{head}Content-Length: {len(jpeg)}\r\n\r\n".encode() + jpeg)
         await response.write(b"\r\n")
