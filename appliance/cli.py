@@ -159,7 +159,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         prepared = runtime.prepare()  # loads models and compiles workflows: the full check
     finally:
         runtime.stop(2.0)
-    print(f"{path}: valid config: {len(runtime.models)} model(s), {len(prepared)} stream(s)")
+    print(
+        f"{path}: valid config: {len(runtime.models_status())} model(s), {len(prepared)} stream(s)"
+    )
     for cfg, workflow in prepared:
         print(f"  {cfg.id}: {workflow.summary()}")
     return 0

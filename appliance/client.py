@@ -1,13 +1,18 @@
-"""A synchronous client for the appliance's HTTP API (docs/api.md), standard library only.
+"""A synchronous client for the appliance's HTTP API (docs/api.md).
 
-It works from any script, with no event loop and no dependency: one `urllib` request per
-call, nothing kept open between calls. A non-2xx answer raises `ApplianceAPIError` built
-from the API's `{"error": {"code", "message", "details"}}` body; a server that cannot be
-reached raises `ApplianceConnectionError` naming the URL (credentials masked).
+It works from any script, with no event loop: one `urllib` request per call, nothing kept
+open between calls. Statuses come back as the very dataclasses the server answers with
+(appliance/status.py: `StreamStatus`, `ModelStatus`, ...), parsed and checked by pydantic,
+so client and server share one definition of each shape; the other answers likewise
+come back as the server's own models (appliance/server/schemas.py: `RunResult`, ...).
+
+A non-2xx answer raises `ApplianceAPIError` built from the API's
+`{"error": {"code", "message", "details"}}` body; a server that cannot be reached raises
+`ApplianceConnectionError` naming the URL (credentials masked).
 """
 
-# No `from __future__ import annotations` here: TypedDict must see `NotRequired` evaluated
-# to list those keys in `__optional_keys__` (Python 3.11).
+from __future__ import annotations
+
 import base64
 import http
 import http.client
@@ -18,145 +23,24 @@ import urllib.parse
 import urllib.request
 from collections.abc import Collection, Generator, Mapping
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, TypeVar, cast
+
+from pydantic import TypeAdapter, ValidationError
 
 from appliance.masking import mask_url
+from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
+from appliance.status import (
+    ModelStatus,
+    Readiness,
+    SinkStatus,
+    StreamStatus,
+    WindowStatus,
+)
+
+T = TypeVar("T")
 
 TOKEN_ENV = "APPLIANCE_API_TOKEN"
 JSON_TYPE = "application/json"
-
-
-# The small shapes; `time` is wall clock (s since the epoch), timings are milliseconds.
-class Latency(TypedDict):
-    p50: float | None
-    p99: float | None
-
-
-class Transition(TypedDict):
-    time: float
-    state: str
-    reason: str
-
-
-class Tensor(TypedDict):
-    name: str
-    shape: list[int | str | None]
-    dtype: str
-
-
-class Batching(TypedDict):
-    max_batch_size: int
-    max_queue_delay_ms: float
-
-
-class Timings(TypedDict):
-    total: float
-    blocks: dict[str, float]
-
-
-class ProfilingState(TypedDict):
-    enabled: bool
-    trace_dir: str
-    window_active: bool
-    last_write_error: str | None
-
-
-class Readiness(TypedDict):
-    ready: bool
-    models: list[str]
-    waiting: list[str]
-    stalled: dict[str, str]  # stream id -> why its worker was found stuck
-    insecure: bool  # no token on an exposed address (--insecure)
-    sinks: dict[str, str]  # sink name -> state
-    profiling: ProfilingState
-
-
-class Removed(TypedDict):
-    id: str
-    removed: bool
-    threads_joined: bool
-
-
-class Validation(TypedDict):
-    valid: bool
-    summary: str
-
-
-class Stream(TypedDict):
-    """A stream's status; `transitions` only from `stream(id)`."""
-
-    id: str
-    url: str  # credentials masked
-    state: str
-    workflow: str
-    fps: float
-    source_fps: float | None
-    frames_processed: int
-    frames_dropped: int
-    frames_failed: int
-    latency_ms: Latency
-    detections: int
-    reconnects: int
-    last_error: str | None
-    providers: NotRequired[dict[str, list[str]]]
-    outputs: NotRequired[list[str]]  # the sinks its results go to
-    transitions: NotRequired[list[Transition]]
-
-
-class Sink(TypedDict):
-    """A sink's state and delivery counters (`last_error` masked)."""
-
-    name: str
-    type: str
-    up: bool
-    state: str
-    queue_depth: int
-    sent: int
-    retried: int
-    dropped: int
-    dead_lettered: int
-    last_error: str | None
-
-
-class Model(TypedDict):
-    id: str
-    path: str
-    decoder: str
-    labels: list[str]
-    inputs: list[Tensor]
-    outputs: list[Tensor]
-    providers: list[str]
-    batching: Batching
-    batches: int
-    samples: int
-
-
-class RunResult(TypedDict):
-    workflow: str
-    outputs: dict[str, Any]
-    image_size: list[int]  # [width, height]
-    timings_ms: Timings
-    trace: NotRequired[dict[str, Any]]  # Chrome trace, with profile=True
-    video: NotRequired[str]  # the `video` output as a base64 JPEG, with video=True
-
-
-class ReloadResult(TypedDict):
-    added: list[str]
-    removed: list[str]
-    restarted: list[str]
-    unchanged: list[str]
-
-
-class ProfilingWindow(TypedDict):
-    """An on-demand profiling window's status; `error` only when it `failed`."""
-
-    id: str
-    state: str  # running, done, failed
-    trace: str  # the trace's path on the appliance, once done
-    duration_s: NotRequired[float]
-    streams: NotRequired[list[str] | None]
-    ort_operators: NotRequired[bool]
-    error: NotRequired[str]
 
 
 class ApplianceClientError(Exception):
@@ -205,32 +89,32 @@ class ApplianceClient:
 
     def ready(self) -> Readiness:
         """Readiness, also when not ready (a 503 answer): `ready`, `models`, `waiting`."""
-        return cast(Readiness, self._json("GET", "/ready", ok=(200, 503)))
+        return _parse(Readiness, self._json("GET", "/ready", ok=(200, 503)))
 
     def metrics(self) -> str:
         """The Prometheus text exposition."""
         return self._request("GET", "/metrics").decode("utf-8")
 
-    def streams(self) -> list[Stream]:
+    def streams(self) -> list[StreamStatus]:
         """Every stream's status."""
-        return cast(list[Stream], self._json("GET", "/v1/streams")["streams"])
+        return _parse(list[StreamStatus], self._json("GET", "/v1/streams")["streams"])
 
-    def stream(self, stream_id: str) -> Stream:
+    def stream(self, stream_id: str) -> StreamStatus:
         """One stream's status with its recent state `transitions`; 404 if unknown."""
-        return cast(Stream, self._json("GET", _stream_path(stream_id)))
+        return _parse(StreamStatus, self._json("GET", _stream_path(stream_id)))
 
-    def add_stream(self, stream: Mapping[str, Any]) -> Stream:
+    def add_stream(self, stream: Mapping[str, Any]) -> StreamStatus:
         """Start a stream given as in the config file (`id`, `source`, `workflow`,
         `outputs`); 409 if the id exists, 422 if it is invalid (then nothing starts)."""
-        return cast(Stream, self._json("POST", "/v1/streams", dict(stream)))
+        return _parse(StreamStatus, self._json("POST", "/v1/streams", dict(stream)))
 
     def remove_stream(self, stream_id: str) -> Removed:
         """Stop a stream and forget it; 404 if unknown."""
-        return cast(Removed, self._json("DELETE", _stream_path(stream_id)))
+        return _parse(Removed, self._json("DELETE", _stream_path(stream_id)))
 
-    def restart_stream(self, stream_id: str) -> Stream:
+    def restart_stream(self, stream_id: str) -> StreamStatus:
         """Stop a stream and start it again from its config; 404 if unknown."""
-        return cast(Stream, self._json("POST", _stream_path(stream_id) + "/restart"))
+        return _parse(StreamStatus, self._json("POST", _stream_path(stream_id) + "/restart"))
 
     def run_workflow(
         self,
@@ -249,31 +133,31 @@ class ApplianceClient:
             "profile": profile,
             "video": video,
         }
-        return cast(RunResult, self._json("POST", "/v1/workflows/run", body))
+        return _parse(RunResult, self._json("POST", "/v1/workflows/run", body))
 
-    def validate_workflow(self, workflow: str | Mapping[str, Any]) -> Validation:
+    def validate_workflow(self, workflow: str | Mapping[str, Any]) -> Validated:
         """Compile a workflow without running it; 422 with every problem in `details`."""
         body = {"workflow": _workflow_json(workflow)}
-        return cast(Validation, self._json("POST", "/v1/workflows/validate", body))
+        return _parse(Validated, self._json("POST", "/v1/workflows/validate", body))
 
-    def sinks(self) -> list[Sink]:
+    def sinks(self) -> list[SinkStatus]:
         """The sinks results go to, with their state and counters."""
-        return cast(list[Sink], self._json("GET", "/v1/sinks")["sinks"])
+        return _parse(list[SinkStatus], self._json("GET", "/v1/sinks")["sinks"])
 
-    def models(self) -> list[Model]:
+    def models(self) -> list[ModelStatus]:
         """The loaded models with their tensors, providers and batching figures."""
-        return cast(list[Model], self._json("GET", "/v1/models")["models"])
+        return _parse(list[ModelStatus], self._json("GET", "/v1/models")["models"])
 
-    def reload(self) -> ReloadResult:
+    def reload(self) -> Reloaded:
         """Re-read the config file and apply it; 422 or 409 when it cannot be applied."""
-        return cast(ReloadResult, self._json("POST", "/v1/config/reload"))
+        return _parse(Reloaded, self._json("POST", "/v1/config/reload"))
 
     def start_profiling(
         self,
         duration_s: float,
         streams: Collection[str] | None = None,
         ort_operators: bool = False,
-    ) -> ProfilingWindow:
+    ) -> WindowStatus:
         """Start a profiling window of `duration_s` seconds over `streams` (all by
         default), with ONNX Runtime's operator events if `ort_operators`; it runs on the
         appliance. 409 while another runs (its id in `details`), 422 for a duration out of
@@ -281,11 +165,11 @@ class ApplianceClient:
         body: dict[str, Any] = {"duration_s": duration_s, "ort_operators": ort_operators}
         if streams is not None:
             body["streams"] = list(streams)
-        return cast(ProfilingWindow, self._json("POST", "/v1/profiling", body))
+        return _parse(WindowStatus, self._json("POST", "/v1/profiling", body))
 
-    def profiling_window(self, window_id: str) -> ProfilingWindow:
+    def profiling_window(self, window_id: str) -> WindowStatus:
         """A window's status: `running`, `done` or `failed` (with `error`); 404 if unknown."""
-        return cast(ProfilingWindow, self._json("GET", _window_path(window_id)))
+        return _parse(WindowStatus, self._json("GET", _window_path(window_id)))
 
     def profiling_trace(self, window_id: str) -> dict[str, Any]:
         """A finished window's Chrome trace (`traceEvents`, ...); 409 while it runs or if
@@ -360,6 +244,19 @@ class ApplianceClient:
         elif self._basic:
             headers["Authorization"] = f"Basic {self._basic}"
         return headers
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}  # one per answer shape: building one costs ms
+
+
+def _parse(shape: type[T], data: Any) -> T:
+    """An answer as the status dataclass(es) it is; a shape mismatch (an appliance of
+    another version) raises ApplianceClientError naming the field."""
+    try:
+        adapter = _ADAPTERS.get(shape) or _ADAPTERS.setdefault(shape, TypeAdapter(shape))
+        return cast(T, adapter.validate_python(data))
+    except ValidationError as exc:
+        raise ApplianceClientError(f"unexpected answer from the appliance: {exc}") from None
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:

@@ -25,12 +25,9 @@ from appliance.client import (
     ApplianceAPIError,
     ApplianceClient,
     ApplianceConnectionError,
-    Model,
-    ProfilingWindow,
-    Sink,
-    Stream,
 )
 from appliance.masking import mask_url
+from appliance.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
 
 URL_ENV = "APPLIANCE_URL"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -143,7 +140,7 @@ def _client(args: argparse.Namespace) -> ApplianceClient:
 def cmd_list(args: argparse.Namespace) -> int:
     streams = _client(args).streams()
     if args.json:
-        _print_json({"streams": streams})
+        _print_json({"streams": as_json(streams)})
     else:
         _print_streams(streams)
     return 0
@@ -159,22 +156,22 @@ def cmd_add(args: argparse.Namespace) -> int:
     body = {"id": args.id, "source": source, "workflow": workflow, "outputs": args.outputs}
     stream = _client(args).add_stream(body)
     if args.json:
-        _print_json(stream)
+        _print_json(as_json(stream))
     else:
-        print(f"added {stream['id']}: {stream['state']}, workflow {stream['workflow']}")
+        print(f"added {stream.id}: {stream.state}, workflow {stream.workflow}")
     return 0
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
     removed = _client(args).remove_stream(args.id)
-    joined = "" if removed["threads_joined"] else " (its threads did not end in time)"
-    print(f"removed {removed['id']}{joined}")
+    joined = "" if removed.threads_joined else " (its threads did not end in time)"
+    print(f"removed {removed.id}{joined}")
     return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
     stream = _client(args).restart_stream(args.id)
-    print(f"restarted {stream['id']}: {stream['state']}")
+    print(f"restarted {stream.id}: {stream.state}")
     return 0
 
 
@@ -207,17 +204,17 @@ def _local_path(text: str) -> str:
     return str(path.resolve()) if path.is_file() else text
 
 
-def _print_streams(streams: Sequence[Stream]) -> None:
+def _print_streams(streams: Sequence[StreamStatus]) -> None:
     """id, state, fps, dropped, p50 ms, workflow, last error: one row per stream."""
-    idw = _width("id", (s["id"] for s in streams))
-    wfw = _width("workflow", (s["workflow"] for s in streams))
+    idw = _width("id", (s.id for s in streams))
+    wfw = _width("workflow", (s.workflow for s in streams))
     print(f"{'id':<{idw}}{'state':<14}{'fps':>6}{'dropped':>9}{'p50 ms':>9}  "
           f"{'workflow':<{wfw}}last error")  # fmt: skip
     for s in streams:
         print(
-            f"{s['id']:<{idw}}{s['state']:<14}{s['fps']:>6.1f}{s['frames_dropped']:>9}"
-            f"{_ms(s['latency_ms']['p50']):>9}  {s['workflow']:<{wfw}}"
-            f"{mask_url(s['last_error'] or '-')}"
+            f"{s.id:<{idw}}{s.state:<14}{s.fps:>6.1f}{s.frames_dropped:>9}"
+            f"{_ms(s.latency_ms.p50):>9}  {s.workflow:<{wfw}}"
+            f"{mask_url(s.last_error or '-')}"
         )
 
 
@@ -268,37 +265,37 @@ def cmd_status(args: argparse.Namespace) -> int:
     health, ready = client.health(), client.ready()
     streams, models, sinks = client.streams(), client.models(), client.sinks()
     if args.json:
-        report = {"health": health, "ready": ready, "streams": streams, "models": models,
-                  "sinks": sinks}  # fmt: skip
+        report = {"health": health, "ready": as_json(ready), "streams": as_json(streams),
+                  "models": as_json(models), "sinks": as_json(sinks)}  # fmt: skip
         _print_json({"url": client.url, **report})
         return 0
-    waiting = f" (waiting for {', '.join(ready['waiting'])})" if ready["waiting"] else ""
-    readiness = "ready" if ready["ready"] else "not ready"
+    waiting = f" (waiting for {', '.join(ready.waiting)})" if ready.waiting else ""
+    readiness = "ready" if ready.ready else "not ready"
     print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}")
     _print_models(models)
     _print_sinks(sinks)
-    states = Counter(s["state"] for s in streams)
+    states = Counter(s.state for s in streams)
     print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
     _print_streams(streams)
     return 0
 
 
-def _print_models(models: Sequence[Model]) -> None:
+def _print_models(models: Sequence[ModelStatus]) -> None:
     print(f"models: {len(models)}")
     for m in models:
-        providers = ", ".join(m["providers"]) or "-"
-        print(f"  {m['id']}: {m['decoder']}, {providers}, {m['batches']} batch(es)")
+        providers = ", ".join(m.providers) or "-"
+        print(f"  {m.id}: {m.decoder}, {providers}, {m.batches} batch(es)")
 
 
-def _print_sinks(sinks: Sequence[Sink]) -> None:
+def _print_sinks(sinks: Sequence[SinkStatus]) -> None:
     if not sinks:
         return
     print(f"sinks: {len(sinks)}")
     for s in sinks:
-        error = f", last error: {mask_url(s['last_error'])}" if s["last_error"] else ""
+        error = f", last error: {mask_url(s.last_error)}" if s.last_error else ""
         print(
-            f"  {s['name']} ({s['type']}): {s['state']}, {s['sent']} sent, "
-            f"{s['queue_depth']} queued, {s['dropped']} dropped{error}"
+            f"  {s.name} ({s.type}): {s.state}, {s.sent} sent, "
+            f"{s.queue_depth} queued, {s.dropped} dropped{error}"
         )
 
 
@@ -307,29 +304,27 @@ def cmd_profile(args: argparse.Namespace) -> int:
     streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None
     client = _client(args)
     window = client.start_profiling(args.duration, streams, args.ort_operators)
-    print(f"profiling window {window['id']}: {args.duration:g} s", file=sys.stderr)
+    print(f"profiling window {window.id}: {args.duration:g} s", file=sys.stderr)
     window = _wait_window(client, window, args.duration + WINDOW_SLACK_S)
-    if window["state"] == "failed":
-        error = mask_url(window.get("error", "?"))
-        print(f"error: window {window['id']} failed: {error}", file=sys.stderr)
+    if window.state == "failed":
+        error = mask_url(window.error or "?")
+        print(f"error: window {window.id} failed: {error}", file=sys.stderr)
         return EXIT_API_ERROR
-    if window["state"] != "done":
-        print(f"error: window {window['id']} still {window['state']} after "
+    if window.state != "done":
+        print(f"error: window {window.id} still {window.state} after "
               f"{args.duration + WINDOW_SLACK_S:g} s", file=sys.stderr)  # fmt: skip
         return EXIT_API_ERROR
-    trace = client.profiling_trace(window["id"])
+    trace = client.profiling_trace(window.id)
     args.output.write_text(json.dumps(trace), encoding="utf-8")
     events = len(trace.get("traceEvents", ()))
     print(f"wrote {args.output} ({events} events)")
     return 0
 
 
-def _wait_window(
-    client: ApplianceClient, window: ProfilingWindow, timeout_s: float
-) -> ProfilingWindow:
+def _wait_window(client: ApplianceClient, window: WindowStatus, timeout_s: float) -> WindowStatus:
     """Poll the window every POLL_S until it is done or failed, or `timeout_s` passed."""
     deadline = time.monotonic() + timeout_s
-    while window["state"] == "running" and time.monotonic() < deadline:
+    while window.state == "running" and time.monotonic() < deadline:
         time.sleep(POLL_S)
-        window = client.profiling_window(window["id"])
+        window = client.profiling_window(window.id)
     return window

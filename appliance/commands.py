@@ -9,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from appliance.errors import WindowBusyError
+from appliance.status import as_json
 
 if TYPE_CHECKING:  # the runtime imports this module to hand `command` to its outputs
     from appliance.runtime import Runtime
@@ -19,7 +20,7 @@ async def command(runtime: Runtime, name: str, args: dict[str, Any]) -> dict[str
     loop = asyncio.get_running_loop()
     if name == "restart":
         stream = await loop.run_in_executor(None, runtime.restart_stream, _stream_id(args))
-        return {"stream": stream.id, "state": stream.state.value}
+        return {"stream": stream.id, "state": runtime.stream_status(stream.id).state}
     if name == "profiling":
         return await loop.run_in_executor(None, _profile, runtime, args)
     raise ValueError(f"unknown command {name!r} (known: restart, profiling)")
@@ -41,6 +42,7 @@ def _profile(runtime: Runtime, args: dict[str, Any]) -> dict[str, Any]:
     ):
         raise ValueError("streams: a list of stream ids")
     try:
-        return runtime.windows.start(float(duration), streams, bool(args.get("ort_operators")))
+        window = runtime.start_profiling(float(duration), streams, bool(args.get("ort_operators")))
+        return as_json(window)  # type: ignore[no-any-return]
     except WindowBusyError as exc:  # a refusal the sender should hear about
         raise ValueError(str(exc)) from None

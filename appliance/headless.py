@@ -22,8 +22,7 @@ from typing import Any
 from appliance.config import load_config
 from appliance.recording import JsonLines, VideoRecorder, video_path
 from appliance.runtime import Runtime
-from appliance.sources import StreamState
-from appliance.streams import Stream
+from appliance.status import StreamStatus, as_json
 
 EXIT_STREAM_FAILED = 3
 POLL_S = 0.5  # how often the run checks its streams and redraws the progress line
@@ -67,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         _print_table(summary["streams"])
-    failed = any(s["state"] == StreamState.FAILED for s in summary["streams"].values())
+    failed = any(s["state"] == "failed" for s in summary["streams"].values())
     return EXIT_STREAM_FAILED if failed else 0
 
 
@@ -76,14 +75,14 @@ def _recordings(runtime: Runtime, args: argparse.Namespace) -> list[Any]:
     closers: list[Any] = []
     if args.save_json is not None:
         lines = JsonLines(args.save_json)
-        runtime.outputs.subscribe(lines)
+        runtime.subscribe(lines)
         closers.append(lines.close)
     if args.save_video is not None:
         streams = runtime.config.streams
         for cfg in streams:
             path = video_path(args.save_video, cfg.id, len(streams) > 1)
             recorder = VideoRecorder(path, cfg.id)
-            runtime.outputs.subscribe(recorder, cfg.id)
+            runtime.subscribe(recorder, cfg.id)
             closers.append(recorder.close)
     return closers
 
@@ -98,39 +97,39 @@ def _wait(
     while not stop.wait(POLL_S):
         if deadline is not None and time.monotonic() >= deadline:
             break
-        streams = list(runtime.streams.values())
-        for stream in streams:
-            reason = _never_connected(stream)
-            if reason is not None and stream.id not in given_up:
-                given_up[stream.id] = reason  # the run no longer waits for it
-        if all(s.done.is_set() or s.id in given_up for s in streams):
+        statuses = runtime.streams_status()
+        for status in statuses:
+            reason = _never_connected(status)
+            if reason is not None and status.id not in given_up:
+                given_up[status.id] = reason  # the run no longer waits for it
+        if all(sid in given_up for sid in runtime.unfinished()):
             break
         if show:
-            parts = [f"{s.id} {s.rate.count} ({s.rate.recent():.1f} fps)"
-                     for s in runtime.streams.values()]  # fmt: skip
+            parts = [f"{s.id} {s.frames_processed} ({s.fps:.1f} fps)" for s in statuses]
             print("\r" + "  ".join(parts), end="", file=sys.stderr, flush=True)
     if show:
         print(file=sys.stderr)
 
 
-def _never_connected(stream: Stream) -> str | None:
+def _never_connected(status: StreamStatus) -> str | None:
     """Why a stream that never ran is given up: its first connection failed."""
-    if stream.state != StreamState.RECONNECTING or stream.rate.count:
+    if status.state != "reconnecting" or status.frames_processed:
         return None
-    if any(t["state"] == "running" for t in stream.history()):
+    if any(t.state == "running" for t in status.transitions):
         return None
-    return f"never connected: {stream.last_error}"
+    return f"never connected: {status.last_error}"
 
 
 def _summary(runtime: Runtime, given_up: dict[str, str]) -> dict[str, Any]:
     streams: dict[str, Any] = {}
-    for sid, stream in runtime.streams.items():
-        s = stream.summary()
-        if sid in given_up:
-            s["state"], s["last_error"] = StreamState.FAILED.value, given_up[sid]
-        latest = runtime.latest.get(sid)
+    for status in runtime.streams_status():
+        s = as_json(status)
+        del s["transitions"], s["outputs"]  # the API's; a run prints its results instead
+        if status.id in given_up:
+            s["state"], s["last_error"] = "failed", given_up[status.id]
+        latest = runtime.latest.get(status.id)
         s["outputs"] = {} if latest is None else _scalars(latest.result.predictions_json())
-        streams[sid] = s
+        streams[status.id] = s
     return {"streams": streams}
 
 

@@ -27,6 +27,7 @@ from appliance.profiling.tracer import Tracer
 from appliance.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import Frame, FrameResult
+from sinks.messages import encode_jpeg
 
 DEFAULT_MAX_PIXELS = LimitsConfig().max_image_pixels
 REQUEST_STREAM = "request"  # the stream id model batches record for these samples
@@ -46,14 +47,6 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarra
     if image is None:
         raise ImageDecodeError(f"not a decodable image ({len(data)} bytes)")
     return image
-
-
-def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
-    """BGR uint8 H x W x 3 -> JPEG bytes at `quality` (OpenCV's 0-100 scale)."""
-    ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:  # a BGR uint8 frame always encodes; anything else is a bug upstream
-        raise ValueError(f"cannot encode a {image.shape} {image.dtype} image as JPEG")
-    return bytes(jpeg)
 
 
 def check_image_size(data: bytes, max_pixels: int) -> None:

@@ -14,6 +14,7 @@ Sinks start before the streams and stop after them, with a drain timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import threading
@@ -220,7 +221,8 @@ class Outputs:
 
     # -- views ---------------------------------------------------------------------------
     def statuses(self) -> list[SinkStatus]:
-        return [sink.status() for sink in self.sinks.values()]
+        """Every sink's status, its last error and details masked once more."""
+        return [_masked(sink.status()) for sink in self.sinks.values()]
 
     def sync_metrics(self) -> None:
         """Sink counters into Prometheus (called by the stats loop and /metrics)."""
@@ -256,17 +258,9 @@ def _deliver(fn: Subscriber, result: FrameResult) -> None:
         log.exception("subscriber %r failed on %s#%d", fn, result.stream_id, result.seq)
 
 
-def status_json(status: SinkStatus) -> dict[str, Any]:
-    """A sink's status as the API shows it (its last error masked once more)."""
-    return {
-        "name": status.name,
-        "type": status.type,
-        "up": status.up,
-        "state": status.state,
-        "queue_depth": status.queue_depth,
-        "sent": status.sent,
-        "retried": status.retried,
-        "dropped": status.dropped,
-        "dead_lettered": status.dead_lettered,
-        "last_error": None if status.last_error is None else mask_url(status.last_error),
-    }
+def _masked(status: SinkStatus) -> SinkStatus:
+    """The status with every string that could hold a credential masked: a sink masks its
+    own, and this is the second line for a URL that slipped into an error message."""
+    error = None if status.last_error is None else mask_url(status.last_error)
+    extra = {k: mask_url(v) if isinstance(v, str) else v for k, v in status.extra.items()}
+    return dataclasses.replace(status, last_error=error, extra=extra)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from appliance.config import AppConfig, StreamConfig
+from appliance.config import AppConfig, StreamConfig, load_config
 from appliance.errors import FileAccessError, LimitError, ReloadError
 from appliance.files import FilePolicy
 from appliance.workflows import workflow_document
@@ -32,6 +33,24 @@ class ReloadPlan:
             "restarted": [s.id for s in self.changed],
             "unchanged": list(self.unchanged),
         }
+
+
+def plan_file_reload(
+    path: Path, old: AppConfig, files: FilePolicy, running: Mapping[str, str]
+) -> tuple[AppConfig, ReloadPlan]:
+    """The config file at `path` read again and diffed against `old`; ReloadError for what
+    a reload cannot apply. `running`: every running stream's id -> its workflow digest."""
+    new = load_config(path)
+    if new.sinks != old.sinks:
+        raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
+    plan = plan_reload(old, new, changed_workflows(new, files, running))
+    taken = [c.id for c in plan.added if c.id in running]
+    if taken:  # added over the API since: the file must not silently replace them
+        raise ReloadError(
+            f"streams {taken} were added over the API and are now also in the file: "
+            "remove them over the API first; nothing was changed"
+        )
+    return new, plan
 
 
 def plan_reload(old: AppConfig, new: AppConfig, changed_workflows: set[str]) -> ReloadPlan:

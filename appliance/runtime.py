@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
+from prometheus_client import generate_latest
+
 from appliance.commands import command
-from appliance.config import AppConfig, StreamConfig, load_config, sink_configs
+from appliance.config import AppConfig, StreamConfig, sink_configs
 from appliance.control import one_change_at_a_time
 from appliance.errors import (
     LimitError,
@@ -29,14 +31,20 @@ from appliance.latest import LatestResults
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
-from appliance.outputs import Outputs
-from appliance.profiling.hooks import StreamTrace, trace_batch
-from appliance.profiling.rolling import RollingWriter
-from appliance.profiling.tracer import Tracer
-from appliance.profiling.windows import ProfilingWindows
-from appliance.reload import ReloadPlan, changed_workflows, plan_reload
+from appliance.outputs import Outputs, Subscriber
+from appliance.profiling.hooks import StreamTrace
+from appliance.profiling.profiler import Profiler
+from appliance.reload import ReloadPlan, plan_file_reload
+from appliance.status import (
+    ModelStatus,
+    ProfilingStatus,
+    RuntimeStatus,
+    SinkStatus,
+    StreamStatus,
+    WindowStatus,
+)
 from appliance.streams import Stream, stop_all
-from appliance.supervisor import Supervisor
+from appliance.supervisor import Supervisor, restart_stalled
 from appliance.workflows import WorkflowCache, WorkflowRef
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
@@ -44,7 +52,6 @@ from pipelines.registry import DEFAULT_REGISTRY
 log = logging.getLogger("appliance.runtime")
 
 SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
-MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
 
 
 class Runtime:
@@ -59,17 +66,7 @@ class Runtime:
         self.config_path = config_path  # re-read by reload()
         prof = config.profiling
         self.metrics = Metrics(*([prof.buckets] if prof.buckets else []))
-        self.tracer = Tracer(enabled=prof.enabled)
-        self.trace_writer = RollingWriter(
-            self.tracer,
-            config.resolve(prof.dir),
-            rotate_s=prof.rotate_s,
-            keep_files=prof.keep_files,
-            keep_bytes=prof.keep_bytes,
-            compress=prof.gzip,
-            written=self.metrics.trace_files,
-            errors=self.metrics.trace_errors,
-        )
+        self.profiler = Profiler(prof, config.resolve(prof.dir), self.metrics)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
@@ -86,22 +83,13 @@ class Runtime:
         self.outputs.subscribe(self.latest)
         self.pool = ModelPool(
             self.metrics,
-            on_batch=lambda rec: trace_batch(self.tracer, rec),  # the batch's spans
+            on_batch=self.profiler.on_batch,  # the batch's spans
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
         )
         self.workflows = WorkflowCache(self.pool)
         self.pool.on_release = self.workflows.forget_model
-        self.windows = ProfilingWindows(
-            self.tracer,
-            self.trace_writer,
-            self.pool,
-            lambda: list(self.streams),
-            config.resolve(prof.dir),
-            prof.max_window_s,
-            self.metrics.window_active,
-            prof.ort_sample_every_n_batches,
-        )
+        self.profiler.open_windows(self.pool, lambda: list(self.streams))
         self.streams: dict[str, Stream] = {}
         self._requested: set[str] = set()  # ids of streams added over the API
         self._max_frames = max_frames
@@ -130,7 +118,7 @@ class Runtime:
             return [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
                     for i, s in enumerate(self.config.streams)]  # fmt: skip
         except BaseException:
-            self._stop_models(1.0)
+            self.pool.stop(1.0)
             raise
 
     def start(self) -> None:
@@ -140,8 +128,7 @@ class Runtime:
         self.outputs.start()  # before the streams: their first results have somewhere to go
         for cfg, workflow in prepared:
             self._start_stream(cfg, workflow)
-        if self.tracer.enabled:
-            self.trace_writer.start()
+        self.profiler.start()
         self.supervisor.start()
 
     def load_models(self) -> None:
@@ -184,7 +171,7 @@ class Runtime:
             self.config.resolve,
             max_frames=self._max_frames,
             trace=StreamTrace(
-                self.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
+                self.profiler.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
             ),
             on_state=self.outputs.stream_state,
         )
@@ -267,19 +254,8 @@ class Runtime:
         is checked (config, models, workflows) before anything changes."""
         if self.config_path is None:
             raise ReloadError("this runtime was not started from a config file")
-        new = load_config(self.config_path)
-        if new.sinks != self.config.sinks:
-            raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
-        changed = changed_workflows(
-            new, self.files, {i: s.workflow.digest for i, s in self.streams.items()}
-        )
-        plan = plan_reload(self.config, new, changed)
-        taken = [c.id for c in plan.added if c.id in self.streams]
-        if taken:  # added over the API since: the file must not silently replace them
-            raise ReloadError(
-                f"streams {taken} were added over the API and are now also in the file: "
-                "remove them over the API first; nothing was changed"
-            )
+        digests = {i: s.workflow.digest for i, s in list(self.streams.items())}
+        new, plan = plan_file_reload(self.config_path, self.config, self.files, digests)
         old_config, self.config = self.config, new
         compiled: dict[str, CompiledWorkflow] = {}
         try:
@@ -307,6 +283,10 @@ class Runtime:
             stream.sync_metrics()
         self.outputs.sync_metrics()
 
+    def unfinished(self) -> list[str]:
+        """Ids of the streams whose worker still runs (a file not yet at its end)."""
+        return [s.id for s in list(self.streams.values()) if not s.done.is_set()]
+
     def wait_done(self, timeout: float | None = None) -> bool:
         """Block until every stream's worker has ended; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -316,6 +296,71 @@ class Runtime:
                 return False
         return True
 
+    # -- status: what routes, probes, the CLI and commands read -----------------------
+    def status(self) -> RuntimeStatus:
+        """Everything at once, as frozen snapshots (appliance/status.py)."""
+        return RuntimeStatus(
+            started_at=self.started_at,
+            problem=self.liveness_problem(),
+            streams=self.streams_status(),
+            models=self.pool.describe(),
+            sinks=self.outputs.statuses(),
+            profiling=self.profiling_status(),
+            stalled=self.stalled(),
+        )
+
+    def has_stream(self, stream_id: str) -> bool:
+        return stream_id in self.streams
+
+    def subscribe(self, fn: Subscriber, stream_id: str | None = None) -> Callable[[], None]:
+        """Call `fn(result)` on the worker thread with every result (of `stream_id` only,
+        if given), as the sinks get them; it must be quick. Returns the unsubscribe."""
+        return self.outputs.subscribe(fn, stream_id)
+
+    def streams_status(self) -> list[StreamStatus]:
+        return [self._stream_status(s) for s in list(self.streams.values())]
+
+    def stream_status(self, stream_id: str) -> StreamStatus:
+        """One stream's status; UnknownStreamError if no stream has that id."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            raise UnknownStreamError(stream_id)
+        return self._stream_status(stream)
+
+    def _stream_status(self, stream: Stream) -> StreamStatus:
+        models = self.pool.handles
+        return stream.status({m: list(models[m].info.providers)
+                              for m in stream.workflow.models if m in models})  # fmt: skip
+
+    def models_status(self) -> list[ModelStatus]:
+        return self.pool.describe()
+
+    def sinks_status(self) -> list[SinkStatus]:
+        return self.outputs.statuses()
+
+    def profiling_status(self) -> ProfilingStatus:
+        return self.profiler.status()
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition, counters owned by other threads synced first."""
+        self.sync_metrics()
+        return bytes(generate_latest(self.metrics.registry))
+
+    # -- profiling windows -------------------------------------------------------------
+    def start_profiling(
+        self, duration_s: float, streams: list[str] | None = None, ort_operators: bool = False
+    ) -> WindowStatus:
+        """Start a profiling window now (it runs on its own thread); WindowBusyError if
+        one runs, WindowRequestError for a bad duration or an unknown stream."""
+        return self.profiler.windows.start(duration_s, streams, ort_operators)
+
+    def profiling_window(self, window_id: str) -> WindowStatus:
+        return self.profiler.windows.get(window_id)
+
+    def profiling_trace(self, window_id: str) -> Path:
+        """The finished window's trace file; WindowNotReadyError while it runs."""
+        return self.profiler.windows.trace_path(window_id)
+
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop streams (in parallel; at once if `stop_streams` already did), then models;
@@ -323,14 +368,11 @@ class Runtime:
         deadline = time.monotonic() + timeout
         streams_ok = self.stop_streams(timeout * 0.6)
         sinks_ok = self.outputs.stop(min(SINK_DRAIN_S, max(0.1, deadline - time.monotonic())))
-        models_ok = self._stop_models(max(0.1, deadline - time.monotonic()))
-        models_ok = self.trace_writer.stop(max(0.1, deadline - time.monotonic())) and models_ok
+        models_ok = self.pool.stop(max(0.1, deadline - time.monotonic()))
+        models_ok = self.profiler.stop(max(0.1, deadline - time.monotonic())) and models_ok
         ok = models_ok and streams_ok and sinks_ok
         log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok
-
-    def _stop_models(self, timeout: float) -> bool:
-        return self.pool.stop(timeout)
 
     @property
     def models(self) -> Mapping[str, ModelBatcher]:
@@ -362,7 +404,7 @@ class Runtime:
     def _stop_every_stream(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
-        self.windows.stop()
+        self.profiler.windows.stop()
         return stop_all(list(self.streams.values()), max(0.1, deadline - time.monotonic()))
 
     def _on_stalled(self, stream: Stream, reason: str) -> None:
@@ -373,24 +415,4 @@ class Runtime:
             replaced = self.streams.get(stream.id) is not stream
         if replaced or self._stopping.is_set():
             return  # removed, restarted over the API, or shutting down: nothing to do
-        if stream.stall_streak >= MAX_STALL_RESTARTS:
-            # Each restart leaves a stuck thread behind: a call that never returns (a hung
-            # GPU, a deadlocked plugin) would leak one per worker_stall_s forever.
-            log.error(
-                "stream %s: stalled again after %d restarts without a processed frame; "
-                "not restarted again (POST /v1/streams/%s/restart once the cause is fixed)",
-                stream.id, stream.stall_streak, stream.id,
-            )  # fmt: skip
-            return
-        try:
-            new = self.restart_stream(stream.id)
-        except Exception:  # a workflow file broken since: the stream stays `stalled`
-            log.exception("stream %s: restart after a stall failed; it stays stalled", stream.id)
-            return
-        new.inherit(stream)
-        log.warning("stream %s restarted after a stall", stream.id)
-        left = stream.threads_alive()
-        if left:
-            self.metrics.threads_abandoned.inc(len(left))
-            names = ", ".join(left)
-            log.warning("stream %s: abandoned stuck thread(s) %s", stream.id, names)
+        restart_stalled(stream, self.restart_stream, self.metrics.threads_abandoned)

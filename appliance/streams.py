@@ -13,16 +13,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from appliance import status
 from appliance.config import StreamConfig
 from appliance.metrics import StreamMetrics
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from appliance.stats import LatencyWindow, RateMeter
+from appliance.status import Latency, StateName, StreamStatus
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import Detections, FrameResult
 
@@ -41,8 +42,8 @@ class Transition:
     state: StreamState
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"time": self.time, "state": self.state.value, "reason": self.reason}
+    def to_status(self) -> status.Transition:
+        return status.Transition(self.time, state_name(self.state), self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,26 +272,34 @@ class Stream:
         if fps is not None:
             self.metrics.source_fps.set(fps)
 
-    def summary(self) -> dict[str, Any]:
-        """The per-stream figures of `appliance run` and the API."""
+    def status(self, providers: dict[str, list[str]]) -> StreamStatus:
+        """The stream's figures for the API, `appliance run` and the stats log;
+        `providers` maps its models to the providers they got (the runtime knows them)."""
         grabber = self._grabber.stats
-        return {
-            "state": self.state.value,
-            "url": self.url,
-            "workflow": self.workflow.name,
-            "frames_processed": self.rate.count,
-            "frames_dropped": self.slot.dropped,
-            "frames_failed": self.failed_frames,
-            "fps": round(self.rate.overall(), 2),
-            "source_fps": _round(grabber.fps),
-            "latency_ms": self.latency.percentiles_ms(50, 99),
-            "detections": self.detections,
-            "reconnects": grabber.reconnects,
-            "last_error": self.last_error,
-        }
+        latency = self.latency.percentiles_ms(50, 99)
+        return StreamStatus(
+            id=self.id,
+            state=state_name(self.state),
+            url=self.url,
+            workflow=self.workflow.name,
+            fps=round(self.rate.overall(), 2),
+            source_fps=_round(grabber.fps),
+            frames_processed=self.rate.count,
+            frames_dropped=self.slot.dropped,
+            frames_failed=self.failed_frames,
+            latency_ms=Latency(latency["p50"], latency["p99"]),
+            detections=self.detections,
+            reconnects=grabber.reconnects,
+            last_error=self.last_error,
+            providers=providers,
+            outputs=[o.sink for o in self.cfg.outputs],
+            transitions=[t.to_status() for t in list(self.transitions)],
+        )
 
-    def history(self) -> Sequence[dict[str, Any]]:
-        return [t.to_json() for t in self.transitions]
+
+def state_name(state: StreamState) -> StateName:
+    """The state's wire name (StateName lists StreamState's values; a test keeps them so)."""
+    return state.value
 
 
 def _round(value: float | None) -> float | None:

@@ -24,6 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from prometheus_client import Counter
+
 from appliance.streams import Stream
 from pipelines.executor import WorkflowRun
 
@@ -121,3 +123,32 @@ def running_block(thread_id: int | None, block_ids: Sequence[str]) -> str | None
     if isinstance(spans, list) and len(spans) < len(block_ids):
         return block_ids[len(spans)]
     return None
+
+
+MAX_STALL_RESTARTS = 3  # restarts in a row of a stream that stalls before any frame
+
+
+def restart_stalled(stream: Stream, restart: Callable[[str], Stream], abandoned: Counter) -> None:
+    """The runtime's answer to a stall: restart the stream (a fresh worker, maybe a fresh
+    source: that is what helps) and abandon its stuck thread, at most MAX_STALL_RESTARTS
+    times in a row without a processed frame."""
+    if stream.stall_streak >= MAX_STALL_RESTARTS:
+        # Each restart leaves a stuck thread behind: a call that never returns (a hung
+        # GPU, a deadlocked plugin) would leak one per worker_stall_s forever.
+        log.error(
+            "stream %s: stalled again after %d restarts without a processed frame; "
+            "not restarted again (POST /v1/streams/%s/restart once the cause is fixed)",
+            stream.id, stream.stall_streak, stream.id,
+        )  # fmt: skip
+        return
+    try:
+        new = restart(stream.id)
+    except Exception:  # a workflow file broken since: the stream stays `stalled`
+        log.exception("stream %s: restart after a stall failed; it stays stalled", stream.id)
+        return
+    new.inherit(stream)
+    log.warning("stream %s restarted after a stall", stream.id)
+    left = stream.threads_alive()
+    if left:
+        abandoned.inc(len(left))
+        log.warning("stream %s: abandoned stuck thread(s) %s", stream.id, ", ".join(left))

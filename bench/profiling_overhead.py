@@ -41,7 +41,7 @@ def fps(frames: int, profiling: dict[str, Any], folder: Path, window: bool = Fal
     stream = runtime.streams["bench"]
     try:
         if window:  # a window with ONNX Runtime operators over the whole run
-            runtime.windows.start(300, None, ort_operators=True)
+            runtime.start_profiling(300, None, ort_operators=True)
         _wait(lambda: stream.rate.count >= WARMUP_FRAMES and
               (not window or all(b.profiling for b in runtime.models.values())))  # fmt: skip
         start, count = time.perf_counter(), stream.rate.count
@@ -52,7 +52,7 @@ def fps(frames: int, profiling: dict[str, Any], folder: Path, window: bool = Fal
         runtime.stop()
     # The window's end (reading ORT's operator profile, writing the merged trace) goes on
     # after the stop: let it finish, or it would slow the next run down.
-    _wait(lambda: not runtime.windows.active)
+    _wait(lambda: not runtime.profiler.windows.active)
     return rate
 
 

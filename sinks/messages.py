@@ -8,6 +8,9 @@ import json
 import threading
 from typing import Any
 
+import cv2
+import numpy as np
+
 from pipelines.types import FrameResult
 
 SCHEMA_VERSION = 1  # bumped when a field changes meaning or goes away
@@ -44,3 +47,12 @@ def encoded_prediction(result: FrameResult) -> bytes:
 def encode(message: dict[str, Any]) -> bytes:
     """Compact UTF-8 JSON: the bytes that are sent, and signed (webhooks)."""
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
+    """BGR uint8 H x W x 3 -> JPEG bytes at `quality` (OpenCV's 0-100 scale): MQTT
+    snapshots, and the API's snapshot.jpg, MJPEG and `video: true` answers."""
+    ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:  # a BGR uint8 frame always encodes; anything else is a bug upstream
+        raise ValueError(f"cannot encode a {image.shape} {image.dtype} image as JPEG")
+    return bytes(jpeg)

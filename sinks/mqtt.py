@@ -42,7 +42,7 @@ from paho.mqtt.properties import Properties
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
-from sinks.messages import SCHEMA_VERSION, encode, encoded_prediction
+from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction
 from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
 from sinks.mqtt_commands import CommandHandler, Request, answer
 from sinks.mqtt_config import MqttConfig
@@ -99,6 +99,7 @@ class MqttSink:
         self._streams: dict[str, Outgoing] = {}  # each stream's latest state
         self._streams_lock = threading.Lock()
         self._detectors: dict[str, EventDetector] = {}  # one per stream, fed by its worker
+        self._snapshot_at: dict[str, float] = {}  # stream -> its last snapshot's done_mono
         self._commands: set[asyncio.Task[None]] = set()
         self._closed = False  # stop() began: no more offers
         self._hanging_up = False  # stop() disconnects: the link going down is expected
@@ -153,6 +154,22 @@ class MqttSink:
         self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos))
         for event in events:
             self._put(Outgoing(f"{base}/events", encode(event_message(result, event)), qos))
+        if events and self._snapshot_due(result):
+            shots = self.config.snapshots
+            jpeg = encode_jpeg(result.image, shots.quality)
+            self._put(Outgoing(f"{base}/snapshot", jpeg, qos, shots.retain))
+        return True
+
+    def _snapshot_due(self, result: FrameResult) -> bool:
+        """Snapshots on, and none of this stream within min_interval_s (worker thread:
+        one stream is fed by one worker, so its entry has one writer)."""
+        shots = self.config.snapshots
+        if not shots.enabled:
+            return False
+        last = self._snapshot_at.get(result.stream_id)
+        if last is not None and result.done_mono - last < shots.min_interval_s:
+            return False
+        self._snapshot_at[result.stream_id] = result.done_mono
         return True
 
     def publish_stream_status(self, stream_id: str, state: str, reason: str | None) -> None:

@@ -84,6 +84,17 @@ class MqttCommands(_Frozen):
     max_payload_bytes: Annotated[int, Field(ge=16, le=MIB)] = 4096
 
 
+class MqttSnapshots(_Frozen):
+    """`<prefix>/<stream>/snapshot`: a JPEG of the `video` output when a result has events
+    (a line crossed, a class appeared), at most one per stream every `min_interval_s`."""
+
+    enabled: bool = False
+    quality: Annotated[int, Field(ge=1, le=100)] = 80  # OpenCV's JPEG scale
+    # Encoding a 640x480 JPEG takes a few ms of the stream's worker: this bounds its share.
+    min_interval_s: Annotated[float, Field(ge=0.0)] = 1.0
+    retain: bool = True  # a dashboard that subscribes later sees the last one at once
+
+
 class MqttConfig(_Frozen):
     type: Literal["mqtt"]
     host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
@@ -101,6 +112,7 @@ class MqttConfig(_Frozen):
     queue: MqttQueue = MqttQueue()
     reconnect: MqttBackoff = MqttBackoff()
     commands: MqttCommands = MqttCommands()
+    snapshots: MqttSnapshots = MqttSnapshots()
     retain_status: bool = True
 
     @field_validator("topic_prefix")

@@ -91,3 +91,53 @@ def test_only_the_cli_imports_the_offline_tools() -> None:
         if is_within(name, "appliance.tools")
     ]
     assert bad == []
+
+
+# The runtime is the one control interface: the HTTP routes, probes, the server, the CLI
+# and sink commands use these of its members and nothing else (its streams, tracer, pool
+# and outputs stay its own). Statuses come back as appliance/status.py's dataclasses.
+RUNTIME_INTERFACE = frozenset({
+    "start", "stop", "stop_streams", "prepare", "load_models", "reload",
+    "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
+    "status", "streams_status", "stream_status", "models_status", "sinks_status",
+    "start_profiling", "profiling_window", "profiling_trace",
+    "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",
+    "compile_workflow", "compile_stream_workflow", "release_workflow",
+    "config", "limits", "request_files", "metrics",
+})  # fmt: skip
+RUNTIME_USERS = ("appliance/server", "appliance/cli.py", "appliance/client_cli.py",
+                 "appliance/headless.py", "appliance/commands.py")  # fmt: skip
+
+
+def _is_runtime(node: ast.expr) -> bool:
+    """`rt`, `runtime`, `self.runtime` or `runtime_of(request)`: how the users name it."""
+    if isinstance(node, ast.Name):
+        return node.id in ("rt", "runtime")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "runtime"
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "runtime_of")  # fmt: skip
+
+
+def runtime_members_used(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _is_runtime(node.value)}  # fmt: skip
+
+
+def test_routes_probes_and_the_cli_use_only_the_runtime_interface() -> None:
+    paths = [p for user in map(ROOT.joinpath, RUNTIME_USERS)
+             for p in ([user] if user.suffix == ".py" else user.rglob("*.py"))]  # fmt: skip
+    used = {p.relative_to(ROOT).as_posix(): runtime_members_used(p) for p in paths}
+    bad = {path: sorted(names - RUNTIME_INTERFACE) for path, names in used.items()
+           if names - RUNTIME_INTERFACE}  # fmt: skip
+    assert bad == {}
+    assert set().union(*used.values()) >= {"status", "stream_status", "start_profiling"}
+
+
+def test_the_runtime_interface_exists(tmp_path: Path) -> None:
+    from appliance.config import AppConfig
+    from appliance.runtime import Runtime
+
+    runtime = Runtime(AppConfig(base_dir=tmp_path))  # built, not started: no thread runs
+    assert sorted(n for n in RUNTIME_INTERFACE if not hasattr(runtime, n)) == []

@@ -121,12 +121,12 @@ def test_camera_outage_is_seen_as_transitions_and_metrics(
     camera.start()
     again = Collector(3)
     rt.outputs.subscribe(again)
-    assert again.enough.wait(WAIT_S), stream.history()
-    states = [t["state"] for t in stream.history()]
+    assert again.enough.wait(WAIT_S), stream.transitions
+    states = [t.state.value for t in stream.transitions]
     assert states[:2] == ["starting", "running"]
     assert "reconnecting" in states
     assert states[-1] == "running"
-    assert all(t["reason"] for t in stream.history())
+    assert all(t.reason for t in stream.transitions)
     assert len(first.results) < 10  # unsubscribed: no more results after the outage
     rt.sync_metrics()
     reconnects = rt.metrics.registry.get_sample_value(

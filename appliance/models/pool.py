@@ -29,6 +29,7 @@ from appliance.files import FileKind, FilePolicy
 from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.session import ModelLoadError, load_model
+from appliance.status import Batching, ModelStatus, Tensor
 from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
 
@@ -123,7 +124,7 @@ class ModelPool:
         """The session options a loaded model was created with."""
         return self._specs[model_id][0].session
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[ModelStatus]:
         """What `GET /v1/models` answers: interface, providers, batching, counters."""
         with self._lock:
             batchers = [(b, self._users[m], m in self._pinned) for m, b in self._batchers.items()]
@@ -197,26 +198,27 @@ class ModelPool:
         return observe
 
 
-def _describe(batcher: ModelBatcher, users: int, pinned: bool) -> dict[str, Any]:
+def _describe(batcher: ModelBatcher, users: int, pinned: bool) -> ModelStatus:
     info = batcher.info
 
-    def tensors(items: tuple[TensorInfo, ...]) -> list[dict[str, Any]]:
-        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in items]
+    def tensors(items: tuple[TensorInfo, ...]) -> list[Tensor]:
+        return [Tensor(t.name, list(t.shape), t.dtype) for t in items]
 
-    return {
-        "id": info.id,
-        "path": info.path,
-        "decoder": info.decoder or None,
-        "labels": list(info.labels),
-        "inputs": tensors(info.inputs),
-        "outputs": tensors(info.outputs),
-        "providers": list(info.providers),
-        "batching": batcher.batching.model_dump(),
-        "batches": batcher.batches,
-        "samples": batcher.samples,
-        "users": users,  # streams and requests holding it now
-        "pinned": pinned,  # declared in the config: never released
-    }
+    batching = batcher.batching
+    return ModelStatus(
+        id=info.id,
+        path=info.path,
+        decoder=info.decoder or None,
+        labels=list(info.labels),
+        inputs=tensors(info.inputs),
+        outputs=tensors(info.outputs),
+        providers=list(info.providers),
+        batching=Batching(batching.max_batch_size, batching.max_queue_delay_ms),
+        batches=batcher.batches,
+        samples=batcher.samples,
+        users=users,
+        pinned=pinned,
+    )
 
 
 def _resolved(spec: ModelSpec, files: FilePolicy, where: str) -> ModelSpec:

@@ -37,6 +37,7 @@ from appliance.models.pool import ModelPool
 from appliance.profiling.ort_profile import is_operator, profiling_session, read_profile
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
+from appliance.status import WindowState, WindowStatus
 
 log = logging.getLogger("appliance.profiling")
 SLACK_US = 500  # ORT's clock vs ours: an operator this close to a span is taken as inside
@@ -48,18 +49,16 @@ class Window:
     duration_s: float
     streams: list[str] | None
     ort_operators: bool
-    state: str = "running"
+    state: WindowState = "running"
     error: str | None = None
     path: Path | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    def status(self) -> dict[str, Any]:
-        out = {"id": self.id, "state": self.state, "duration_s": self.duration_s,
-               "streams": self.streams, "ort_operators": self.ort_operators,
-               "trace": f"/v1/profiling/{self.id}/trace"}  # fmt: skip
-        if self.error is not None:
-            out["error"] = self.error
-        return out
+    def status(self) -> WindowStatus:
+        return WindowStatus(
+            self.id, self.state, f"/v1/profiling/{self.id}/trace", self.duration_s,
+            None if self.streams is None else list(self.streams), self.ort_operators, self.error,
+        )  # fmt: skip
 
 
 KEEP_WINDOWS = 20  # windows (and their trace files) kept; each one is at most a few MB
@@ -90,7 +89,7 @@ class ProfilingWindows:
 
     def start(
         self, duration_s: float, streams: list[str] | None, ort_operators: bool
-    ) -> dict[str, Any]:
+    ) -> WindowStatus:
         """Start a window now; it runs on its own thread. WindowBusyError if one runs."""
         if not 0 < duration_s <= self._max_s:
             raise WindowRequestError(
@@ -128,7 +127,7 @@ class ProfilingWindows:
     def active(self) -> bool:
         return self._running is not None
 
-    def get(self, window_id: str) -> dict[str, Any]:
+    def get(self, window_id: str) -> WindowStatus:
         return self._window(window_id).status()
 
     def trace_path(self, window_id: str) -> Path:

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from importlib import metadata
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic import TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 
 from appliance.config import StreamConfig
 from appliance.server.auth import AuthPolicy
@@ -95,22 +95,26 @@ def _error_statuses(route: Route, policy: AuthPolicy) -> set[int]:
 
 
 def _schema(schema: Schema | None, refs: Mapping[Any, Any]) -> Any:
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
+    if isinstance(schema, type):
         return refs[schema]
     return dict(schema or {})
 
 
 def _component_schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Every pydantic model the routes name, as components; {model: {"$ref": ...}}."""
-    models: list[type[BaseModel]] = [Error]
+    """Every model and dataclass the routes name (appliance/status.py's among them), as
+    components; {type: {"$ref": ...}}."""
+    types: list[type] = [Error]
     for route in routes:
         for s in [*(r.schema for r in route.replies), *route.body.values()]:
-            if isinstance(s, type) and issubclass(s, BaseModel) and s not in models:
-                models.append(s)
-    keys, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
+            if isinstance(s, type) and s not in types:
+                types.append(s)
+    mode: JsonSchemaMode = "validation"
+    inputs: list[tuple[type, JsonSchemaMode, TypeAdapter[Any]]]
+    inputs = [(t, mode, TypeAdapter(t)) for t in types]
+    keys, top = TypeAdapter.json_schemas(inputs, ref_template=REF)
     schemas: dict[str, Any] = top.get("$defs", {})
     _describe_stream_config(schemas)
-    return {model: ref for (model, _), ref in keys.items()}, schemas
+    return {t: ref for (t, _), ref in keys.items()}, schemas
 
 
 def _describe_stream_config(schemas: dict[str, Any]) -> None:

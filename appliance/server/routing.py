@@ -8,12 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from appliance.server.errors import Handler
 
-# A pydantic model (its JSON Schema is generated) or a literal JSON Schema.
-Schema = type[BaseModel] | Mapping[str, Any]
+# A pydantic model or a dataclass (its JSON Schema is generated), or a literal JSON Schema.
+Schema = type | Mapping[str, Any]
 
 JSON = "application/json"
 _PARAM = re.compile(r"{(\w+)}")

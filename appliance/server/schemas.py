@@ -7,10 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.config import BatchingConfig
-
-# appliance.sources.StreamState's values (a test keeps the two equal).
-StateName = Literal["starting", "running", "reconnecting", "stopped", "failed", "stalled"]
+from appliance.status import ModelStatus, SinkStatus, StreamStatus
 
 WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
 
@@ -64,68 +61,8 @@ class Health(BaseModel):
     )
 
 
-class ProfilingState(BaseModel):
-    enabled: bool
-    trace_dir: str
-    window_active: bool
-    last_write_error: str | None = Field(
-        description="why the last rolling trace could not be written (streams go on)"
-    )
-
-
-class Ready(BaseModel):
-    ready: bool
-    models: list[str]
-    waiting: list[str] = Field(description="ids of streams still starting")
-    stalled: dict[str, str] = Field(
-        description="stream id -> why it stalled (restarted; listed until it processes a "
-        "frame again)"
-    )
-    insecure: bool = Field(
-        description="the API is open without a token on a non-loopback address (--insecure)"
-    )
-    sinks: dict[str, str] = Field(
-        description="sink name -> state (connected, reconnecting, ...); informational: a "
-        "sink that is down does not make the appliance unready"
-    )
-    profiling: ProfilingState
-
-
-class Latency(BaseModel):
-    p50: float | None
-    p99: float | None
-
-
-class Stream(BaseModel):
-    id: str
-    url: str = Field(description="the source URL, credentials masked")
-    state: StateName
-    workflow: str
-    fps: float
-    source_fps: float | None
-    frames_processed: int
-    frames_dropped: int
-    frames_failed: int
-    latency_ms: Latency = Field(description="frame age at the end of the workflow")
-    detections: int
-    reconnects: int
-    last_error: str | None
-    providers: dict[str, list[str]] = Field(description="model id -> ONNX Runtime providers")
-    outputs: list[str] = Field(description="the sinks its results go to")
-
-
-class Transition(BaseModel):
-    time: float = Field(description="Unix time, seconds")
-    state: StateName
-    reason: str
-
-
-class StreamDetail(Stream):
-    transitions: list[Transition]
-
-
 class StreamList(BaseModel):
-    streams: list[Stream]
+    streams: list[StreamStatus]
 
 
 class Removed(BaseModel):
@@ -155,29 +92,8 @@ class Validated(BaseModel):
     summary: str
 
 
-class Tensor(BaseModel):
-    name: str
-    shape: list[int | str | None]
-    dtype: str
-
-
-class Model(BaseModel):
-    id: str
-    path: str
-    decoder: str | None
-    labels: list[str]
-    inputs: list[Tensor]
-    outputs: list[Tensor]
-    providers: list[str]
-    batching: BatchingConfig
-    batches: int
-    samples: int
-    users: int = Field(description="streams and requests using the model now")
-    pinned: bool = Field(description="declared in the config: never released when idle")
-
-
 class ModelList(BaseModel):
-    models: list[Model]
+    models: list[ModelStatus]
 
 
 class Reloaded(BaseModel):
@@ -185,21 +101,6 @@ class Reloaded(BaseModel):
     removed: list[str]
     restarted: list[str]
     unchanged: list[str]
-
-
-WindowState = Literal["running", "done", "failed"]
-
-
-class ProfilingWindow(BaseModel):
-    """A profiling window's status."""
-
-    id: str
-    state: WindowState
-    trace: str = Field(description="where its trace is, once done: /v1/profiling/{id}/trace")
-    duration_s: float | None = None
-    streams: list[str] | None = Field(None, description="the stream ids traced; null: all")
-    ort_operators: bool | None = None
-    error: str | None = Field(None, description="why it failed (state `failed`)")
 
 
 # A Chrome trace (appliance.profiling's conventions), as a literal JSON Schema: its events
@@ -212,21 +113,8 @@ CHROME_TRACE: dict[str, Any] = {
 }
 
 
-class Sink(BaseModel):
-    name: str
-    type: str
-    up: bool = Field(description="connected (MQTT), or the last delivery succeeded (webhook)")
-    state: str
-    queue_depth: int
-    sent: int
-    retried: int
-    dropped: int = Field(description="queue overflow (oldest first) or left at shutdown")
-    dead_lettered: int
-    last_error: str | None
-
-
 class SinkList(BaseModel):
-    sinks: list[Sink]
+    sinks: list[SinkStatus]
 
 
 class LatestResult(BaseModel):

@@ -26,6 +26,7 @@ from appliance.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE, AuthPolicy
 from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
+from appliance.status import StreamStatus
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance.server")
@@ -187,16 +188,16 @@ async def _main_loop(runtime: Runtime, stop: asyncio.Event, interval_s: float) -
             await asyncio.wait_for(stop.wait(), interval_s)
         except TimeoutError:
             runtime.sync_metrics()
-            for stream in list(runtime.streams.values()):
-                log.info("%s", stream_line(stream.id, stream.summary()))
+            for status in runtime.streams_status():
+                log.info("%s", stream_line(status))
 
 
-def stream_line(stream_id: str, s: dict[str, object]) -> str:
+def stream_line(s: StreamStatus) -> str:
     """`cam1 running: 14.9 fps (source 15.0), 120 processed, 3 dropped, age p50 41 ms`."""
-    lat = s["latency_ms"]
-    p50 = lat.get("p50") if isinstance(lat, dict) else None
-    age = f"{p50:.0f} ms" if isinstance(p50, float) else "-"
+    p50 = s.latency_ms.p50
+    age = "-" if p50 is None else f"{p50:.0f} ms"
+    source = "-" if s.source_fps is None else f"{s.source_fps}"
     return (
-        f"{stream_id} {s['state']}: {s['fps']} fps (source {s['source_fps']}), "
-        f"{s['frames_processed']} processed, {s['frames_dropped']} dropped, age p50 {age}"
+        f"{s.id} {s.state}: {s.fps} fps (source {source}), "
+        f"{s.frames_processed} processed, {s.frames_dropped} dropped, age p50 {age}"
     )

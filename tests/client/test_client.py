@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,17 +16,9 @@ import av
 import cv2
 import pytest
 
-from appliance.client import (
-    ApplianceAPIError,
-    ApplianceClient,
-    ApplianceConnectionError,
-    Model,
-    ProfilingState,
-    Readiness,
-    ReloadResult,
-    RunResult,
-    Stream,
-)
+from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceConnectionError
+from appliance.server.schemas import Reloaded, Removed
+from appliance.status import ModelStatus, Readiness, StreamStatus
 from tests.client import (
     TOKEN,
     WORKFLOW,
@@ -71,76 +66,88 @@ def api_error(call: Any, *args: Any) -> ApplianceAPIError:
     return caught.value
 
 
+def raw_json(served: Served, path: str) -> Any:
+    """The answer as sent, not parsed by the client."""
+    req = urllib.request.Request(served.url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        return json.loads(resp.read())
+
+
+def field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def test_probes_and_metrics(client: ApplianceClient, served: Served) -> None:
     assert client.health() == {"status": "ok"}
-    served.wait_for(lambda: client.ready()["ready"], 30, "/ready")
+    served.wait_for(lambda: client.ready().ready, 30, "/ready")
     ready = client.ready()
-    assert set(ready) == set(Readiness.__annotations__)
-    assert (ready["ready"], ready["models"], ready["waiting"]) == (True, ["person"], [])
-    assert ready["profiling"]["enabled"] is True
-    assert set(ready["profiling"]) == set(ProfilingState.__annotations__)
+    assert isinstance(ready, Readiness)
+    assert (ready.ready, ready.models, ready.waiting) == (True, ["person"], [])
+    assert ready.profiling.enabled is True
+    assert set(raw_json(served, "/ready")) == field_names(Readiness)
     assert 'appliance_stream_up{stream="people-cam"} 1.0' in client.metrics()
 
 
 def test_streams_have_the_documented_shape(client: ApplianceClient, served: Served) -> None:
-    served.wait_for(lambda: client.stream("people-cam")["frames_processed"] > 0, 30, "frames")
-    (listed,) = [s for s in client.streams() if s["id"] == "people-cam"]
-    assert Stream.__required_keys__ <= set(listed)
-    assert listed["workflow"] == "people_counter"
-    assert listed["url"] == str(DEMO_CLIP)
+    served.wait_for(lambda: client.stream("people-cam").frames_processed > 0, 30, "frames")
+    (listed,) = [s for s in client.streams() if s.id == "people-cam"]
+    assert isinstance(listed, StreamStatus)
+    assert listed.workflow == "people_counter"
+    assert listed.url == str(DEMO_CLIP)
     one = client.stream("people-cam")
-    assert [t["state"] for t in one["transitions"]][:2] == ["starting", "running"]
+    assert [t.state for t in one.transitions][:2] == ["starting", "running"]
+    # The wire shape is the dataclass's, field for field (appliance/status.py).
+    assert set(raw_json(served, "/v1/streams/people-cam")) == field_names(StreamStatus)
 
 
 def test_add_restart_and_remove_a_stream(client: ApplianceClient) -> None:
     added = client.add_stream(stream_doc("added-cam"))
-    assert (added["id"], added["workflow"]) == ("added-cam", "people_counter")
-    assert "added-cam" in {s["id"] for s in client.streams()}
+    assert (added.id, added.workflow) == ("added-cam", "people_counter")
+    assert "added-cam" in {s.id for s in client.streams()}
     before = time.time()
-    assert client.restart_stream("added-cam")["id"] == "added-cam"
-    first = client.stream("added-cam")["transitions"][0]
-    assert first["state"] == "starting" and first["time"] >= before  # a fresh stream
-    assert client.remove_stream("added-cam") == {
-        "id": "added-cam",
-        "removed": True,
-        "threads_joined": True,
-    }
-    assert "added-cam" not in {s["id"] for s in client.streams()}
+    assert client.restart_stream("added-cam").id == "added-cam"
+    first = client.stream("added-cam").transitions[0]
+    assert first.state == "starting" and first.time >= before  # a fresh stream
+    assert client.remove_stream("added-cam") == Removed(
+        id="added-cam", removed=True, threads_joined=True
+    )
+    assert "added-cam" not in {s.id for s in client.streams()}
 
 
 def test_run_workflow_from_a_file_and_from_bytes(client: ApplianceClient, demo_jpeg: Path) -> None:
     image = cv2.imread(str(demo_jpeg))
     assert image is not None
     result = client.run_workflow(demo_jpeg, detect_workflow(), profile=True)
-    assert RunResult.__required_keys__ <= set(result)
-    assert result["workflow"] == "detect_person"
-    assert result["image_size"] == [image.shape[1], image.shape[0]]
-    assert result["outputs"]["people"], "walkers are in this frame"
-    assert set(result["timings_ms"]["blocks"]) == {"people"}
-    assert {e["name"] for e in result["trace"]["traceEvents"]} >= {"workflow.run", "people"}
+    assert result.workflow == "detect_person"
+    assert result.image_size == [image.shape[1], image.shape[0]]
+    assert result.outputs["people"], "walkers are in this frame"
+    assert set(result.timings_ms.blocks) == {"people"}
+    assert {e["name"] for e in result.trace["traceEvents"]} >= {"workflow.run", "people"}
 
     by_path = client.run_workflow(demo_jpeg.read_bytes(), str(WORKFLOW))
-    assert by_path["workflow"] == "people_counter"
-    assert {"people", "crossings"} <= set(by_path["outputs"])
-    assert "trace" not in by_path
+    assert by_path.workflow == "people_counter"
+    assert {"people", "crossings"} <= set(by_path.outputs)
+    assert by_path.trace == {}  # no trace unless asked for
 
 
 def test_validate_workflow(client: ApplianceClient) -> None:
     valid = client.validate_workflow(str(WORKFLOW))
-    assert valid["valid"] is True
-    assert "people" in valid["summary"]
-    assert client.validate_workflow(detect_workflow())["valid"] is True
+    assert valid.valid is True
+    assert "people" in valid.summary
+    assert client.validate_workflow(detect_workflow()).valid is True
     error = api_error(client.validate_workflow, BROKEN)
     assert (error.status, error.code) == (422, "invalid")
     assert any("no_such_block" in str(d) for d in error.details)
 
 
 def test_models(client: ApplianceClient, served: Served) -> None:
-    served.wait_for(lambda: client.models()[0]["samples"] > 0, 30, "people-cam's samples")
+    served.wait_for(lambda: client.models()[0].samples > 0, 30, "people-cam's samples")
     (person,) = client.models()
-    assert Model.__required_keys__ <= set(person)
-    assert (person["id"], person["decoder"], person["labels"]) == ("person", "tf_od", ["person"])
-    assert person["batching"]["max_batch_size"] == 4
+    assert isinstance(person, ModelStatus)
+    assert (person.id, person.decoder, person.labels) == ("person", "tf_od", ["person"])
+    assert person.batching.max_batch_size == 4
+    (wire,) = raw_json(served, "/v1/models")["models"]
+    assert set(wire) == field_names(ModelStatus)
 
 
 def test_reload_applies_the_edited_config(client: ApplianceClient, served: Served) -> None:
@@ -148,12 +155,12 @@ def test_reload_applies_the_edited_config(client: ApplianceClient, served: Serve
     client.add_stream(stream_doc("api-cam"))  # added over the API: left alone by reloads
     try:
         write_demo_config(config, [stream_doc("file-cam")])
-        assert client.reload() == ReloadResult(
+        assert client.reload() == Reloaded(
             added=["file-cam"], removed=[], restarted=[], unchanged=["people-cam"]
         )
         write_demo_config(config)
-        assert client.reload()["removed"] == ["file-cam"]
-        assert {s["id"] for s in client.streams()} == {"people-cam", "api-cam"}
+        assert client.reload().removed == ["file-cam"]
+        assert {s.id for s in client.streams()} == {"people-cam", "api-cam"}
     finally:
         write_demo_config(config)
         client.remove_stream("api-cam")
@@ -175,7 +182,7 @@ def test_api_errors_carry_status_code_and_message(client: ApplianceClient) -> No
     error = api_error(client.add_stream, stream_doc("broken-cam", BROKEN))
     assert (error.status, error.code) == (422, "invalid")
     assert error.details and any("no_such_block" in str(d) for d in error.details)
-    assert "broken-cam" not in {s["id"] for s in client.streams()}  # nothing started
+    assert "broken-cam" not in {s.id for s in client.streams()}  # nothing started
 
 
 @pytest.mark.parametrize("token", ["wrong", ""])
@@ -191,7 +198,7 @@ def test_the_token_defaults_to_the_environment(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("APPLIANCE_API_TOKEN", TOKEN)
-    assert "people-cam" in {s["id"] for s in ApplianceClient(served.url + "/").streams()}
+    assert "people-cam" in {s.id for s in ApplianceClient(served.url + "/").streams()}
 
 
 def test_connection_refused_names_the_url() -> None:

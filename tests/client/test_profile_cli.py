@@ -19,7 +19,7 @@ from tests.support.appliance import Served, free_port
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with served_appliance(tmp_path_factory.mktemp("profile")) as served:
         client = ApplianceClient(served.url, token=TOKEN, timeout=20)
-        served.wait_for(lambda: client.stream("people-cam")["frames_processed"] > 0, 30, "frames")
+        served.wait_for(lambda: client.stream("people-cam").frames_processed > 0, 30, "frames")
         yield served
 
 
@@ -36,16 +36,16 @@ def test_profile_writes_the_windows_trace(served: Served, tmp_path: Path) -> Non
 def test_the_client_starts_follows_and_downloads_a_window(served: Served) -> None:
     client = ApplianceClient(served.url, token=TOKEN, timeout=20)
     window = client.start_profiling(1)
-    assert (window["state"], window["duration_s"], window["streams"]) == ("running", 1, None)
+    assert (window.state, window.duration_s, window.streams) == ("running", 1, None)
     with pytest.raises(ApplianceAPIError) as busy:
         client.start_profiling(1, ["people-cam"], ort_operators=True)
-    assert (busy.value.status, busy.value.details) == (409, [window["id"]])
+    assert (busy.value.status, busy.value.details) == (409, [window.id])
     with pytest.raises(ApplianceAPIError) as early:
-        client.profiling_trace(window["id"])
+        client.profiling_trace(window.id)
     assert early.value.status == 409
-    served.wait_for(lambda: client.profiling_window(window["id"])["state"] != "running", 30, "end")
-    assert client.profiling_window(window["id"])["state"] == "done"
-    assert client.profiling_trace(window["id"])["traceEvents"]
+    served.wait_for(lambda: client.profiling_window(window.id).state != "running", 30, "end")
+    assert client.profiling_window(window.id).state == "done"
+    assert client.profiling_trace(window.id)["traceEvents"]
     with pytest.raises(ApplianceAPIError) as unknown:
         client.profiling_window("nope")
     assert (unknown.value.status, unknown.value.code) == (404, "not_found")

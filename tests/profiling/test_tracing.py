@@ -105,8 +105,8 @@ def test_an_unwritable_trace_dir_stops_nothing(tmp_path: Path) -> None:
     rt = run(tmp_path, {"dir": str(blocker), "rotate_s": 600})
     assert rt.streams["cam"].rate.count == FRAMES  # every frame processed all the same
     assert rt.metrics.registry.get_sample_value("appliance_trace_write_errors_total") == 1
-    assert rt.trace_writer.last_error is not None
-    assert str(blocker) in rt.trace_writer.last_error
+    assert rt.profiler.writer.last_error is not None
+    assert str(blocker) in rt.profiler.writer.last_error
     assert str(blocker) in asyncio.run(ready_body(rt))["profiling"]["last_write_error"]
 
 

@@ -18,6 +18,7 @@ from appliance.errors import (
     WindowRequestError,
 )
 from appliance.runtime import Runtime
+from appliance.status import WindowStatus, as_json
 from tests.support import tracecheck
 from tests.support.appliance import DEMO_CLIP, person_model
 
@@ -44,26 +45,26 @@ def runtime(tmp_path: Path) -> Any:
     rt.stop()
 
 
-def wait_done(rt: Runtime, window_id: str) -> dict[str, Any]:
+def wait_done(rt: Runtime, window_id: str) -> WindowStatus:
     done = threading.Event()
     for _ in range(200):
-        status = rt.windows.get(window_id)
-        if status["state"] != "running":
+        status = rt.profiling_window(window_id)
+        if status.state != "running":
             return status
         done.wait(0.05)
     raise AssertionError("window did not end")
 
 
 def test_a_window_with_operators(runtime: Runtime) -> None:
-    status = runtime.windows.start(1.0, ["a"], ort_operators=True)
-    assert status["state"] == "running"
+    status = runtime.start_profiling(1.0, ["a"], ort_operators=True)
+    assert status.state == "running"
     with pytest.raises(WindowBusyError) as busy:
-        runtime.windows.start(1.0, None, False)
-    assert busy.value.running_id == status["id"]
+        runtime.start_profiling(1.0, None, False)
+    assert busy.value.running_id == status.id
     with pytest.raises(WindowNotReadyError):
-        runtime.windows.trace_path(status["id"])
-    assert wait_done(runtime, status["id"])["state"] == "done"
-    path = runtime.windows.trace_path(status["id"])
+        runtime.profiling_trace(status.id)
+    assert wait_done(runtime, status.id).state == "done"
+    path = runtime.profiling_trace(status.id)
     assert path.parent.name == "windows"
     doc = tracecheck.load(path)
     tracecheck.check(doc)  # operators nest inside their session.run spans
@@ -78,20 +79,21 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
                    op["ts"] + op["dur"] <= s["ts"] + s["dur"] for s in spans), op  # fmt: skip
         assert op["args"]["op_name"]
     # The batcher is back on its own session: later frames still run.
-    processed = runtime.streams["a"].rate.count
+    processed = runtime.stream_status("a").frames_processed
     threading.Event().wait(0.5)
-    assert runtime.streams["a"].rate.count > processed
+    assert runtime.stream_status("a").frames_processed > processed
 
 
 def test_bad_window_requests(runtime: Runtime) -> None:
     for duration in (0, -1, 6):
         with pytest.raises(WindowRequestError, match="duration_s"):
-            runtime.windows.start(duration, None, False)
+            runtime.start_profiling(duration, None, False)
     with pytest.raises(WindowRequestError, match="unknown stream"):
-        runtime.windows.start(1, ["nope"], False)
+        runtime.start_profiling(1, ["nope"], False)
     with pytest.raises(UnknownWindowError):
-        runtime.windows.get("nope")
-    json.dumps(runtime.windows.start(0.2, None, False))  # JSON-ready status
+        runtime.profiling_window("nope")
+    status = runtime.start_profiling(0.2, None, False)
+    assert json.loads(json.dumps(as_json(status)))["trace"] == f"/v1/profiling/{status.id}/trace"
 
 
 def test_only_the_newest_windows_and_their_traces_are_kept(
@@ -102,10 +104,10 @@ def test_only_the_newest_windows_and_their_traces_are_kept(
     monkeypatch.setattr(windows, "KEEP_WINDOWS", 2)
     ids = []
     for _ in range(3):
-        ids.append(runtime.windows.start(0.05, ["a"], ort_operators=False)["id"])
-        assert wait_done(runtime, ids[-1])["state"] == "done"
-    first = runtime.windows.directory / "windows" / f"window-{ids[0]}.json"
+        ids.append(runtime.start_profiling(0.05, ["a"], ort_operators=False).id)
+        assert wait_done(runtime, ids[-1]).state == "done"
+    first = runtime.profiler.windows.directory / "windows" / f"window-{ids[0]}.json"
     assert not first.exists()  # the oldest window's trace went with it
     with pytest.raises(UnknownWindowError):
-        runtime.windows.get(ids[0])
-    assert all(runtime.windows.trace_path(i).is_file() for i in ids[1:])
+        runtime.profiling_window(ids[0])
+    assert all(runtime.profiling_trace(i).is_file() for i in ids[1:])

@@ -190,7 +190,7 @@ def test_no_log_or_cli_message_holds_the_secret(
     served = serve(write_config(doc))
     secret_url = served.url.replace("http://", f"http://admin:{SECRET}@")
     client = ApplianceClient(secret_url, token=SECRET, timeout=10)
-    served.wait_for(lambda: client.stream("cam")["reconnects"] >= RECONNECTS, WAIT_S, "retries")
+    served.wait_for(lambda: client.stream("cam").reconnects >= RECONNECTS, WAIT_S, "retries")
 
     outputs = list(_requests_with_secret_lines(served))
     outputs.extend(_cli_runs(secret_url, served.url))

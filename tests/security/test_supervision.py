@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from appliance.runtime import MAX_STALL_RESTARTS
 from appliance.sources import StreamState
+from appliance.supervisor import MAX_STALL_RESTARTS
 from tests.security.hanging_blocks import GATE, install_in_process
 from tests.server.conftest import TOKEN
 from tests.server.live import LiveServer, wait_for, write_yaml
@@ -145,8 +145,8 @@ def test_a_dead_worker_is_reported_and_its_stream_restarted(start: Start) -> Non
     wait_for(lambda: live.runtime.streams.get("cam") not in (None, first), WAIT_S, "restart")
     assert not first.done.is_set()  # it did not finish: it died
     assert first.state is StreamState.STALLED
-    stall = next(t for t in first.history() if t["state"] == "stalled")
-    assert stall["reason"] == "worker thread ended unexpectedly (its traceback is in the log)"
+    stall = next(t for t in first.transitions if t.state is StreamState.STALLED)
+    assert stall.reason == "worker thread ended unexpectedly (its traceback is in the log)"
     assert live.call("GET", "/health").json() == {"status": "ok"}
 
 

@@ -184,7 +184,7 @@ def test_probes_and_metrics(cam_server: LiveServer) -> None:
                      "insecure": False, "sinks": {}}  # fmt: skip
     assert profiling["enabled"] is True and profiling["window_active"] is False
     assert profiling["last_write_error"] is None
-    assert profiling["trace_dir"] == str(cam_server.runtime.trace_writer.directory)
+    assert profiling["trace_dir"] == str(cam_server.runtime.profiler.writer.directory)
     metrics = cam_server.call("GET", "/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     assert b'appliance_stream_up{stream="cam"} 1.0' in metrics.body

@@ -15,8 +15,9 @@ from appliance.server.auth import AuthPolicy
 from appliance.server.errors import CODES
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, ROUTES
-from appliance.server.schemas import ErrorDetail, StateName
+from appliance.server.schemas import ErrorDetail
 from appliance.sources import StreamState
+from appliance.status import StateName
 from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer
 

@@ -78,7 +78,7 @@ def test_commands_restart_a_stream_and_start_a_window(
     assert replies["r1"]["ok"] and replies["r1"]["result"]["stream"] == "cam"
     assert runtime.streams["cam"] is not before  # restarted, through the runtime
     assert replies["r2"]["ok"] and replies["r2"]["result"]["state"] == "running"
-    assert runtime.windows.get(replies["r2"]["result"]["id"])["duration_s"] == 0.5
+    assert runtime.profiling_window(replies["r2"]["result"]["id"]).duration_s == 0.5
     assert not replies["r3"]["ok"] and "nope" in replies["r3"]["error"]
     bad = [r for r in replies.values() if r.get("id") is None]
     assert len(bad) == 1 and not bad[0]["ok"]

@@ -11,7 +11,8 @@ from aiohttp import web
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
-from appliance.server.schemas import CHROME_TRACE, ProfilingRequest, ProfilingWindow
+from appliance.server.schemas import CHROME_TRACE, ProfilingRequest
+from appliance.status import WindowStatus, as_json
 
 
 async def start_profiling(request: web.Request) -> web.Response:
@@ -19,33 +20,32 @@ async def start_profiling(request: web.Request) -> web.Response:
     over the given streams (all by default), with ONNX Runtime's operator events if
     `ort_operators`. Answers at once; one window at a time (409 names the running one)."""
     body = await parse_json(request, ProfilingRequest)
-    windows = runtime_of(request).windows
+    rt = runtime_of(request)
     streams = list(body.streams) if body.streams is not None else None
-    window = await in_thread(windows.start, body.duration_s, streams, body.ort_operators)
-    location = {"Location": f"/v1/profiling/{window['id']}"}
-    return web.json_response(window, status=202, headers=location)
+    window = await in_thread(rt.start_profiling, body.duration_s, streams, body.ort_operators)
+    location = {"Location": f"/v1/profiling/{window.id}"}
+    return web.json_response(as_json(window), status=202, headers=location)
 
 
 async def get_profiling(request: web.Request) -> web.Response:
     """A window's state: `running`, `done` (its trace is ready) or `failed` (with `error`)."""
-    windows = runtime_of(request).windows
-    return web.json_response(await in_thread(windows.get, request.match_info["id"]))
+    window = await in_thread(runtime_of(request).profiling_window, request.match_info["id"])
+    return web.json_response(as_json(window))
 
 
 async def get_profiling_trace(request: web.Request) -> web.Response:
     """The finished window's Chrome trace; 409 while it runs or if it failed."""
-    windows = runtime_of(request).windows
-    path = await in_thread(windows.trace_path, request.match_info["id"])
+    path = await in_thread(runtime_of(request).profiling_trace, request.match_info["id"])
     data = await in_thread(path.read_bytes)
     return web.Response(body=data, content_type="application/json")
 
 
 ROUTES = (
     Route("POST", "/v1/profiling", start_profiling, "Start a profiling window",
-          (Reply(202, "started", ProfilingWindow),), errors=(409,),
+          (Reply(202, "started", WindowStatus),), errors=(409,),
           body={"application/json": ProfilingRequest}, tag="profiling"),
     Route("GET", "/v1/profiling/{id}", get_profiling, "Get a profiling window",
-          (Reply(200, "the window's status", ProfilingWindow),), tag="profiling"),
+          (Reply(200, "the window's status", WindowStatus),), tag="profiling"),
     Route("GET", "/v1/profiling/{id}/trace", get_profiling_trace, "Get a window's trace",
           (Reply(200, "the Chrome trace", CHROME_TRACE),), errors=(409,), tag="profiling"),
 )  # fmt: skip

@@ -16,13 +16,12 @@ from aiohttp import web
 
 from appliance.errors import NoResultError, UnknownStreamError
 from appliance.latest import Latest
-from appliance.oneshot import encode_jpeg
 from appliance.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import LatestResult
-from sinks.messages import prediction
+from sinks.messages import encode_jpeg, prediction
 
 SEND_BUFFER_BYTES = 4096  # per reader (the kernel doubles it): about 20 events
 HEARTBEAT_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
@@ -34,7 +33,7 @@ MAX_MJPEG_FPS = 30.0
 
 def _stream_id(request: web.Request) -> str:
     stream_id = request.match_info["id"]
-    if stream_id not in runtime_of(request).streams:
+    if not runtime_of(request).has_stream(stream_id):
         raise UnknownStreamError(stream_id)
     return stream_id
 

@@ -1,0 +1,211 @@
+"""What the runtime reports about itself: frozen snapshots that `Runtime.status()` and
+its siblings build, and that everything outside the runtime reads instead of its
+internals.
+
+They are also the API's wire shape, written once, here: the server answers with these
+dataclasses as JSON (`as_json`), /openapi.json documents them from their fields
+(pydantic reads dataclasses), and the client parses its answers back into them. Times
+are wall clock (seconds since the epoch), latencies milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sinks.base import SinkStatus
+
+__all__ = [
+    "Batching",
+    "Latency",
+    "ModelStatus",
+    "ProfilingStatus",
+    "Readiness",
+    "RuntimeStatus",
+    "SinkStatus",
+    "StateName",
+    "StreamStatus",
+    "Tensor",
+    "Transition",
+    "WindowState",
+    "WindowStatus",
+    "as_json",
+]
+
+# appliance.sources.StreamState's values (a test keeps the two equal).
+StateName = Literal["starting", "running", "reconnecting", "stopped", "failed", "stalled"]
+WindowState = Literal["running", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Frame age at the end of the workflow over the recent window; None before a frame."""
+
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of a stream: when, into which state, and why."""
+
+    time: float
+    state: StateName
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatus:
+    """A stream: its state, figures, the models' providers and its recent transitions."""
+
+    id: str
+    state: StateName
+    url: str
+    """Credentials masked."""
+    workflow: str
+    fps: float
+    """Processed frames per second since the stream started."""
+    source_fps: float | None
+    """What the camera delivers, when known."""
+    frames_processed: int
+    frames_dropped: int
+    """Overwritten in the one-slot buffer before a worker took them."""
+    frames_failed: int
+    latency_ms: Latency
+    """Frame age at the end of the workflow (capture to result)."""
+    detections: int
+    reconnects: int
+    last_error: str | None
+    """The latest error (credentials masked); kept after the stream recovers."""
+    providers: dict[str, list[str]]
+    """Model id -> ONNX Runtime providers it got."""
+    outputs: list[str]
+    """The sinks its results go to."""
+    transitions: list[Transition]
+    """Oldest first, the last few."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    name: str
+    shape: list[int | str | None]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Batching:
+    max_batch_size: int
+    max_queue_delay_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    """A loaded model: interface, providers actually obtained, batching and counters."""
+
+    id: str
+    path: str
+    decoder: str | None
+    labels: list[str]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    providers: list[str]
+    batching: Batching
+    batches: int
+    samples: int
+    users: int
+    """Streams and requests using the model now."""
+    pinned: bool
+    """Declared in the config: never released when idle."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingStatus:
+    enabled: bool
+    trace_dir: str
+    window_active: bool
+    last_write_error: str | None
+    """Why the last rolling trace could not be written."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStatus:
+    """An on-demand profiling window; `error` says why when it `failed`."""
+
+    id: str
+    state: WindowState
+    trace: str
+    """Where its trace is served once done: /v1/profiling/{id}/trace."""
+    duration_s: float
+    streams: list[str] | None
+    """The stream ids traced; null: all."""
+    ort_operators: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStatus:
+    """Everything at once: what /ready, `appliance status` and the stats log read."""
+
+    started_at: float
+    problem: str | None
+    """Why the runtime cannot work (GET /health); None while it can."""
+    streams: list[StreamStatus]
+    models: list[ModelStatus]
+    sinks: list[SinkStatus]
+    profiling: ProfilingStatus
+    stalled: dict[str, str]
+    """Stream id -> why, until its restarted stream processes."""
+
+    @property
+    def waiting(self) -> list[str]:
+        """Ids of the streams still starting."""
+        return [s.id for s in self.streams if s.state == "starting"]
+
+    @property
+    def ready(self) -> bool:
+        """Models loaded, every stream past `starting`, none stalled, the runtime alive."""
+        return not self.waiting and not self.stalled and self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """GET /ready's answer (503 when not `ready`)."""
+
+    ready: bool
+    models: list[str]
+    waiting: list[str]
+    """Ids of the streams still starting."""
+    stalled: dict[str, str]
+    """Stream id -> why it stalled (restarted; listed until it processes a frame again)."""
+    insecure: bool
+    """The API is open without a token on a non-loopback address (--insecure)."""
+    sinks: dict[str, str]
+    """Sink name -> state; informational: a sink that is down does not make it unready."""
+    profiling: ProfilingStatus
+
+    @classmethod
+    def of(cls, status: RuntimeStatus, insecure: bool) -> Readiness:
+        return cls(
+            ready=status.ready,
+            models=sorted(m.id for m in status.models),
+            waiting=status.waiting,
+            stalled=status.stalled,
+            insecure=insecure,
+            sinks={s.name: s.state for s in status.sinks},
+            profiling=status.profiling,
+        )
+
+
+# Attribute docstrings become the API's field descriptions in /openapi.json (pydantic reads
+# this key of a dataclass; a plain dict keeps this module free of pydantic).
+for _cls in (Latency, Transition, StreamStatus, Tensor, Batching, ModelStatus,
+             ProfilingStatus, WindowStatus, RuntimeStatus, Readiness):  # fmt: skip
+    setattr(_cls, "__pydantic_config__", {"use_attribute_docstrings": True})  # noqa: B010
+
+
+def as_json(status: Any) -> Any:
+    """A status dataclass (or a list of them) as JSON-ready dicts and lists."""
+    if isinstance(status, list):
+        return [as_json(s) for s in status]
+    return dataclasses.asdict(status)
