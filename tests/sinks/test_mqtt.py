@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
@@ -406,3 +407,25 @@ def test_mqtt5_reply_goes_to_the_response_topic_with_correlation(
         "result": {"done": "restart"},
     }
     assert reply.properties.CorrelationData == b"req-42"
+
+
+def test_snapshots_on_events_at_most_one_per_interval(
+    mosquitto: Broker, subscriber: Any, sink_loop: SinkLoop
+) -> None:
+    sub: Subscriber = subscriber(mosquitto, "t/cam/snapshot", "t/cam/events")
+    shots = {"enabled": True, "min_interval_s": 5.0}
+    sink = sink_loop.start(MqttSink("bus", config(mosquitto, snapshots=shots)))
+    frame = np.zeros((48, 64, 3), np.uint8)
+    frame[:, 32:] = 255  # half white: the JPEG must carry this picture
+    for seq in range(4):  # seq 0: a class appears; 1-3: the door count moves each time
+        shot = result(seq, counts={"in": seq, "out": 0, "total": seq})
+        shot.image, shot.done_mono = frame, 10.0 + seq  # seconds
+        assert sink.offer(shot)
+    # In order on one connection: once the last event is here, every snapshot is too.
+    sub.wait_for(lambda m: len([x for x in m if x.topic == "t/cam/events"]) >= 4)
+    (snap,) = sub.on("t/cam/snapshot")  # events at 0, 1, 2, 3 s: one per 5 s interval
+    image = cv2.imdecode(np.frombuffer(snap.payload, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape == (48, 64, 3)
+    assert image[:, :24].mean() < 20 and image[:, 40:].mean() > 235
+    late: Subscriber = subscriber(mosquitto, "t/cam/snapshot")  # retained for late readers
+    assert late.wait_for(lambda m: len(m) >= 1)[0].retain
