@@ -318,19 +318,24 @@ class Runtime:
         return self.outputs.subscribe(fn, stream_id)
 
     def streams_status(self) -> list[StreamStatus]:
-        return [self._stream_status(s) for s in list(self.streams.values())]
+        sinks = self._sink_states()
+        return [self._stream_status(s, sinks) for s in list(self.streams.values())]
 
     def stream_status(self, stream_id: str) -> StreamStatus:
         """One stream's status; UnknownStreamError if no stream has that id."""
         stream = self.streams.get(stream_id)
         if stream is None:
             raise UnknownStreamError(stream_id)
-        return self._stream_status(stream)
+        return self._stream_status(stream, self._sink_states())
 
-    def _stream_status(self, stream: Stream) -> StreamStatus:
+    def _stream_status(self, stream: Stream, sinks: dict[str, str]) -> StreamStatus:
         models = self.pool.handles
-        return stream.status({m: list(models[m].info.providers)
-                              for m in stream.workflow.models if m in models})  # fmt: skip
+        providers = {m: list(models[m].info.providers)
+                     for m in stream.workflow.models if m in models}  # fmt: skip
+        return stream.status(providers, sinks)
+
+    def _sink_states(self) -> dict[str, str]:
+        return {s.name: s.state for s in self.outputs.statuses()}
 
     def models_status(self) -> list[ModelStatus]:
         return self.pool.describe()

@@ -82,6 +82,8 @@ class StreamStatus:
     """Model id -> ONNX Runtime providers it got."""
     outputs: list[str]
     """The sinks its results go to."""
+    sinks: dict[str, str]
+    """Each of those sinks' state (connected, reconnecting, ...)."""
     transitions: list[Transition]
     """Oldest first, the last few."""
 

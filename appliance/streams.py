@@ -272,9 +272,10 @@ class Stream:
         if fps is not None:
             self.metrics.source_fps.set(fps)
 
-    def status(self, providers: dict[str, list[str]]) -> StreamStatus:
-        """The stream's figures for the API, `appliance run` and the stats log;
-        `providers` maps its models to the providers they got (the runtime knows them)."""
+    def status(self, providers: dict[str, list[str]], sinks: dict[str, str]) -> StreamStatus:
+        """The stream's figures for the API, `appliance run` and the stats log; the
+        runtime knows the rest: `providers` maps its models to the providers they got,
+        `sinks` every sink to its state."""
         grabber = self._grabber.stats
         latency = self.latency.percentiles_ms(50, 99)
         return StreamStatus(
@@ -293,6 +294,7 @@ class Stream:
             last_error=self.last_error,
             providers=providers,
             outputs=[o.sink for o in self.cfg.outputs],
+            sinks={o.sink: sinks.get(o.sink, "unknown") for o in self.cfg.outputs},
             transitions=[t.to_status() for t in list(self.transitions)],
         )
 

@@ -60,8 +60,12 @@ def test_results_and_states_are_published(
     assert all(m.retain for m in kept)
     assert {m.topic: m.payload for m in kept}["site/status"] == b"online"
     assert json.loads({m.topic: m.payload for m in kept}["site/cam/status"])["state"] == "running"
-    (sink,) = runtime.outputs.statuses()
+    (sink,) = runtime.sinks_status()
     assert (sink.name, sink.state, sink.up) == ("bus", "connected", True)
+    assert sink.extra["broker"] == f"127.0.0.1:{mosquitto.port}"
+    status = runtime.stream_status("cam")
+    assert (status.outputs, status.sinks) == (["bus"], {"bus": "connected"})
+    assert [s.name for s in runtime.status().sinks] == ["bus"]
 
 
 def test_commands_restart_a_stream_and_start_a_window(
