@@ -72,3 +72,9 @@ class ModelHandle(Protocol):
     def info(self) -> ModelInfo: ...
 
     def submit(self, sample: Tensor, stream_id: str = "") -> Future[Sequence[Tensor]]: ...
+
+    def submit_many(
+        self, samples: Sequence[Tensor], stream_id: str = ""
+    ) -> list[Future[Sequence[Tensor]]]:
+        """Several samples of one frame (crops), queued together: one batch if they fit."""
+        ...

@@ -2,9 +2,14 @@
 
 Semantics are Triton's dynamic batching: a batch is dispatched as soon as
 `max_batch_size` samples wait, or when the oldest has waited `max_queue_delay_ms`
-(0: whatever is waiting now, no wait). Only samples of one shape and dtype share a batch;
-the oldest sample's shape goes first, so no shape starves. A model with a fixed batch
-dimension k is fed exactly-k chunks, zero-padded, the padded outputs discarded.
+(0: whatever is waiting now, no wait). One rule more, which Triton cannot have: the
+batcher knows its producers (the streams holding the model, `set_producers`), and once
+every one of them has a sample waiting no other sample can come, so it dispatches at
+once instead of waiting out the delay: one stream never waits for company.
+
+Only samples of one shape and dtype share a batch; the oldest sample's shape goes first,
+so no shape starves. A model with a fixed batch dimension k is fed exactly-k chunks,
+zero-padded, the padded outputs discarded.
 
 The per-sample cost is one `Future`, one tuple and a deque append: ONNX Runtime releases
 the GIL in `session.run`, so the stream threads keep preparing frames meanwhile.
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -80,6 +85,8 @@ class ModelBatcher:
         self._delay_s = batching.max_queue_delay_ms / 1000.0
         self._chunk = model.info.input.fixed_batch  # None: any batch size
         self._queue: deque[_Pending] = deque()
+        self._waiting: Counter[str] = Counter()  # stream id -> its samples in the queue
+        self._producers = 0  # streams that may submit; 0: unknown, wait out the delay
         self._cond = threading.Condition()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"batch:{model.id}")
@@ -137,23 +144,46 @@ class ModelBatcher:
             return False
         return True
 
+    def set_producers(self, count: int) -> None:
+        """How many streams may submit now (the model pool's leases): once that many
+        distinct streams have a sample waiting, the batch goes without waiting."""
+        with self._cond:
+            self._producers = count
+            self._cond.notify()
+
     def submit(self, sample: Tensor, stream_id: str = "") -> Future[Outputs]:
         """Queue one sample (no batch dimension); the future holds its outputs, in the
         model's output order, without the batch dimension."""
-        if not isinstance(sample, np.ndarray):
-            raise TypeError(f"sample must be a numpy array, got {type(sample).__name__}")
-        future: Future[Outputs] = Future()
+        return self.submit_many((sample,), stream_id)[0]
+
+    def submit_many(self, samples: Sequence[Tensor], stream_id: str = "") -> list[Future[Outputs]]:
+        """Queue several samples of one stream at once (a frame's crops): they are
+        seen together, so the early dispatch cannot split them."""
+        for sample in samples:
+            if not isinstance(sample, np.ndarray):
+                raise TypeError(f"sample must be a numpy array, got {type(sample).__name__}")
+        futures: list[Future[Outputs]] = [Future() for _ in samples]
         with self._cond:
             if self._stopped.is_set():
-                future.set_exception(ModelStoppedError(f"model {self._model.id!r}: stopped"))
-                return future
-            self._queue.append((sample, stream_id, perf_counter(), future))
+                for future in futures:
+                    future.set_exception(ModelStoppedError(f"model {self._model.id!r}: stopped"))
+                return futures
+            now = perf_counter()
+            pending = zip(samples, futures, strict=True)
+            self._queue.extend((s, stream_id, now, f) for s, f in pending)
+            first = self._waiting[stream_id] == 0
+            self._waiting[stream_id] += len(samples)
             waiting = len(self._queue)
             # Wake the thread only when it has something new to decide: a first sample
-            # (it sleeps without a deadline) or a full batch (it sleeps until the deadline).
-            if waiting == 1 or waiting >= self._max_batch:
+            # (it sleeps without a deadline), a full batch or every producer waiting (it
+            # sleeps until the deadline).
+            if (
+                waiting == len(samples)
+                or waiting >= self._max_batch
+                or (first and len(self._waiting) >= self._producers > 0)
+            ):
                 self._cond.notify()
-        return future
+        return futures
 
     def __enter__(self) -> ModelBatcher:
         self.start()
@@ -173,6 +203,7 @@ class ModelBatcher:
             self._stopped.set()
             pending = list(self._queue)
             self._queue.clear()
+            self._waiting.clear()
             self._cond.notify_all()
         error = ModelStoppedError(f"model {self._model.id!r}: {reason}")
         for item in pending:
@@ -195,6 +226,8 @@ class ModelBatcher:
             while not self._stopped.is_set():
                 if len(queue) >= self._max_batch:
                     return self._take()
+                if queue and len(self._waiting) >= self._producers > 0:
+                    return self._take()  # every producer waits: no sample can join
                 if queue:
                     wait_s = queue[0][2] + self._delay_s - perf_counter()
                     if wait_s <= 0:
@@ -211,12 +244,17 @@ class ModelBatcher:
         shape, dtype = queue[0][0].shape, queue[0][0].dtype
         taken: list[_Pending] = []
         kept: list[_Pending] = []
+        waiting = self._waiting
         while queue and len(taken) < self._max_batch:
             item = queue.popleft()
             sample = item[0]
             if sample.shape != shape or sample.dtype != dtype:
                 kept.append(item)
-            elif item[3].set_running_or_notify_cancel():
+                continue
+            waiting[item[1]] -= 1  # taken or cancelled: out of the queue either way
+            if not waiting[item[1]]:
+                del waiting[item[1]]
+            if item[3].set_running_or_notify_cancel():
                 taken.append(item)
         queue.extendleft(reversed(kept))
         return taken

@@ -114,6 +114,7 @@ class ModelPool:
             for model_id in model_ids:
                 if self._users[model_id] > 0:
                     self._users[model_id] -= 1
+                    self._batchers[model_id].set_producers(self._users[model_id])
                 if self._users[model_id] == 0 and model_id not in self._pinned:
                     self._idle[model_id] = None
                     self._idle.move_to_end(model_id)
@@ -151,6 +152,9 @@ class ModelPool:
             self._pinned.add(model_id)
         else:
             self._users[model_id] += 1
+            # Each lease is a stream or a request that may submit: the batcher stops
+            # waiting for company once all of them wait (batcher.py).
+            self._batchers[model_id].set_producers(self._users[model_id])
         self._idle.pop(model_id, None)
 
     def _make_room(self, where: str) -> list[ModelBatcher]:

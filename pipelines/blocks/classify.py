@@ -76,14 +76,14 @@ class ClassifyBlock(BlockType):
         handle = ctx.model(p.model)
         prep = Preprocess(handle.info, p)
         top = TopK(handle.info, p)
-        submit, timeout = handle.submit, p.timeout_s
+        submit_many, timeout = handle.submit_many, p.timeout_s
 
         def classify(image: Image, crops: Crops | None, frame: Frame) -> Classifications:
             images = (image,) if crops is None else crops.images
             if not images:
                 return top.empty
             stream = frame.stream_id
-            futures = [submit(sample, stream) for sample in prep.batch(images)]
+            futures = submit_many(list(prep.batch(images)), stream)
             return top(np.stack([f.result(timeout)[0] for f in futures]))
 
         return stateless(classify)

@@ -72,10 +72,10 @@ class OcrBlock(BlockType):
         handle = ctx.model(p.model)
         info = handle.info
         reader = CtcReader(info, p.max_width)
-        submit, timeout, min_conf = handle.submit, p.timeout_s, p.min_confidence
+        submit_many, timeout, min_conf = handle.submit_many, p.timeout_s, p.min_confidence
 
         def ocr(crops: Crops, frame: Frame) -> Texts:
-            futures = [submit(reader.sample(image), frame.stream_id) for image in crops.images]
+            futures = submit_many([reader.sample(image) for image in crops.images], frame.stream_id)
             if not futures:
                 return _NO_TEXT
             text, conf = reader.decode(np.stack([f.result(timeout)[0] for f in futures]))

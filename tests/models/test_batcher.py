@@ -124,6 +124,26 @@ def test_partial_batch_is_dispatched_after_the_delay(
     assert records[0].queue_wait_s[0] >= 0.150  # the oldest sample waited out the delay
 
 
+def test_once_every_producer_waits_the_batch_goes_without_the_delay(
+    person: LoadedModel, frames: list[Tensor], make_batcher: MakeBatcher
+) -> None:
+    batcher, records = make_batcher(person, max_batch_size=4, max_queue_delay_ms=1000)
+    batcher.set_producers(1)  # one stream: no sample can keep it company
+    _results([batcher.submit(frames[0], "alone")])
+    batcher.set_producers(2)
+    _results([*batcher.submit_many(frames[:2], "crops"), batcher.submit(frames[2], "other")])
+    batcher.set_producers(2)
+    _results([batcher.submit(frames[0], "a")])  # the other producer is quiet: the delay runs
+
+    assert [(r.batch_size, r.stream_ids) for r in records] == [
+        (1, ("alone",)), (3, ("crops", "crops", "other")), (1, ("a",))
+    ]  # fmt: skip
+    # A frame's crops queue at once: the two producers' samples went as one batch, and
+    # neither waited for the 1000 ms delay; the last batch did.
+    assert max(records[0].queue_wait_s + records[1].queue_wait_s) < 0.5
+    assert records[2].queue_wait_s[0] >= 1.0
+
+
 def test_zero_delay_takes_whatever_is_waiting(
     person: LoadedModel, frames: list[Tensor], make_batcher: MakeBatcher
 ) -> None:
