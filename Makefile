@@ -37,7 +37,7 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install test-deps  # bench/sinks.py runs a real mosquitto
+bench: install test-deps  # bench/sink_overhead.py runs a real mosquitto
 	@for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script --quick || exit 1; done
 
 clean:

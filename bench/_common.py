@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from appliance.config import AppConfig, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +65,71 @@ def detect_stream_config(
         "streams": [{"id": stream_id, "source": source, "workflow": workflow}],
     }
     return parse_config(doc, ROOT)
+
+
+def bench_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with `--quick`, for benches that take more options than `parse_args`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="finish within 60 s")
+    return parser
+
+
+def detect_streams_config(
+    model_id: str, model: dict[str, Any], sources: dict[str, dict[str, Any]], **detect: Any
+) -> AppConfig:
+    """Streams (id -> source) each running one `detect` block (with `detect` parameters)
+    of one shared model; the model's batching and providers as given (defaults:
+    unbatched, GPU where there is one)."""
+    model = {
+        "providers": ["cuda", "cpu"],
+        "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
+        **model,
+    }
+    workflow = {
+        "name": model_id,
+        "blocks": [{"id": model_id, "type": "detect", "model": model_id, **detect}],
+        "outputs": {model_id: model_id},
+    }
+    streams = [{"id": sid, "source": src, "workflow": workflow} for sid, src in sources.items()]
+    return parse_config({"models": {model_id: model}, "streams": streams}, ROOT)
+
+
+def bench_venv(name: str, packages: list[str], timeout_s: float = 600.0) -> tuple[Path | None, str]:
+    """The python of a bench-only venv bench/.work/NAME with `packages`, created on first
+    use (never a dependency of the appliance); (None, why) when it cannot be made, e.g.
+    without network. A marker file records what was installed, so a change reinstalls."""
+    import subprocess
+
+    venv = ROOT / "bench" / ".work" / name
+    python, marker = venv / "bin" / "python", venv / ".bench-packages"
+    wanted = "\n".join(packages)
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
+        return python, "ready"
+    print(f"creating {venv.relative_to(ROOT)} with {' '.join(packages)} (once)", flush=True)
+    steps = {
+        "python -m venv": [sys.executable, "-m", "venv", "--clear", str(venv)],
+        "pip install": [str(python), "-m", "pip", "install", "--quiet", *packages],
+    }
+    for label, command in steps.items():
+        try:
+            done = subprocess.run(
+                command, check=False, capture_output=True, text=True, timeout=timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{label} failed: {exc}"
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return None, f"{label} failed: {last[-200:]}"
+    marker.write_text(wanted)
+    return python, "created"
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a live process has used."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def proc_rss_mb(pid: int) -> float:
+    """Resident memory of a live process, MiB."""
+    return float(psutil.Process(pid).memory_info().rss) / (1024 * 1024)

@@ -19,35 +19,33 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# This script is named like the `sinks` package it measures: with bench/ first on the
-# path (`python bench/sinks.py`), `import sinks` would import the script itself.
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
+# Run as `python bench/sink_overhead.py`: the repo root first on the path, for `bench._common`
+# and the tests' broker and receiver.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import contextlib  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from typing import Any  # noqa: E402
+import contextlib
+import json
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
 
-import numpy as np  # noqa: E402
-import paho.mqtt.client as mqtt  # noqa: E402
-from paho.mqtt.enums import CallbackAPIVersion  # noqa: E402
+import numpy as np
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
 
-from appliance.config import parse_config  # noqa: E402
-from appliance.runtime import Runtime  # noqa: E402
-from bench._common import ROOT, parse_args, report  # noqa: E402
-from pipelines.types import FrameResult  # noqa: E402
-from sinks.mqtt import MqttConfig, MqttSink  # noqa: E402
-from tests.sinks.conftest import Broker, free_port  # noqa: E402
-from tests.sinks.receiver import LoopThread  # noqa: E402
-from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model  # noqa: E402
+from appliance.config import parse_config
+from appliance.runtime import Runtime
+from bench._common import ROOT, parse_args, report
+from pipelines.types import FrameResult
+from sinks.mqtt import MqttConfig, MqttSink
+from tests.sinks.conftest import Broker, free_port
+from tests.sinks.receiver import LoopThread
+from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
 
 TARGET_RATIO = 0.97
 AGE_RATE_HZ = 30.0  # a camera's rate: the age a message has at the subscriber, unqueued
@@ -216,7 +214,7 @@ def main() -> None:
         "mqtt_age_messages": len(ages),
     }
     targets = {"fps_ratio_with_sinks": f">= {TARGET_RATIO}"}
-    report("sinks", metrics, targets, {"fps_ratio_with_sinks": ratio >= TARGET_RATIO})
+    report("sink_overhead", metrics, targets, {"fps_ratio_with_sinks": ratio >= TARGET_RATIO})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,217 @@
+"""The pipeline children of bench/freshness.py: the reference, ours, and what they share.
+
+    bench/.work/reference-venv/bin/python bench/_reference.py ref SPEC_JSON
+    .venv/bin/python bench/_reference.py ours SPEC_JSON
+
+`ref` runs Roboflow's InferencePipeline (the package `streamvision` 0.1.3: the pipeline
+that `inference` 1.8.3 subclasses) in a bench-only environment with `onnxruntime`
+1.31.1, never a dependency of the appliance. Its custom logic is what a user would write:
+one plain `ort.InferenceSession` (ORT's defaults, CPU), and for each round of frames (one
+per source) our own model pre- and post-processing (`pipelines.decoders`, which needs
+only numpy and OpenCV), one batched `session.run`, then our decoder. `ours` runs the
+appliance's `Runtime` with the same model, CPU provider and decoder, results taken from
+`outputs.subscribe`. So both pay the same model cost; what differs is the pipeline:
+reading, decoding, buffering, threads.
+
+Both print one line per result on stdout (`Recorder`) and stop when stdin closes. Only
+the standard library and numpy are imported at the top: both environments import this.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+# Run as a script (also in the reference's venv): the repo root first on the path, for
+# `tests.support` and, in our child, the appliance's packages.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.clock_camera import read_stamp  # noqa: E402
+
+REFERENCE_PACKAGES = ("streamvision==0.1.3", "onnxruntime==1.31.1")
+LOGS = ROOT / "bench" / ".work" / "freshness"  # children's stderr, one file per run
+UNREADABLE = -1  # the stamp printed when a result's frame carries none
+_PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
+_ORT_DTYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a child runs: one model on every URL, the same for both pipelines."""
+
+    urls: list[str]
+    model: str  # ONNX file
+    decoder: str  # pipelines.decoders kind
+    input_size: list[int] | None  # (width, height) the preprocessor resizes to
+    labels: list[str]
+    confidence: float
+    max_batch: int  # the appliance batches up to this many samples across streams
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Spec:
+        return cls(**json.loads(text))
+
+
+class Recorder:
+    """Prints one line per result, called from pipeline threads:
+
+        R SOURCE STAMP RESULT_TIME START DONE [DECODED]
+
+    wall times (s): the result reached the sink, the model step started and ended on the
+    frame, and (ours only) the frame left the decoder. The result time is taken first,
+    so reading the stamp is not part of the latency.
+    """
+
+    def __init__(self, out: IO[str] = sys.stdout) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, source: int, image: Any, start: float, done: float, decoded: float | None = None
+    ) -> None:
+        now = time.time()
+        stamp = read_stamp(image)
+        line = f"R {source} {UNREADABLE if stamp is None else stamp} {now:.6f}"
+        line += f" {start:.6f} {done:.6f}" + ("" if decoded is None else f" {decoded:.6f}")
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when the bench exits, however it exits (no orphaned runs)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def wait_for_stdin_eof() -> None:
+    """Block until the parent closes our stdin: its signal to stop."""
+    for _ in sys.stdin:
+        pass
+
+
+def model_info(session: Any, spec: Spec) -> Any:
+    """The `pipelines.models.ModelInfo` of a plain ORT session, as our decoders need it."""
+    from pipelines.models import ModelInfo, TensorInfo
+
+    def tensors(args: Sequence[Any]) -> tuple[TensorInfo, ...]:
+        return tuple(
+            TensorInfo(
+                a.name,
+                tuple(d if isinstance(d, int) else None for d in a.shape),
+                _ORT_DTYPES.get(a.type, "float32"),
+            )
+            for a in args
+        )
+
+    size = (spec.input_size[0], spec.input_size[1]) if spec.input_size else None
+    return ModelInfo(
+        id="model",
+        path=spec.model,
+        inputs=tensors(session.get_inputs()),
+        outputs=tensors(session.get_outputs()),
+        decoder=spec.decoder,
+        labels=tuple(spec.labels),
+        input_size=size,
+    )
+
+
+def run_reference(spec: Spec, record: Recorder) -> None:
+    """InferencePipeline over `spec.urls` until stdin closes."""
+    import onnxruntime as ort
+    from streamvision.stream.pipeline import InferencePipeline
+
+    from pipelines.decoders import DecodeOptions, build_decoder
+
+    session = ort.InferenceSession(spec.model, providers=["CPUExecutionProvider"])
+    decoder = build_decoder(model_info(session, spec), DecodeOptions(spec.confidence))
+    input_name = session.get_inputs()[0].name
+
+    def on_video_frame(frames: list[Any]) -> list[Any]:
+        start = time.time()
+        prepared = [decoder.preprocess(f.image) for f in frames]
+        outputs = session.run(None, {input_name: np.stack([s for s, _ in prepared])})
+        found = [decoder.decode([o[i] for o in outputs], t) for i, (_, t) in enumerate(prepared)]
+        done = time.time()
+        return [(dets, start, done) for dets in found]
+
+    def on_prediction(predictions: Any, frames: Any) -> None:
+        # One source: called per frame; several: with lists aligned to the sources.
+        if not isinstance(frames, list):
+            predictions, frames = [predictions], [frames]
+        for prediction, frame in zip(predictions, frames, strict=True):
+            if frame is not None:
+                _, start, done = prediction
+                record(frame.source_id or 0, frame.image, start, done)
+
+    pipeline = InferencePipeline.init_with_custom_logic(
+        video_reference=spec.urls if len(spec.urls) > 1 else spec.urls[0],
+        on_video_frame=on_video_frame,
+        on_prediction=on_prediction,
+    )
+    pipeline.start(use_main_thread=False)
+    wait_for_stdin_eof()
+    pipeline.terminate()
+    pipeline.join()
+
+
+def run_ours(spec: Spec, record: Recorder) -> None:
+    """The appliance's Runtime over `spec.urls` until stdin closes."""
+    from appliance.runtime import Runtime
+    from bench._common import detect_streams_config
+    from pipelines.types import FrameResult
+
+    model: dict[str, Any] = {
+        "path": spec.model,
+        "decoder": spec.decoder,
+        "labels": spec.labels,
+        "input_size": spec.input_size,
+        "providers": ["cpu"],  # the reference runs ORT's CPU build: compare like with like
+        # Several streams: batch across them like the shipped workflows (2 ms wait).
+        "batching": {"max_batch_size": spec.max_batch, "max_queue_delay_ms": 2}
+        if spec.max_batch > 1
+        else {"max_batch_size": 1, "max_queue_delay_ms": 0},
+    }
+    sources = {f"s{i}": {"url": url} for i, url in enumerate(spec.urls)}
+    config = detect_streams_config("detect", model, sources, confidence=spec.confidence)
+    # Profiling stays on (the product's default); its rolling traces go with the logs.
+    traces = config.profiling.model_copy(update={"dir": LOGS / "traces"})
+    config = config.model_copy(update={"profiling": traces})
+    runtime = Runtime(config)
+
+    def on_result(result: FrameResult) -> None:
+        decoded = result.capture_time  # wall clock; the spans below are on perf_counter
+        start = decoded + result.start_mono - result.capture_mono
+        done = decoded + result.done_mono - result.capture_mono
+        record(int(result.stream_id[1:]), result.image, start, done, decoded)
+
+    runtime.outputs.subscribe(on_result)
+    runtime.start()
+    try:
+        wait_for_stdin_eof()
+    finally:
+        runtime.stop()
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    run = {"ref": run_reference, "ours": run_ours}[argv[0]]
+    run(Spec.from_json(argv[1]), Recorder())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
