@@ -133,3 +133,8 @@ def proc_cpu_s(pid: int) -> float:
 def proc_rss_mb(pid: int) -> float:
     """Resident memory of a live process, MiB."""
     return float(psutil.Process(pid).memory_info().rss) / (1024 * 1024)
+
+
+def proc_threads(pid: int) -> int:
+    """Threads of a live process."""
+    return int(psutil.Process(pid).num_threads())

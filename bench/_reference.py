@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import sys
 import threading
@@ -180,6 +181,7 @@ def run_ours(spec: Spec, record: Recorder) -> None:
         "labels": spec.labels,
         "input_size": spec.input_size,
         "providers": ["cpu"],  # the reference runs ORT's CPU build: compare like with like
+        "session": json.loads(os.environ.get("BENCH_SESSION", "{}")),  # experiments
         # Several streams: batch across them like the shipped workflows (2 ms wait).
         "batching": {"max_batch_size": spec.max_batch, "max_queue_delay_ms": 2}
         if spec.max_batch > 1
@@ -198,10 +200,13 @@ def run_ours(spec: Spec, record: Recorder) -> None:
         done = decoded + result.done_mono - result.capture_mono
         record(int(result.stream_id[1:]), result.image, start, done, decoded)
 
-    runtime.outputs.subscribe(on_result)
+    runtime.subscribe(on_result)
     runtime.start()
     try:
         wait_for_stdin_eof()
+        # The batcher's totals, for the mean batch size: "B BATCHES SAMPLES".
+        (detect,) = runtime.models_status()
+        print(f"B {detect.batches} {detect.samples}", flush=True)
     finally:
         runtime.stop()
 

@@ -43,7 +43,15 @@ import numpy as np
 # Run as `python bench/freshness.py`: the repo root first on the path, for `bench` and `tests`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, bench_parser, bench_venv, proc_cpu_s, proc_rss_mb, report
+from bench._common import (
+    ROOT,
+    bench_parser,
+    bench_venv,
+    proc_cpu_s,
+    proc_rss_mb,
+    proc_threads,
+    report,
+)
 from bench._reference import LOGS, REFERENCE_PACKAGES, UNREADABLE, Spec
 from tests.support.clock_camera import ClockCamera
 
@@ -128,17 +136,23 @@ class Child:
 
     process: subprocess.Popen[str]
     records: list[Record] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # lines that are no Record
     first: dict[int, threading.Event] = field(default_factory=dict)
+
+    reader: threading.Thread | None = None
 
     def start_reading(self, streams: int) -> None:
         self.first = {i: threading.Event() for i in range(streams)}
-        threading.Thread(target=self._read, name="child-reader", daemon=True).start()
+        self.reader = threading.Thread(target=self._read, name="child-reader", daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             record = Record.parse(line)
-            if record is not None:
+            if record is None:
+                self.other.append(line.strip())
+            else:
                 self.records.append(record)
                 if record.source in self.first:
                     self.first[record.source].set()
@@ -160,19 +174,39 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(STOP_TIMEOUT_S)
+        if self.reader is not None:
+            self.reader.join(STOP_TIMEOUT_S)  # its last lines (summaries) are read
 
 
 def measure(
     command: list[str], cameras: list[ClockCamera], warmup_s: float, seconds: float, log: Path
 ) -> Round | str:
     """Run one child over a window; its Round, or why it failed."""
+    got = run_child(command, len(cameras), warmup_s, seconds, log)
+    return got if isinstance(got, str) else summarize(got.window, cameras, got.usage)
+
+
+@dataclass
+class Window:
+    """What one child did in the measured window."""
+
+    window: list[Record]
+    usage: dict[str, float]  # seconds, cpu_s, rss_mb, threads
+    other: list[str]  # the child's lines that are no Record (its summary lines)
+
+
+def run_child(
+    command: list[str], streams: int, warmup_s: float, seconds: float, log: Path
+) -> Window | str:
+    """Start a child, wait for every stream's first result and `warmup_s`, measure for
+    `seconds`, stop it; its results in the window and its usage, or why it failed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     with log.open("w") as err:
         process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
         )
     child = Child(process)
-    child.start_reading(len(cameras))
+    child.start_reading(streams)
     try:
         if not child.wait_first_results(FIRST_RESULT_TIMEOUT_S):
             return f"no result from every stream; see {log.relative_to(ROOT)}"
@@ -180,11 +214,12 @@ def measure(
         t0, cpu0 = time.time(), proc_cpu_s(process.pid)
         time.sleep(seconds)  # the measured window: live cameras, wall time by design
         t1, cpu1, rss = time.time(), proc_cpu_s(process.pid), proc_rss_mb(process.pid)
+        threads = proc_threads(process.pid)
     finally:
         child.stop()
     window = [r for r in child.records if t0 <= r.at <= t1]
-    usage = {"seconds": t1 - t0, "cpu_s": cpu1 - cpu0, "rss_mb": rss}
-    return summarize(window, cameras, usage)
+    usage = {"seconds": t1 - t0, "cpu_s": cpu1 - cpu0, "rss_mb": rss, "threads": threads}
+    return Window(window, usage, child.other)
 
 
 def summarize(

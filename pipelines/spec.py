@@ -46,9 +46,12 @@ class SessionSpec(_Strict):
     intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
     inter_op_threads: Annotated[int, Field(ge=0)] = 0
     graph_optimization: GraphOptimization = "all"
-    # ONNX Runtime's default: idle intra-op threads spin briefly before sleeping (lowest
-    # latency). False lets them sleep at once, for CPUs shared with other heavy work.
-    allow_spinning: bool = True
+    # Off, unlike ONNX Runtime's default: its idle intra-op threads spin before sleeping,
+    # and on an appliance the cores are shared with the streams' decoders and workers.
+    # bench/scaling.py (person detector, 2 cores): spinning on cost 64-75 ms CPU per frame
+    # at one 15 fps stream against 33-36 off, and 8 streams ran at 16-19 fps against
+    # 22-47. True suits a machine that runs nothing but the model.
+    allow_spinning: bool = False
 
 
 class ModelSpec(_Strict):
