@@ -22,8 +22,10 @@ Image = npt.NDArray[np.uint8]
 class Frame:
     """One decoded video frame, as a grabber hands it to a worker.
 
-    `capture_time` is wall-clock seconds (time.time()) when the frame left the decoder;
-    `capture_mono` is the same instant on time.perf_counter(), used for frame age.
+    `capture_time` is wall-clock seconds (time.time()) when the frame arrived: for a live
+    source, when the demuxer handed over its data (so its age includes decoding); for a
+    file, when the grabber released it (after pacing). `capture_mono` is the same instant
+    on time.perf_counter(), used for frame age.
     `pts` is the presentation time in seconds from the source, or None when it has none.
     """
 

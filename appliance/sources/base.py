@@ -55,6 +55,13 @@ class VideoSource(Protocol):
         """Nominal frame rate from the container, or None when it does not say."""
         ...
 
+    @property
+    def received_mono(self) -> float:
+        """time.perf_counter() when the demuxer handed over the data of the frame `frames`
+        yielded last: for a live source, the frame's arrival, before decoding and colour
+        conversion (which its age then includes)."""
+        ...
+
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames as (BGR uint8 HxWx3 image, pts in seconds or None), in order.
 

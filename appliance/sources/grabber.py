@@ -217,7 +217,8 @@ class Grabber:
                     grabbed(self._seq, start, time.perf_counter())
                 if pace is not None and not pace.wait(pts):
                     return
-                self._deliver(image, pts)
+                # A camera's frame is as old as its arrival; a file's, as its release.
+                self._deliver(image, pts, source.received_mono if self._live else None)
                 self._reading_since = start = time.perf_counter()  # the next read begins
         finally:
             self._reading_since = 0.0
@@ -235,9 +236,14 @@ class Grabber:
             fps = f"{source.fps:g} fps" if source.fps else "unknown fps"
             self._emit(StreamState.RUNNING, f"{self._label}: {width}x{height} at {fps}")
 
-    def _deliver(self, image: Image, pts: float | None) -> None:
+    def _deliver(self, image: Image, pts: float | None, received: float | None) -> None:
         now = time.perf_counter()
-        self._slot.put(Frame(self.stream_id, self._seq, pts, time.time(), now, image))
+        wall = time.time()
+        if received is not None:  # the arrival, on both clocks
+            wall, captured = wall - (now - received), received
+        else:
+            captured = now
+        self._slot.put(Frame(self.stream_id, self._seq, pts, wall, captured, image))
         self._seq += 1
         if self._prev_frame_mono is not None:
             dt = now - self._prev_frame_mono

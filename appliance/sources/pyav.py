@@ -58,6 +58,7 @@ class PyAVSource:
         self._stall_timeout_s = stall_timeout_s
         self._stop = stop or threading.Event()
         self._last_frame_mono = time.perf_counter()
+        self._received_mono = self._last_frame_mono
         self._frames: Generator[tuple[Image, float | None], None, None] | None = None
 
     @property
@@ -68,6 +69,10 @@ class PyAVSource:
     def fps(self) -> float | None:
         rate = self._stream.average_rate or self._stream.guessed_rate
         return float(rate) if rate else None
+
+    @property
+    def received_mono(self) -> float:
+        return self._received_mono
 
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames until the end of the stream or `stop`; SourceError on failure."""
@@ -95,6 +100,7 @@ class PyAVSource:
         stream, stop = self._stream, self._stop
         # demux() ends with empty packets that flush the decoder's delayed frames.
         for packet in self._container.demux(stream):
+            received = time.perf_counter()  # one float per packet: the frame's arrival
             if packet.is_corrupt and not self._live:
                 # A cut-off file ends in a short packet flagged corrupt; frame-threaded
                 # decoding would hide it and the clip would just end early, or loop.
@@ -102,7 +108,9 @@ class PyAVSource:
                 raise SourceError(f"{self._label}: truncated or damaged data at {where}")
             for frame in stream.decode(packet):
                 self._last_frame_mono = time.perf_counter()
-                yield cast(Image, frame.to_ndarray(format="bgr24")), frame.time
+                image = cast(Image, frame.to_ndarray(format="bgr24"))
+                self._received_mono = received
+                yield image, frame.time
             if stop.is_set():
                 return
             if self._live:

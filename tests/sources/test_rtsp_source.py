@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import re
 import socket
@@ -86,6 +87,11 @@ def test_frames_arrive_and_the_state_is_running(
     assert [f.seq for f in frames] == sorted({f.seq for f in frames})
     assert frames[0].image.shape == (120, 160, 3) and frames[0].stream_id == "cam"
     assert run.states.states[:2] == [StreamState.STARTING, StreamState.RUNNING]
+    # A camera frame is dated by its arrival, on both clocks alike (so its age counts
+    # decoding): times grow, and the wall and monotonic dates name the same instant.
+    assert all(a.capture_mono < b.capture_mono for a, b in itertools.pairwise(frames))
+    offset = time.time() - time.perf_counter()
+    assert all(abs(f.capture_time - (f.capture_mono + offset)) < 0.05 for f in frames)
 
 
 def test_the_served_clip_loops_like_a_camera(
