@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 bad input (config, workflow, model) with every problem printed
 to stderr, or an error answer from the API; 2 usage errors (argparse); 3 `run` finished but
-a stream failed; 4 the appliance's API could not be reached.
+a stream failed, or `trace diff --fail-over` found a regression; 4 the appliance's API
+could not be reached.
 """
 
 from __future__ import annotations

@@ -11,8 +11,15 @@ Trace conventions (Chrome Trace Event Format, `{"traceEvents": [...], "displayTi
 | a block run | X | block | the block id | stream, type |
 | a sample's wait for its batch | X | queue | `queue.wait` | model, stream |
 | a model batch | X | model | `session.run` | model, batch_size, streams |
-| a decoded frame | X | grab | `decode` | stream, seq |
+| a decoded frame | X | grab | `grab` | stream, seq |
 | an ONNX Runtime operator | X | Node | `<node>_kernel_time` | op_name, provider, ... (ORT's own) |
-| counters | C | counter | `queue_depth`, `batch_size`, `frame_age_ms` | {value} |
+| counters | C | counter | `frame_age_ms:<stream>`, `batch_size:<model>`, ... | value |
 | process and thread names | M | - | `process_name`, `thread_name` | name |
+
+Counters `frame_age_ms:<stream>`, `batch_size:<model>` and `queue_depth:<model>`: a name
+per stream or model, as viewers draw one track per process and name. Flows:
+a frame's `grab` span carries `bind_id` and `flow_out`, its `workflow.run` the same
+`bind_id` and `flow_in`; each sample's `queue.wait` starts an "s" (cat flow, name
+`sample`) that an "f" (`"bp": "e"`) ends in the `session.run` that served it.
+docs/profiling.md shows how Perfetto draws all of it, and what `appliance trace` reads.
 """

@@ -1,17 +1,37 @@
 """Where the runtime's events become trace spans: one stream's results, one model batch.
 
 Both are called on the thread that produced the data (the stream's worker, the model's
-batcher), so every span lands in that thread's own buffer without a lock.
+batcher), so every span lands in that thread's own buffer without a lock. Everything a
+span needs besides the run's own numbers (counter names, flow id bases, block args) is
+made once per stream or model, not per frame.
+
+Flow ids stay under 2**53 (exact as a float, and in the JavaScript that Perfetto and
+chrome://tracing read them with), top bits first: bit 52 always set (clear of small ids a
+viewer may hand out itself), bit 51 the kind (0 a frame, 1 a sample), 19 bits of a
+CRC-32 of the stream or model id, 32 bits of the frame's seq or the model's sample count.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from appliance.models.batcher import BatchRecord
 from appliance.profiling.tracer import Tracer
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import FrameResult
+
+FRAME_FLOWS = 1 << 52
+SAMPLE_FLOWS = 1 << 52 | 1 << 51
+LOW_32 = 0xFFFFFFFF
+
+
+def flow_base(kind: int, key: str) -> int:
+    """The high bits of every flow id of one stream (frames) or model (samples)."""
+    return kind | (zlib.crc32(key.encode()) & 0x7FFFF) << 32
 
 
 class StreamTrace:
@@ -32,16 +52,20 @@ class StreamTrace:
             for bid, btype in zip(workflow.block_ids, workflow.block_types, strict=True)
         )
         self._workflow = workflow.name
-        # flow id = 21 bits of the stream, 32 of the seq: under 2**53, exact as a float and
-        # in the JavaScript that Perfetto and chrome://tracing read it with.
-        self._flow_base = (zlib.crc32(stream_id.encode()) & 0x1FFFFF) << 32
+        self._age_counter = f"frame_age_ms:{stream_id}"  # one counter track per stream
+        self._flow_base = flow_base(FRAME_FLOWS, stream_id)
+        self._grabbing = False  # set by the first traced decode: frames then have flows
 
     def grabbed(self, seq: int, start: float, end: float) -> None:
-        """On the grabber thread: reading and decoding frame `seq` took start..end."""
+        """On the grabber thread: reading and decoding frame `seq` took start..end; the
+        frame's flow leaves this span."""
         tracer = self._tracer
         if tracer.enabled and seq % self._every_n == 0:
-            tracer.span("grab", "grab", start, end, {"stream": self._stream, "seq": seq})
-            tracer.flow("s", self._flow_base | seq & 0xFFFFFFFF, (start + end) / 2)
+            self._grabbing = True
+            flow_id = self._flow_base | seq & LOW_32
+            tracer.span_flow_out(
+                "grab", "grab", start, end, {"stream": self._stream, "seq": seq}, flow_id
+            )
 
     def bind(self) -> None:
         """Call on the worker thread before its first frame: its track is the stream's."""
@@ -55,27 +79,69 @@ class StreamTrace:
         if self._count % self._every_n:
             return
         age_ms = round(result.age_seconds * 1000, 3)
-        tracer.flow("f", self._flow_base | result.seq & 0xFFFFFFFF, result.start_mono)
-        tracer.span("workflow.run", "workflow", result.start_mono, result.done_mono,
-                    {"stream": self._stream, "workflow": self._workflow, "seq": result.seq,
-                     "age_ms": age_ms})  # fmt: skip
-        for (bid, args), span in zip(self._blocks, result.block_spans, strict=False):
+        seq = result.seq
+        args = {"stream": self._stream, "workflow": self._workflow, "seq": seq, "age_ms": age_ms}
+        # The frame's flow ends here, unless its decode was not traced (sampling, or a
+        # single image run without a grabber).
+        traced = self._grabbing and seq % self._every_n == 0
+        flow_id = self._flow_base | seq & LOW_32 if traced else 0
+        tracer.span_flow_in(
+            "workflow.run", "workflow", result.start_mono, result.done_mono, args, flow_id
+        )
+        for (bid, block_args), span in zip(self._blocks, result.block_spans, strict=False):
             if span is not None:
-                tracer.span(bid, "block", span[0], span[1], args)
-        tracer.counter("frame_age_ms", result.done_mono, age_ms)
+                tracer.span(bid, "block", span[0], span[1], block_args)
+        tracer.counter(self._age_counter, result.done_mono, age_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelTrace:
+    """What every batch of one model reuses: its counter names and flow ids."""
+
+    batch_counter: str
+    depth_counter: str
+    flow_base: int
+    samples: Iterator[int]  # itertools.count: next() is atomic, for a batcher replaced live
+    wait_args: dict[str, Mapping[str, str]]  # per stream, made at its first sample
+
+
+@functools.cache
+def _model_trace(model_id: str) -> _ModelTrace:
+    # Ids never repeat in a process: a reloaded model's new batcher goes on counting.
+    return _ModelTrace(
+        f"batch_size:{model_id}",  # one counter track per batcher
+        f"queue_depth:{model_id}",
+        flow_base(SAMPLE_FLOWS, model_id),
+        itertools.count(),
+        {},
+    )
 
 
 def trace_batch(tracer: Tracer, rec: BatchRecord) -> None:
     """A model batch: `session.run` on the batcher's track, each sample's wait for it on
-    its stream's track (inside that stream's block span)."""
+    its stream's track (inside that stream's block span), and a flow from each wait to
+    the run that served it."""
     if not tracer.enabled:
         return
-    end = rec.run_start + rec.run_s
-    tracer.span("session.run", "model", rec.run_start, end,
-                {"model": rec.model_id, "batch_size": rec.batch_size,
-                 "streams": list(rec.stream_ids), "ok": rec.ok})  # fmt: skip
-    tracer.counter("batch_size", rec.run_start, rec.batch_size)
-    tracer.counter(f"queue_depth:{rec.model_id}", rec.run_start, rec.queue_depth)
+    model = _model_trace(rec.model_id)
+    start = rec.run_start
+    tracer.span(
+        "session.run",
+        "model",
+        start,
+        start + rec.run_s,
+        {
+            "model": rec.model_id,
+            "batch_size": rec.batch_size,
+            "streams": list(rec.stream_ids),
+            "ok": rec.ok,
+        },
+    )
+    tracer.counter(model.batch_counter, start, rec.batch_size)
+    tracer.counter(model.depth_counter, start, rec.queue_depth)
     for stream, wait in zip(rec.stream_ids, rec.queue_wait_s, strict=True):
-        tracer.span_for_stream(stream, "queue.wait", "queue", rec.run_start - wait, rec.run_start,
-                               {"model": rec.model_id, "stream": stream})  # fmt: skip
+        flow_id = model.flow_base | next(model.samples) & LOW_32
+        args = model.wait_args.get(stream)
+        if args is None:
+            args = model.wait_args[stream] = {"model": rec.model_id, "stream": stream}
+        tracer.span_for_stream(stream, "queue.wait", "queue", start - wait, start, args, flow_id)

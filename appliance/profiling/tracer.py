@@ -6,6 +6,15 @@ time.perf_counter() seconds, mapped once to wall-clock microseconds when the tra
 written (`anchor_us`), and floored to whole microseconds: flooring is monotonic, so a span
 inside another stays inside after rounding (Perfetto and chrome://tracing need proper
 nesting per thread).
+
+Flows (the arrows a viewer draws between threads) come in the two forms of the format:
+- bound to a span itself (`bind_id` with `flow_out` / `flow_in` on the "X" event): exact,
+  for one-to-one hops (a frame's decode -> its workflow run);
+- "s" / "f" events (one pair per id), for many-to-one hops (each sample's wait -> the one
+  batch that served it), since a span carries a single `bind_id`. Perfetto binds an "s"
+  or an "f" with `"bp": "e"` to the innermost slice open on that thread when it reads the
+  event, and it reads a timestamp's slices before its flow events (longest slice first),
+  so each is placed at the start of its slice and written after it.
 """
 
 from __future__ import annotations
@@ -18,8 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# (ph, name, cat, start s, end s or counter value, tid, args)
-Event = tuple[str, str, str, float, float, int, Mapping[str, Any] | None]
+# (ph, name, cat, start s, end s or counter value, tid, args, flow id or 0).
+# ph is the trace's own, except "X>" / "X<": a span that a flow leaves / enters.
+Event = tuple[str, str, str, float, float, int, Mapping[str, Any] | None, int]
+
+FLOW_NAME = "sample"  # the "s" / "f" pairs: one sample's hop from its wait to its batch
+_FLOW_PHASES = ("s", "f")
 
 
 @dataclass
@@ -62,27 +75,52 @@ class Tracer:
         """A complete event on the calling thread's track (perf_counter seconds)."""
         if self.enabled:
             buf = self._buffer()
-            buf.events.append(("X", name, cat, start, end, buf.tid, args))
+            buf.events.append(("X", name, cat, start, end, buf.tid, args, 0))
+
+    def span_flow_out(
+        self, name: str, cat: str, start: float, end: float, args: Mapping[str, Any], flow_id: int
+    ) -> None:
+        """A span that flow `flow_id` leaves (bound to the span itself)."""
+        if self.enabled:
+            buf = self._buffer()
+            buf.events.append(("X>", name, cat, start, end, buf.tid, args, flow_id))
+
+    def span_flow_in(
+        self, name: str, cat: str, start: float, end: float, args: Mapping[str, Any], flow_id: int
+    ) -> None:
+        """A span that flow `flow_id` enters (bound to the span itself); 0: no flow."""
+        if self.enabled:
+            buf = self._buffer()
+            buf.events.append(("X<", name, cat, start, end, buf.tid, args, flow_id))
 
     def span_for_stream(
-        self, stream_id: str, name: str, cat: str, start: float, end: float, args: Mapping[str, Any]
+        self,
+        stream_id: str,
+        name: str,
+        cat: str,
+        start: float,
+        end: float,
+        args: Mapping[str, Any],
+        flow_id: int = 0,
     ) -> None:
-        """A complete event on a stream worker's track, recorded from another thread."""
+        """A complete event on a stream worker's track, recorded from another thread
+        (nothing when the stream has no track). With `flow_id`, a flow from this span to
+        the calling thread's own span that starts at `end` (record that span first)."""
         tid = self._stream_tids.get(stream_id)
-        if self.enabled and tid is not None:
-            self._buffer().events.append(("X", name, cat, start, end, tid, args))
-
-    def flow(self, phase: str, flow_id: int, at: float) -> None:
-        """A flow event linking one frame's journey across threads: "s" starts it inside
-        the current slice, "f" ends it bound to the enclosing slice."""
-        if self.enabled:
-            buf = self._buffer()
-            buf.events.append((phase, "frame", "flow", at, float(flow_id), buf.tid, None))
+        if not self.enabled or tid is None:
+            return
+        buf = self._buffer()
+        buf.events.append(("X", name, cat, start, end, tid, args, 0))
+        if flow_id:  # with the span's args: a window kept for some streams keeps its flows
+            buf.events.append(("s", FLOW_NAME, "flow", start, start, tid, args, flow_id))
+            buf.events.append(("f", FLOW_NAME, "flow", end, end, buf.tid, args, flow_id))
 
     def counter(self, name: str, at: float, value: float) -> None:
+        """A counter sample. Viewers draw one track per process and name: give each
+        series (stream, model) a name of its own."""
         if self.enabled:
             buf = self._buffer()
-            buf.events.append(("C", name, "counter", at, value, buf.tid, None))
+            buf.events.append(("C", name, "counter", at, value, buf.tid, None, 0))
 
     def drain(self) -> list[dict[str, Any]]:
         """Every event recorded since the last drain, as Trace Event Format dicts, with
@@ -94,7 +132,9 @@ class Tracer:
             events, buf.events = buf.events, []  # swap: the owner appends to the new list
             taken.extend(events)
         out = self._metadata(buffers)
-        out.extend(self._to_json(e) for e in sorted(taken, key=lambda e: e[3]))
+        # By time; at one time, slices before the flows bound to them (see the top).
+        taken.sort(key=lambda e: (e[3], e[0] in _FLOW_PHASES))
+        out.extend(self._to_json(e) for e in taken)
         return out
 
     def _metadata(self, buffers: list[_Buffer]) -> list[dict[str, Any]]:
@@ -109,20 +149,22 @@ class Tracer:
         return meta
 
     def _to_json(self, e: Event) -> dict[str, Any]:
-        ph, name, cat, start, end, tid, args = e
+        ph, name, cat, start, end, tid, args, flow_id = e
         ts = int(start * 1e6 + self.anchor_us)
+        event: dict[str, Any] = {"name": name, "cat": cat, "ph": ph[0], "pid": self.pid}
+        event["tid"], event["ts"] = tid, ts
         if ph == "C":
-            return {"name": name, "cat": cat, "ph": "C", "pid": self.pid, "tid": tid, "ts": ts,
-                    "args": {"value": end}}  # fmt: skip
-        if ph in ("s", "f"):
-            flow = {"name": name, "cat": cat, "ph": ph, "pid": self.pid, "tid": tid, "ts": ts,
-                    "id": int(end)}  # fmt: skip
+            event["args"] = {"value": end}
+            return event
+        if ph in _FLOW_PHASES:
+            event["id"] = flow_id
             if ph == "f":
-                flow["bp"] = "e"  # bind to the enclosing slice (the workflow run)
-            return flow
-        dur = int(end * 1e6 + self.anchor_us) - ts
-        event = {"name": name, "cat": cat, "ph": "X", "pid": self.pid, "tid": tid, "ts": ts,
-                 "dur": max(dur, 0)}  # fmt: skip
+                event["bp"] = "e"  # bound to the enclosing slice, not the next one
+        else:
+            event["dur"] = max(int(end * 1e6 + self.anchor_us) - ts, 0)
+            if flow_id:
+                event["bind_id"] = flow_id
+                event["flow_out" if ph == "X>" else "flow_in"] = True
         if args:
             event["args"] = dict(args)
         return event

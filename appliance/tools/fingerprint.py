@@ -1,25 +1,25 @@
-"""Read a trace and compute its performance fingerprint, with tuning hints.
+"""Compute a trace's performance fingerprint, with tuning hints.
 
-Reads our traces (`{"traceEvents": [...]}`, see `appliance.profiling`) and ONNX Runtime's
-own profile files (a JSON array), either one optionally gzip-compressed. Durations in the
-files are microseconds; the fingerprint reports blocks and models in ms, operators in µs.
-Percentiles use the nearest-rank method, so every value is one that was measured.
+Reads what `trace_file` reads (our traces and ONNX Runtime's profiles); the fingerprint
+reports blocks and models in ms, operators in µs. Percentiles use the nearest-rank method,
+so every value is one that was measured.
+
+Blocks are keyed `<stream>/<block>`: one block id in two streams (or two workflows) is two
+rows, each with its share of all block time and of its own stream's frame time (its
+`workflow.run` spans). Every table is sorted by time spent, the hottest first; the hot
+block hint is given per workflow.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-Event = dict[str, Any]
+from appliance.tools.trace_file import Event, event_args, load_events
 
-GZIP_MAGIC = b"\x1f\x8b"
 KERNEL_SUFFIX = "_kernel_time"  # ORT names an operator event "<node>_kernel_time"
 MEMCPY_OPS = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -28,20 +28,21 @@ HOT_OP_SHARE = 30.0  # % of operator time: one op type dominates
 MEMCPY_SHARE = 10.0  # % of operator time spent copying between providers
 TINY_OP_US = 10.0  # median operator below this, with more than TINY_OPS_PER_RUN per run
 TINY_OPS_PER_RUN = 200
-HOT_BLOCK_SHARE = 50.0  # % of block time in a single block
-
-
-class TraceFormatError(ValueError):
-    """A file that is not a trace; the message names the file and what is wrong."""
+HOT_BLOCK_SHARE = 50.0  # % of a workflow's block time in a single block
+NO_STREAM = "-"  # a block span without a stream (built by hand, or another tool's)
 
 
 class BlockStats(TypedDict):
+    stream: str
+    workflow: str | None  # from the stream's workflow.run spans
+    block: str
     count: int
     total_ms: float
     mean_ms: float
     p50_ms: float
     p99_ms: float
-    share: float  # % of all block time
+    share: float  # % of all block time in the trace
+    frame_share: float | None  # % of its stream's workflow.run time (None: no such spans)
 
 
 class ModelStats(TypedDict):
@@ -77,47 +78,6 @@ class Fingerprint(TypedDict):
     hints: list[str]
 
 
-def load_events(path: Path) -> tuple[list[Event], dict[str, Any]]:
-    """The events and `otherData` of a trace file; `TraceFormatError` if it is not one."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(f"{path}: not a valid gzip file: {exc}") from exc
-    elif path.suffix == ".gz":
-        raise TraceFormatError(f"{path}: named .gz but not gzip-compressed")
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceFormatError(f"{path}: not JSON: {exc}") from exc
-    events, other = _split(path, data)
-    _check_events(path, events)
-    return events, other
-
-
-def _split(path: Path, data: Any) -> tuple[list[Any], dict[str, Any]]:
-    if isinstance(data, list):  # ONNX Runtime's profile: a bare array of events
-        return data, {}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceFormatError(f"{path}: no traceEvents list (not a Chrome trace)")
-    other = data.get("otherData")
-    return data["traceEvents"], other if isinstance(other, dict) else {}
-
-
-def _check_events(path: Path, events: list[Any]) -> None:
-    for i, event in enumerate(events):
-        if not isinstance(event, dict) or "ph" not in event:
-            raise TraceFormatError(f"{path}: event #{i} has no ph (not a trace event)")
-        needs = ("name", "ts", "dur") if event["ph"] == "X" else ("name", "ts")
-        for field in needs if event["ph"] != "M" else ():
-            if not isinstance(event.get(field), str if field == "name" else int | float):
-                raise TraceFormatError(f"{path}: event #{i} ({event.get('name')!r}) has no {field}")
-
-
 def fingerprint_file(path: Path) -> Fingerprint:
     """Load `path` and compute its fingerprint."""
     events, other = load_events(path)
@@ -129,12 +89,11 @@ def fingerprint(events: Sequence[Event], other: dict[str, Any] | None = None) ->
     spans = [e for e in events if e["ph"] == "X"]
     nodes = [e for e in spans if e.get("cat") == "Node" and e["name"].endswith(KERNEL_SUFFIX)]
     runs = [e for e in spans if e.get("cat") == "model" and e["name"] == "session.run"]
-    ages = [
-        _args(e)["age_ms"] for e in spans if e["name"] == "workflow.run" and "age_ms" in _args(e)
-    ]
+    frames = [e for e in spans if e["name"] == "workflow.run"]
+    ages = [event_args(e)["age_ms"] for e in frames if "age_ms" in event_args(e)]
     fp = Fingerprint(
         total_ms=_total_ms(events),
-        blocks=_blocks([e for e in spans if e.get("cat") == "block"]),
+        blocks=_blocks([e for e in spans if e.get("cat") == "block"], frames),
         models=_models(runs),
         ops=_ops(nodes),
         nodes=_nodes(nodes),
@@ -154,9 +113,9 @@ def percentile(values: Iterable[float], q: float) -> float:
     return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
 
 
-def _args(event: Event) -> dict[str, Any]:
-    args = event.get("args")
-    return args if isinstance(args, dict) else {}
+def stream_of(event: Event) -> str:
+    """The stream a span belongs to (its `stream` arg), NO_STREAM without one."""
+    return str(event_args(event).get("stream", NO_STREAM))
 
 
 def _total_ms(events: Sequence[Event]) -> float:
@@ -170,31 +129,47 @@ def _total_ms(events: Sequence[Event]) -> float:
 def _group(events: Iterable[Event], key: str | None = None) -> dict[str, list[Event]]:
     groups: dict[str, list[Event]] = defaultdict(list)
     for e in events:
-        groups[str(_args(e).get(key, "-")) if key else e["name"]].append(e)
+        groups[str(event_args(e).get(key, "-")) if key else e["name"]].append(e)
     return dict(groups)
 
 
-def _blocks(events: list[Event]) -> dict[str, BlockStats]:
+def _blocks(events: list[Event], frames: list[Event]) -> dict[str, BlockStats]:
+    """Per (stream, block), hottest first."""
     all_us = sum(e["dur"] for e in events) or 1
+    frame_us: Counter[str] = Counter()
+    workflows: dict[str, str] = {}
+    for f in frames:
+        frame_us[stream_of(f)] += f["dur"]
+        workflows.setdefault(stream_of(f), str(event_args(f).get("workflow", "-")))
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in events:
+        groups[(stream_of(e), e["name"])].append(e["dur"])
     out: dict[str, BlockStats] = {}
-    for name, group in _group(events).items():
-        ms = [e["dur"] / 1000 for e in group]
-        out[name] = BlockStats(
+    for (stream, block), durs in sorted(groups.items(), key=lambda item: -sum(item[1])):
+        ms = [d / 1000 for d in durs]
+        total = sum(durs)
+        out[f"{stream}/{block}"] = BlockStats(
+            stream=stream,
+            workflow=workflows.get(stream),
+            block=block,
             count=len(ms),
             total_ms=round(sum(ms), 3),
             mean_ms=round(sum(ms) / len(ms), 3),
             p50_ms=percentile(ms, 50),
             p99_ms=percentile(ms, 99),
-            share=round(100 * sum(e["dur"] for e in group) / all_us, 2),
+            share=round(100 * total / all_us, 2),
+            frame_share=round(100 * total / frame_us[stream], 2) if frame_us[stream] else None,
         )
     return out
 
 
 def _models(runs: list[Event]) -> dict[str, ModelStats]:
+    """Per model, hottest first."""
     out: dict[str, ModelStats] = {}
-    for name, group in _group(runs, "model").items():
+    groups = sorted(_group(runs, "model").items(), key=lambda g: -sum(e["dur"] for e in g[1]))
+    for name, group in groups:
         total = sum(e["dur"] for e in group) / 1000
-        batches = [_args(e)["batch_size"] for e in group if "batch_size" in _args(e)]
+        batches = [event_args(e)["batch_size"] for e in group if "batch_size" in event_args(e)]
         out[name] = ModelStats(
             runs=len(group),
             total_ms=round(total, 3),
@@ -205,7 +180,7 @@ def _models(runs: list[Event]) -> dict[str, ModelStats]:
 
 
 def _op_name(event: Event) -> str:
-    return str(_args(event).get("op_name", "?"))
+    return str(event_args(event).get("op_name", "?"))
 
 
 def _ops(nodes: list[Event]) -> dict[str, OpStats]:
@@ -224,7 +199,7 @@ def _nodes(nodes: list[Event]) -> dict[str, NodeStats]:
     per_model = Counter[str]()
     out: dict[str, NodeStats] = {}
     for e in nodes:
-        model = str(_args(e).get("model", "-"))
+        model = str(event_args(e).get("model", "-"))
         name = e["name"].removesuffix(KERNEL_SUFFIX)
         key = name if model == "-" else f"{model}/{name}"
         stats = out.setdefault(
@@ -239,7 +214,7 @@ def _nodes(nodes: list[Event]) -> dict[str, NodeStats]:
 
 
 def _batch_sizes(runs: list[Event]) -> dict[str, int]:
-    sizes = Counter(str(_args(e)["batch_size"]) for e in runs if "batch_size" in _args(e))
+    sizes = Counter(str(event_args(e)["batch_size"]) for e in runs if "batch_size" in event_args(e))
     return dict(sorted(sizes.items(), key=lambda item: int(item[0])))
 
 
@@ -252,8 +227,8 @@ def _age(ages: list[float]) -> dict[str, float] | None:
 def _providers(nodes: list[Event]) -> dict[str, list[str]]:
     seen: dict[str, set[str]] = defaultdict(set)
     for e in nodes:
-        if "provider" in _args(e):
-            seen[_op_name(e)].add(str(_args(e)["provider"]))
+        if "provider" in event_args(e):
+            seen[_op_name(e)].add(str(event_args(e)["provider"]))
     return {op: sorted(p) for op, p in sorted(seen.items())}
 
 
@@ -277,12 +252,32 @@ def hints(fp: Fingerprint, nodes: list[Event], runs: int, other: dict[str, Any])
                 f"many tiny operators: {len(nodes) / runs:.0f} ops per run, median {median} µs: "
                 "enable graph optimisations (ORT_ENABLE_ALL) or fuse the model"
             )
-    out += _fallback_hints(nodes, other)
-    out += [
-        f"block {name} takes {s['share']:.1f} % of block time: the hot spot of the workflow"
-        for name, s in fp["blocks"].items()
-        if s["share"] > HOT_BLOCK_SHARE
-    ]
+    return out + _fallback_hints(nodes, other) + _hot_blocks(fp["blocks"])
+
+
+def _hot_blocks(blocks: dict[str, BlockStats]) -> list[str]:
+    """At most one hot spot per workflow: the block with most of the block time of the
+    workflow's streams together (per stream for a stream whose workflow is not known)."""
+    groups: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    streams: dict[str, set[str]] = defaultdict(set)
+    for s in blocks.values():
+        label = f"workflow {s['workflow']}" if s["workflow"] else f"stream {s['stream']}"
+        groups[label][s["block"]] += s["total_ms"]
+        streams[label].add(s["stream"])
+    out = []
+    for label, per_block in groups.items():
+        block, ms = max(per_block.items(), key=lambda item: item[1])
+        share = 100 * ms / (sum(per_block.values()) or 1)
+        if share > HOT_BLOCK_SHARE:
+            where = (
+                f" (streams {', '.join(sorted(streams[label]))})"
+                if label.startswith("workflow ")
+                else ""
+            )
+            out.append(
+                f"block {block} takes {share:.1f} % of the block time of {label}{where}: "
+                "its hot spot"
+            )
     return out
 
 
@@ -294,7 +289,9 @@ def _fallback_hints(nodes: list[Event], other: dict[str, Any]) -> list[str]:
     for model, group in sorted(_group(nodes, "model").items()):
         wanted = requested.get(model, []) if isinstance(requested, dict) else requested
         gpu = [p for p in wanted if p in GPU_PROVIDERS]
-        on_cpu = sorted({_op_name(e) for e in group if _args(e).get("provider") == CPU_PROVIDER})
+        on_cpu = sorted(
+            {_op_name(e) for e in group if event_args(e).get("provider") == CPU_PROVIDER}
+        )
         if gpu and on_cpu:
             out.append(
                 f"model {model}: {', '.join(gpu)} requested but ops ran on {CPU_PROVIDER}: "

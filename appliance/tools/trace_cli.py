@@ -1,7 +1,8 @@
 """`appliance trace summarize|diff`: read traces, print fingerprints and regressions.
 
-Exit codes: 0 ok; 1 a file is not a trace (`error: ...` on stderr); 2 usage, or `diff
---fail-over PCT` found a block, model or the p99 frame age slower by more than PCT %.
+Exit codes: 0 ok; 1 a file is not a trace (`error: ...` on stderr); 2 usage (argparse);
+3 `diff --fail-over PCT` found a block, model, frame or frame age slower, materially and
+significantly (appliance/tools/regression.py says what that means).
 """
 
 from __future__ import annotations
@@ -9,18 +10,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from appliance.tools.fingerprint import Fingerprint, TraceFormatError, fingerprint_file
+from appliance.tools.fingerprint import Fingerprint, fingerprint, fingerprint_file
+from appliance.tools.ranktest import MIN_SAMPLES
+from appliance.tools.regression import SLOWER, Gate, Row, compare_traces, describe, samples
+from appliance.tools.trace_file import TraceFormatError, load_events
 
 EXIT_BAD_INPUT = 1
-EXIT_REGRESSION = 2
-MIN_BASELINE_MS = 0.1  # below this a change in % is noise, not a regression
+EXIT_REGRESSION = 3  # not 2: argparse's usage error, which a CI gate must tell apart
 
 Command = Callable[[argparse.Namespace], int]
-Row = tuple[str, float, float, float | None]  # name, before, after, change %
+OpRow = tuple[str, float, float, float | None]  # op type, µs per call before, after, change %
 
 # fingerprint key -> column heading, per table of `summarize`
 BLOCK_COLUMNS = {
@@ -30,6 +34,7 @@ BLOCK_COLUMNS = {
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
     "share": "share %",
+    "frame_share": "frame %",
 }
 MODEL_COLUMNS = {
     "runs": "runs",
@@ -39,6 +44,16 @@ MODEL_COLUMNS = {
 }
 OP_COLUMNS = {"total_us": "total µs", "count": "count", "share": "share %"}
 NODE_COLUMNS = {"op": "op", **OP_COLUMNS}
+DIFF_HEAD = (
+    "p50 before",
+    "p50 after",
+    "effect ms",
+    "CI low",
+    "CI high",
+    "change %",
+    "frame %",
+    "p",
+)
 
 
 def add_trace_commands(sub: Any) -> None:
@@ -52,17 +67,49 @@ def add_trace_commands(sub: Any) -> None:
     summ.add_argument("--json", action="store_true", help="print the fingerprint as JSON")
     summ.set_defaults(func=_guarded(cmd_summarize))
 
-    diff = actions.add_parser("diff", help="compare two traces: blocks, models, op types")
+    diff = actions.add_parser("diff", help="compare two traces: blocks, models, frames, ops")
     diff.add_argument("before", type=Path)
     diff.add_argument("after", type=Path)
+    _add_gate_options(diff)
+    diff.add_argument("--json", action="store_true")
+    diff.set_defaults(func=_guarded(cmd_diff))
+
+
+def _add_gate_options(diff: argparse.ArgumentParser) -> None:
+    gate = Gate()
     diff.add_argument(
         "--fail-over",
         type=float,
         metavar="PCT",
-        help=f"exit {EXIT_REGRESSION} if a block, model or p99 frame age slowed by > PCT %%",
+        help=f"exit {EXIT_REGRESSION} if a block, model, frame or frame age is slower by more "
+        "than PCT %% of its median, and the rest of the gate holds",
     )
-    diff.add_argument("--json", action="store_true")
-    diff.set_defaults(func=_guarded(cmd_diff))
+    diff.add_argument(
+        "--min-ms",
+        type=float,
+        default=gate.min_ms,
+        help="smallest slowdown that counts, in ms (default %(default)s)",
+    )
+    diff.add_argument(
+        "--min-frame-pct",
+        type=float,
+        default=gate.min_frame_pct,
+        help="smallest slowdown that counts, in %% of the stream's frame time: the change "
+        "weighted by the block's share of the frame (default %(default)s)",
+    )
+    diff.add_argument(
+        "--confidence",
+        type=_confidence,
+        default=gate.confidence,
+        help="confidence level of the rank test and intervals (default %(default)s)",
+    )
+
+
+def _confidence(text: str) -> float:
+    value = float(text)
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {text}")
+    return value
 
 
 def _guarded(func: Command) -> Command:
@@ -83,8 +130,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         print(json.dumps(fp, indent=2))
         return 0
     print(f"{args.file}: {fp['total_ms']:.1f} ms traced")
-    _section("blocks", BLOCK_COLUMNS, fp["blocks"])
-    _section("models", MODEL_COLUMNS, fp["models"])
+    _section("blocks (stream/block)", BLOCK_COLUMNS, fp["blocks"], args.top)
+    _section("models", MODEL_COLUMNS, fp["models"], args.top)
     _section("op types", OP_COLUMNS, fp["ops"], args.top)
     _section("nodes", NODE_COLUMNS, fp["nodes"], args.top)
     if fp["batch_sizes"]:
@@ -101,11 +148,12 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _section(
-    title: str, columns: dict[str, str], rows: Mapping[str, Mapping[str, Any]], top: int = 0
+    title: str, columns: dict[str, str], rows: Mapping[str, Mapping[str, Any]], top: int
 ) -> None:
+    """A table of the first `top` rows (all with 0), and how many were left out."""
     if not rows:
         return
-    shown = list(rows.items())[: top or None]
+    shown = list(rows.items())[: top if top > 0 else None]
     width = max(len(title), *(len(name) for name, _ in shown)) + 2
     print(f"\n{title:<{width}}" + "".join(f"{c:>12}" for c in columns.values()))
     for name, stats in shown:
@@ -122,72 +170,74 @@ def _cell(value: Any) -> str:
 
 # -- diff ---------------------------------------------------------------------------------
 def cmd_diff(args: argparse.Namespace) -> int:
-    before, after = fingerprint_file(args.before), fingerprint_file(args.after)
-    tables = compare(before, after)
-    slower = regressions(tables, args.fail_over) if args.fail_over is not None else []
+    gate = Gate(args.fail_over or 0.0, args.min_ms, args.min_frame_pct, args.confidence)
+    (before, other_a), (after, other_b) = load_events(args.before), load_events(args.after)
+    rows = compare_traces(samples(before), samples(after), gate)
+    ops = op_rows(fingerprint(before, other_a), fingerprint(after, other_b))
+    gated = args.fail_over is not None
+    slower = [describe(r, gate) for r in rows if gated and r.verdict == SLOWER]
+    spared = [_spared(r, gate) for r in rows if gated and _over(r, gate) and r.verdict != SLOWER]
     if args.json:
-        print(json.dumps({"tables": tables, "regressions": slower}, indent=2))
+        report = {"gate": asdict(gate), "min_samples": MIN_SAMPLES}
+        report |= {"rows": [asdict(r) for r in rows], "op_types_us_per_call": ops}
+        print(json.dumps({**report, "regressions": slower, "not_flagged": spared}, indent=2))
     else:
-        for title, rows in tables.items():
-            _print_diff(title, rows)
-        for line in slower:
-            print(f"regression: {line}")
+        _print_rows(rows)
+        _print_ops(ops)
+        print("".join(f"regression: {line}\n" for line in slower), end="")
+        print("".join(f"not flagged: {line}\n" for line in spared), end="")
     return EXIT_REGRESSION if slower else 0
 
 
-def compare(before: Fingerprint, after: Fingerprint) -> dict[str, list[Row]]:
-    """Per block and model (mean ms per run), per op type (µs per call), frame-age p99."""
-    age = [
-        ("p99", a["p99"], b["p99"])
-        for a, b in [(before["frame_age_ms"], after["frame_age_ms"])]
-        if a and b
-    ]
-    return {
-        "blocks (mean ms)": _rows(before["blocks"], after["blocks"], "mean_ms", "total_ms"),
-        "models (mean ms)": _rows(before["models"], after["models"], "mean_ms", "total_ms"),
-        "op types (µs per call)": _op_rows(before, after),
-        "frame age (ms)": [(n, x, y, _change(x, y)) for n, x, y in age],
-    }
+def _over(row: Row, gate: Gate) -> bool:
+    """Slower by more than the gate's % (whatever the rest of the gate says)."""
+    return row.change_pct is not None and row.change_pct > gate.fail_over_pct
 
 
-def _rows(a: Mapping[str, Any], b: Mapping[str, Any], key: str, base: str) -> list[Row]:
-    rows = []
-    for name in sorted(a.keys() & b.keys()):
-        meaningful = a[name][base] >= MIN_BASELINE_MS
-        change = _change(a[name][key], b[name][key]) if meaningful else None
-        rows.append((name, a[name][key], b[name][key], change))
-    return rows
+def _spared(row: Row, gate: Gate) -> str:
+    return f"{describe(row, gate)}: {row.verdict}"
 
 
-def _op_rows(before: Fingerprint, after: Fingerprint) -> list[Row]:
+def op_rows(before: Fingerprint, after: Fingerprint) -> list[OpRow]:
+    """ONNX Runtime op types in both: mean µs per call (informational, never gated)."""
     a, b = before["ops"], after["ops"]
     rows = []
     for op in sorted(a.keys() & b.keys()):
         x, y = a[op]["total_us"] / a[op]["count"], b[op]["total_us"] / b[op]["count"]
-        rows.append((op, round(x, 3), round(y, 3), _change(x, y)))
+        change = round(100 * (y - x) / x, 2) if x > 0 else None
+        rows.append((op, round(x, 3), round(y, 3), change))
     return rows
 
 
-def _change(before: float, after: float) -> float | None:
-    return round(100 * (after - before) / before, 2) if before > 0 else None
-
-
-def regressions(tables: Mapping[str, Iterable[Row]], pct: float) -> list[str]:
-    """Lines naming each block, model or p99 frame age slower by more than `pct` %."""
-    return [
-        f"{title.split(' ')[0]} {name}: {x} -> {y} (+{change:.1f} %)"
-        for title, rows in tables.items()
-        if not title.startswith("op types")
-        for name, x, y, change in rows
-        if change is not None and change > pct
-    ]
-
-
-def _print_diff(title: str, rows: list[Row]) -> None:
+def _print_rows(rows: list[Row]) -> None:
     if not rows:
         return
-    width = max(len(title), *(len(r[0]) for r in rows)) + 2
-    print(f"\n{title:<{width}}{'before':>12}{'after':>12}{'change %':>12}")
-    for name, x, y, change in rows:
+    width = max(len(f"{r.kind} {r.name}") for r in rows) + 2
+    print(f"{'':<{width}}" + "".join(f"{h:>11}" for h in DIFF_HEAD) + "  verdict")
+    for r in rows:
+        cells = (
+            r.before_ms,
+            r.after_ms,
+            r.effect_ms,
+            r.low_ms,
+            r.high_ms,
+            r.change_pct,
+            r.frame_pct,
+        )
+        text = "".join(f"{_num(v):>11}" for v in cells)
+        p = "-" if r.p_value is None else f"{r.p_value:.2g}"
+        print(f"{r.kind + ' ' + r.name:<{width}}{text}{p:>11}  {r.verdict}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _print_ops(ops: list[OpRow]) -> None:
+    if not ops:
+        return
+    width = max(len("op types (µs per call)"), *(len(r[0]) for r in ops)) + 2
+    print(f"\n{'op types (µs per call)':<{width}}{'before':>12}{'after':>12}{'change %':>12}")
+    for name, x, y, change in ops:
         text = "-" if change is None else f"{change:+.1f}"
         print(f"{name:<{width}}{x:>12.3f}{y:>12.3f}{text:>12}")

@@ -56,3 +56,41 @@ def sample_events(detect_us: tuple[float, ...] = (1000, 2000, 3000, 4000)) -> li
     events.append(node("relu", "Relu", 200, "CUDAExecutionProvider", model="ssd"))
     events.append(node("copy", "MemcpyToHost", 200, "CUDAExecutionProvider", model="ssd"))
     return events
+
+
+def frame_events(
+    stream: str, workflow: str, blocks: dict[str, list[float]], tid: int = 1, age_ms: float = 50
+) -> list[Event]:
+    """One `workflow.run` per frame with its blocks inside, back to back on track `tid`:
+    frame i runs block b for blocks[b][i] µs (every list as long)."""
+    events: list[Event] = []
+    ts = 0.0
+    for i in range(len(next(iter(blocks.values())))):
+        durs = [d[i] for d in blocks.values()]
+        run = span(
+            "workflow",
+            "workflow.run",
+            ts,
+            sum(durs) + 10,
+            stream=stream,
+            workflow=workflow,
+            seq=i,
+            age_ms=age_ms,
+        )
+        events.append({**run, "tid": tid})
+        at = ts + 5
+        for name, dur in zip(blocks, durs, strict=True):
+            events.append({**span("block", name, at, dur, stream=stream, type=name), "tid": tid})
+            at += dur
+        ts += sum(durs) + 100
+    return events
+
+
+def two_workflow_events() -> list[Event]:
+    """Streams cam and lobby run workflow people (detect 8 / 6 ms, drawn 1 ms), door runs
+    privacy (faces 3 ms, drawn 2 ms); three frames each."""
+    return [
+        *frame_events("cam", "people", {"detect": [8000] * 3, "drawn": [1000] * 3}, tid=1),
+        *frame_events("lobby", "people", {"detect": [6000] * 3, "drawn": [1000] * 3}, tid=2),
+        *frame_events("door", "privacy", {"faces": [3000] * 3, "drawn": [2000] * 3}, tid=3),
+    ]

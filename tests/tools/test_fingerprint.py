@@ -11,14 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.tools.fingerprint import (
-    TraceFormatError,
-    fingerprint,
-    fingerprint_file,
-    load_events,
-    percentile,
-)
-from tests.tools import node, sample_events, span, write_trace
+from appliance.tools.fingerprint import fingerprint, fingerprint_file, percentile
+from appliance.tools.trace_file import TraceFormatError, load_events
+from tests.tools import node, sample_events, span, two_workflow_events, write_trace
 
 MODEL = Path(__file__).resolve().parents[2] / "configs" / "models" / "person_ssdlite.onnx"
 CUDA_FIRST = {"requested_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
@@ -46,10 +41,19 @@ def test_percentile_is_nearest_rank() -> None:
 def test_blocks_models_ages_and_batches(tmp_path: Path) -> None:
     fp = fingerprint_file(write_trace(tmp_path / "t.json", sample_events()))
     assert fp["total_ms"] == 36.0
-    assert fp["blocks"]["detect"] == {
-        "count": 4, "total_ms": 10.0, "mean_ms": 2.5, "p50_ms": 2.0, "p99_ms": 4.0, "share": 71.43
-    }  # fmt: skip
-    assert fp["blocks"]["draw"]["share"] == 28.57
+    assert fp["blocks"]["s/detect"] == {
+        "stream": "s",
+        "workflow": None,  # the trace has no workflow.run of stream s
+        "block": "detect",
+        "count": 4,
+        "total_ms": 10.0,
+        "mean_ms": 2.5,
+        "p50_ms": 2.0,
+        "p99_ms": 4.0,
+        "share": 71.43,
+        "frame_share": None,
+    }
+    assert fp["blocks"]["s/draw"]["share"] == 28.57
     assert fp["models"] == {"ssd": {"runs": 2, "total_ms": 8.0, "mean_ms": 4.0, "mean_batch": 2.0}}
     assert fp["batch_sizes"] == {"1": 1, "3": 1}
     assert fp["frame_age_ms"] == {"p50": 50.0, "p90": 90.0, "p99": 100.0}
@@ -60,8 +64,12 @@ def test_ops_nodes_and_providers() -> None:
     assert list(fp["ops"]) == ["Conv", "Relu", "MemcpyToHost"]  # by total time
     assert fp["ops"]["Conv"] == {"total_us": 600, "count": 2, "share": 60.0}
     assert fp["nodes"]["ssd/conv1"] == {
-        "model": "ssd", "op": "Conv", "total_us": 400, "count": 1, "share": 40.0
-    }  # fmt: skip
+        "model": "ssd",
+        "op": "Conv",
+        "total_us": 400,
+        "count": 1,
+        "share": 40.0,
+    }
     assert fp["providers"] == {
         "Conv": ["CPUExecutionProvider"],
         "MemcpyToHost": ["CUDAExecutionProvider"],
@@ -76,7 +84,7 @@ def test_hints_name_the_hot_spots() -> None:
         "Memcpy nodes take 20.0 % of operator time: the graph is partitioned between "
         "providers; keep it on one provider",
         "model ssd: CUDAExecutionProvider requested but ops ran on CPUExecutionProvider: Conv",
-        "block detect takes 71.4 % of block time: the hot spot of the workflow",
+        "block detect takes 71.4 % of the block time of stream s: its hot spot",
     ]
 
 
@@ -144,3 +152,42 @@ def test_real_onnxruntime_profile(ort_profile: Path) -> None:
     assert sum(n["count"] for n in fp["nodes"].values()) == sum(
         s["count"] for s in fp["ops"].values()
     )
+
+
+def test_blocks_are_rows_per_stream_hottest_first() -> None:
+    blocks = fingerprint(two_workflow_events())["blocks"]
+    assert list(blocks) == [
+        "cam/detect",
+        "lobby/detect",
+        "door/faces",
+        "door/drawn",
+        "cam/drawn",
+        "lobby/drawn",
+    ]
+    cam = blocks["cam/detect"]
+    assert (cam["stream"], cam["workflow"], cam["block"], cam["count"]) == (
+        "cam",
+        "people",
+        "detect",
+        3,
+    )
+    assert cam["share"] == 38.1  # 24 of 63 ms of block time
+    assert cam["frame_share"] == 88.79  # 24 of cam's 27.03 ms of workflow.run
+    # One block id in two workflows stays two rows, each counting its own stream's runs.
+    assert blocks["door/drawn"]["count"] == blocks["cam/drawn"]["count"] == 3
+
+
+def test_one_hot_spot_per_workflow() -> None:
+    hints = fingerprint(two_workflow_events())["hints"]
+    assert hints == [
+        "block detect takes 87.5 % of the block time of workflow people (streams cam, lobby): "
+        "its hot spot",
+        "block faces takes 60.0 % of the block time of workflow privacy (streams door): "
+        "its hot spot",
+    ]
+
+
+def test_models_hottest_first() -> None:
+    events = [span("model", "session.run", 0, 1000, model="small", batch_size=1)]
+    events += [span("model", "session.run", 0, 3000, model="big", batch_size=2)]
+    assert list(fingerprint(events)["models"]) == ["big", "small"]
