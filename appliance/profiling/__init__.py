@@ -11,7 +11,7 @@ Trace conventions (Chrome Trace Event Format, `{"traceEvents": [...], "displayTi
 | a block run | X | block | the block id | stream, type |
 | a sample's wait for its batch | X | queue | `queue.wait` | model, stream |
 | a model batch | X | model | `session.run` | model, batch_size, streams |
-| a decoded frame | X | grab | `grab` | stream, seq |
+| a decoded frame | X | grab | `grab` (holds `read`, `decode`) | stream, seq |
 | an ONNX Runtime operator | X | Node | `<node>_kernel_time` | op_name, provider, ... (ORT's own) |
 | counters | C | counter | `frame_age_ms:<stream>`, `batch_size:<model>`, ... | value |
 | process and thread names | M | - | `process_name`, `thread_name` | name |

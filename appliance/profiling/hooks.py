@@ -54,18 +54,24 @@ class StreamTrace:
         self._workflow = workflow.name
         self._age_counter = f"frame_age_ms:{stream_id}"  # one counter track per stream
         self._flow_base = flow_base(FRAME_FLOWS, stream_id)
+        self._stream_args = {"stream": stream_id}  # built once: the read/decode spans' args
         self._grabbing = False  # set by the first traced decode: frames then have flows
 
-    def grabbed(self, seq: int, start: float, end: float) -> None:
-        """On the grabber thread: reading and decoding frame `seq` took start..end; the
-        frame's flow leaves this span."""
+    def grabbed(self, seq: int, start: float, received: float, end: float) -> None:
+        """On the grabber thread: frame `seq` was read from start to `received` (waiting
+        for the camera, demuxing) and decoded to BGR from then to `end`; a `grab` span
+        holds the two (`read`, `decode`), and the frame's flow leaves it."""
         tracer = self._tracer
         if tracer.enabled and seq % self._every_n == 0:
             self._grabbing = True
             flow_id = self._flow_base | seq & LOW_32
-            tracer.span_flow_out(
-                "grab", "grab", start, end, {"stream": self._stream, "seq": seq}, flow_id
-            )
+            args = {"stream": self._stream, "seq": seq}
+            tracer.span_flow_out("grab", "grab", start, end, args, flow_id)
+            # A decoder that holds frames back hands over data read before this frame's
+            # read began: the split is clamped into the grab span.
+            received = min(max(received, start), end)
+            tracer.span("read", "grab", start, received, self._stream_args)
+            tracer.span("decode", "grab", received, end, self._stream_args)
 
     def bind(self) -> None:
         """Call on the worker thread before its first frame: its track is the stream's."""

@@ -95,8 +95,8 @@ class Grabber:
         self._prev_frame_mono: float | None = None  # this session's previous frame
         self._last_frame_mono = 0.0
         self._reading_since = 0.0  # one float store per frame each way, no lock
-        # Called with (seq, start, end) as each frame is read and decoded (profiling).
-        self.on_grabbed: Callable[[int, float, float], None] | None = None
+        # Called with (seq, read start, data received, decoded) per frame (profiling).
+        self.on_grabbed: Callable[[int, float, float, float], None] | None = None
 
     def start(self) -> None:
         """Start the thread; call once."""
@@ -214,7 +214,7 @@ class Grabber:
             for image, pts in itertools.chain([first], frames):
                 self._reading_since = 0.0  # pacing and a full slot are waits, not reads
                 if grabbed is not None:  # the profiler's hook: this frame's read and decode
-                    grabbed(self._seq, start, time.perf_counter())
+                    grabbed(self._seq, start, source.received_mono, time.perf_counter())
                 if pace is not None and not pace.wait(pts):
                     return
                 # A camera's frame is as old as its arrival; a file's, as its release.

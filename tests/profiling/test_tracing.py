@@ -322,7 +322,7 @@ def test_a_frame_flow_needs_its_decode_traced() -> None:
     tracer = Tracer()
     trace = StreamTrace(tracer, "cam", OneBlock, every_n=2)  # type: ignore[arg-type]
     for seq in range(1, 7):
-        trace.grabbed(seq, float(seq), seq + 0.001)
+        trace.grabbed(seq, float(seq), seq + 0.0004, seq + 0.001)
         if seq not in (3, 6):  # dropped: decoded, never run
             trace(frame(seq, seq + 0.002))
     events = tracer.drain()
@@ -331,3 +331,22 @@ def test_a_frame_flow_needs_its_decode_traced() -> None:
     assert [e["args"]["seq"] for e in events if e["name"] == "grab"] == [2, 4, 6]
     flows, _ = perfetto.read_flows(events)
     assert [(f.source.args["seq"], f.target.args["seq"]) for f in flows] == [(2, 2)]
+
+
+def test_a_grab_splits_into_its_read_and_its_decode() -> None:
+    """The wait for the camera (`read`) and the decode to BGR (`decode`) nest in the
+    frame's `grab` span on the grabber's track; data read before the grab began (a
+    decoder that held a frame back) counts as no read at all."""
+    tracer = Tracer()
+    trace = StreamTrace(tracer, "cam", OneBlock)  # type: ignore[arg-type]
+    trace.grabbed(7, 1.0, 1.0004, 1.001)
+    trace.grabbed(8, 2.0, 1.5, 2.001)  # received before this grab's read began
+    spans = [e for e in tracer.drain() if e["ph"] == "X"]
+    by_name = {n: [e for e in spans if e["name"] == n] for n in ("grab", "read", "decode")}
+    assert [len(v) for v in by_name.values()] == [2, 2, 2]
+    (grab, _), (read, late_read), (decode, _) = by_name.values()
+    assert (read["ts"], read["dur"]) == (grab["ts"], 400)  # µs
+    assert read["ts"] + read["dur"] == decode["ts"]
+    assert decode["ts"] + decode["dur"] == grab["ts"] + grab["dur"]
+    assert {e["tid"] for e in spans} == {grab["tid"]}
+    assert late_read["dur"] == 0
