@@ -180,7 +180,9 @@ def run_ours(spec: Spec, record: Recorder) -> None:
         "decoder": spec.decoder,
         "labels": spec.labels,
         "input_size": spec.input_size,
-        "providers": ["cpu"],  # the reference runs ORT's CPU build: compare like with like
+        # The reference runs ORT's CPU build: compare like with like (a GPU run sets
+        # BENCH_PROVIDERS, bench/gpu_check.sh).
+        "providers": json.loads(os.environ.get("BENCH_PROVIDERS", '["cpu"]')),
         "session": json.loads(os.environ.get("BENCH_SESSION", "{}")),  # experiments
         # Several streams: batch across them like the shipped workflows (2 ms wait).
         "batching": {"max_batch_size": spec.max_batch, "max_queue_delay_ms": 2}

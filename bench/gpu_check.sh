@@ -7,7 +7,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 -d .whl onnxruntime-gpu av pydantic pydantic-core \
-#     annotated-types typing-inspection
+#     annotated-types typing-inspection psutil
 # Then: device run, command "sh bench/gpu_check.sh", carry [".whl"], timeout_s 480.
 set -eu
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -19,4 +19,12 @@ python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_provid
 for bench in batching pipeline_efficiency latency; do
     timeout 120 python3 "bench/$bench.py" --quick 2>&1 | tee "$OUT/$bench.txt" || true
 done
+# Scaling on CUDA, 8 to 64 streams of one clock camera, where the machine has GStreamer's
+# RTSP server for the camera (Debian: gir1.2-gst-rtsp-server-1.0 python3-gi).
+if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null; then
+    BENCH_PROVIDERS='["cuda", "cpu"]' timeout 300 python3 bench/scaling.py \
+        --counts 8,16,32,64 --rounds 1 --seconds 8 --no-plot 2>&1 | tee "$OUT/scaling.txt" || true
+else
+    echo "no GStreamer RTSP server here: bench/scaling.py skipped" | tee "$OUT/scaling.txt"
+fi
 cp bench/results/*.json "$OUT/" 2>/dev/null || true
