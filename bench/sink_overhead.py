@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -72,7 +73,9 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 def stream_fps(frames: int, sinks: dict[str, Any], folder: Path) -> float:
     stream = {"id": "bench", "workflow": detect_workflow(), "outputs": list(sinks),
               "source": {"url": str(DEMO_CLIP), "pace": "fast", "loop": True}}  # fmt: skip
-    doc = {"models": {"person": person_model()}, "sinks": sinks, "streams": [stream],
+    # BENCH_SESSION: session options to try (JSON), as bench/_reference.py takes them.
+    model = {**person_model(), "session": json.loads(os.environ.get("BENCH_SESSION", "{}"))}
+    doc = {"models": {"person": model}, "sinks": sinks, "streams": [stream],
            "profiling": {"dir": str(folder / "traces")}}  # fmt: skip
     runtime = Runtime(parse_config(doc, folder), max_frames=frames)
     runtime.start()
