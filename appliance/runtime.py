@@ -8,6 +8,7 @@ half-runs.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -92,6 +93,7 @@ class Runtime:
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
         self.streams: dict[str, Stream] = {}
         self._requested: set[str] = set()  # ids of streams added over the API
+        self._generations = itertools.count()  # each started stream's number
         self._max_frames = max_frames
         self._lock = threading.Lock()  # the streams dict and the id checks
         self._control = threading.RLock()  # one change at a time (appliance/control.py)
@@ -171,7 +173,11 @@ class Runtime:
             self.config.resolve,
             max_frames=self._max_frames,
             trace=StreamTrace(
-                self.profiler.tracer, cfg.id, workflow, self.config.profiling.sample_every_n_frames
+                self.profiler.tracer,
+                cfg.id,
+                workflow,
+                self.config.profiling.sample_every_n_frames,
+                next(self._generations),  # a restart's frame flows get ids of their own
             ),
             on_state=self.outputs.stream_state,
         )

@@ -37,11 +37,18 @@ def flow_base(kind: int, key: str) -> int:
 class StreamTrace:
     """Turns a stream's FrameResults into a workflow span with its block spans inside.
 
-    `every_n` samples frames for very high frame rates (1: every frame).
+    `every_n` samples frames for very high frame rates (1: every frame). `generation`
+    tells apart the streams one id had over time: a restarted stream numbers its frames
+    from 0 again, and its flows must not take the ids of its predecessor's in one file.
     """
 
     def __init__(
-        self, tracer: Tracer, stream_id: str, workflow: CompiledWorkflow, every_n: int = 1
+        self,
+        tracer: Tracer,
+        stream_id: str,
+        workflow: CompiledWorkflow,
+        every_n: int = 1,
+        generation: int = 0,
     ) -> None:
         self._tracer = tracer
         self._stream = stream_id
@@ -53,7 +60,7 @@ class StreamTrace:
         )
         self._workflow = workflow.name
         self._age_counter = f"frame_age_ms:{stream_id}"  # one counter track per stream
-        self._flow_base = flow_base(FRAME_FLOWS, stream_id)
+        self._flow_base = flow_base(FRAME_FLOWS, f"{stream_id}/{generation}")
         self._stream_args = {"stream": stream_id}  # built once: the read/decode spans' args
         self._grabbing = False  # set by the first traced decode: frames then have flows
 

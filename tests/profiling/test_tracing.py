@@ -350,3 +350,19 @@ def test_a_grab_splits_into_its_read_and_its_decode() -> None:
     assert decode["ts"] + decode["dur"] == grab["ts"] + grab["dur"]
     assert {e["tid"] for e in spans} == {grab["tid"]}
     assert late_read["dur"] == 0
+
+
+def test_a_restarted_stream_keeps_its_frame_flows_apart() -> None:
+    """Two streams of one id in one trace (a restart while the old worker still finishes
+    a frame): both number frames from 0, yet each decode's arrow ends at its own run."""
+    tracer = Tracer()
+    old = StreamTrace(tracer, "cam", OneBlock, generation=0)  # type: ignore[arg-type]
+    new = StreamTrace(tracer, "cam", OneBlock, generation=1)  # type: ignore[arg-type]
+    old.grabbed(0, 1.0, 1.0001, 1.0002)
+    new.grabbed(0, 1.0005, 1.0006, 1.0007)
+    old(frame(0, 1.002))
+    new(frame(0, 1.004))
+    flows, unbound = perfetto.read_flows(tracer.drain())
+    assert unbound == []
+    arrows = sorted((f.source.ts, f.target.ts - f.source.ts) for f in flows)
+    assert [gap for _, gap in arrows] == [2000, 3500]  # µs: grab start -> its own run
