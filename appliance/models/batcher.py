@@ -285,6 +285,10 @@ class ModelBatcher:
     def _stack(self, samples: list[Tensor], size: int) -> Tensor:
         """Samples as one contiguous (size, *shape) array; rows past them are zeros."""
         first = samples[0]
+        if size == 1 and first.flags.c_contiguous:
+            # One sample (a lone stream's frame): a view with the batch axis, no copy. A
+            # 640x480 float32 frame is 3.7 MB: 0.3 ms of copying on the batcher's path.
+            return first[None]
         shape = (size, *first.shape)
         buffer = self._buffer
         if buffer is None or buffer.shape != shape or buffer.dtype != first.dtype:
