@@ -6,6 +6,8 @@ Inside appliance: models <- profiling (runtime instrumentation) <- tools (offlin
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,14 @@ def test_the_runtime_interface_exists(tmp_path: Path) -> None:
 
     runtime = Runtime(AppConfig(base_dir=tmp_path))  # built, not started: no thread runs
     assert sorted(n for n in RUNTIME_INTERFACE if not hasattr(runtime, n)) == []
+
+
+def test_the_cli_starts_without_the_heavy_analysis_libraries() -> None:
+    """Every command builds the whole parser; scipy (0.8 s to import) loads only when
+    `trace diff` runs, not for `streams list` and the like."""
+    code = ("import sys; from appliance.cli import main; "
+            "main(['streams', 'list', '--url', 'http://127.0.0.1:9']); "  # refused at once
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT, timeout=60)  # fmt: skip
+    assert done.stdout.strip().splitlines()[-1] == "[]"
