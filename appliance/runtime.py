@@ -305,12 +305,13 @@ class Runtime:
     # -- status: what routes, probes, the CLI and commands read -----------------------
     def status(self) -> RuntimeStatus:
         """Everything at once, as frozen snapshots (appliance/status.py)."""
+        sinks = self.outputs.statuses()
         return RuntimeStatus(
             started_at=self.started_at,
             problem=self.liveness_problem(),
-            streams=self.streams_status(),
+            streams=self.streams_status(sinks),
             models=self.pool.describe(),
-            sinks=self.outputs.statuses(),
+            sinks=sinks,
             profiling=self.profiling_status(),
             stalled=self.stalled(),
         )
@@ -323,25 +324,23 @@ class Runtime:
         if given), as the sinks get them; it must be quick. Returns the unsubscribe."""
         return self.outputs.subscribe(fn, stream_id)
 
-    def streams_status(self) -> list[StreamStatus]:
-        sinks = self._sink_states()
-        return [self._stream_status(s, sinks) for s in list(self.streams.values())]
+    def streams_status(self, sinks: list[SinkStatus] | None = None) -> list[StreamStatus]:
+        """Every stream's status; `sinks`: the sinks' statuses when already read."""
+        states = _states(self.outputs.statuses() if sinks is None else sinks)
+        return [self._stream_status(s, states) for s in list(self.streams.values())]
 
     def stream_status(self, stream_id: str) -> StreamStatus:
         """One stream's status; UnknownStreamError if no stream has that id."""
         stream = self.streams.get(stream_id)
         if stream is None:
             raise UnknownStreamError(stream_id)
-        return self._stream_status(stream, self._sink_states())
+        return self._stream_status(stream, _states(self.outputs.statuses()))
 
     def _stream_status(self, stream: Stream, sinks: dict[str, str]) -> StreamStatus:
         models = self.pool.handles
         providers = {m: list(models[m].info.providers)
                      for m in stream.workflow.models if m in models}  # fmt: skip
         return stream.status(providers, sinks)
-
-    def _sink_states(self) -> dict[str, str]:
-        return {s.name: s.state for s in self.outputs.statuses()}
 
     def models_status(self) -> list[ModelStatus]:
         return self.pool.describe()
@@ -427,3 +426,7 @@ class Runtime:
         if replaced or self._stopping.is_set():
             return  # removed, restarted over the API, or shutting down: nothing to do
         restart_stalled(stream, self.restart_stream, self.metrics.threads_abandoned)
+
+
+def _states(sinks: list[SinkStatus]) -> dict[str, str]:
+    return {s.name: s.state for s in sinks}

@@ -19,9 +19,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/NAME.py` from anywhere
 
 
 def parse_args(description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="finish within 60 s")
-    return parser.parse_args()
+    return bench_parser(description).parse_args()
 
 
 def report(
@@ -50,21 +48,7 @@ def detect_stream_config(
 ) -> AppConfig:
     """One stream running one `detect` block; the model unbatched (one stream), on the
     GPU where there is one."""
-    model = {
-        "providers": ["cuda", "cpu"],
-        "batching": {"max_batch_size": 1, "max_queue_delay_ms": 0},
-        **model,
-    }
-    workflow = {
-        "name": model_id,
-        "blocks": [{"id": model_id, "type": "detect", "model": model_id}],
-        "outputs": {model_id: model_id},
-    }
-    doc = {
-        "models": {model_id: model},
-        "streams": [{"id": stream_id, "source": source, "workflow": workflow}],
-    }
-    return parse_config(doc, ROOT)
+    return detect_streams_config(model_id, model, {stream_id: source})
 
 
 def bench_parser(description: str) -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.sinks.receiver import LoopThread
+from tests.support.processes import end_process
 
 T = TypeVar("T")
 WAIT_S = 15.0  # default wait for something to arrive: generous for a busy 2-core box
@@ -109,12 +110,7 @@ class Broker:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        proc.send_signal(sig)
-        try:
-            proc.wait(EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(EXIT_TIMEOUT_S)
+        end_process(proc, sig)
         if self.log is not None:
             self.log.join()
 

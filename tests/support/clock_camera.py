@@ -27,12 +27,13 @@ import subprocess
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tests.support import clock_camera_server as layout
+from tests.support.processes import end_process, read_line
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 SCRIPT = Path(__file__).with_name("clock_camera_server.py")
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_CLIP = ROOT / "configs" / "media" / "demo.mp4"
 CACHE = ROOT / "tests" / ".cache" / "clock_camera"  # git-ignored
 READY_TIMEOUT_S = 15.0  # GStreamer's first start loads plugins: ~1 s, more on a busy box
-EXIT_TIMEOUT_S = 5.0
 BACKGROUND_PICTURES = 32  # demo clip frames cycled by the camera (15 MB at 640x480)
 _THRESHOLD, _MARGIN = 128, 48  # a block reads 1 above 128; within ±48 of it is no stamp
 
@@ -156,7 +156,7 @@ class ClockCamera:
                 args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True
             )
         assert self._proc.stdout is not None
-        line = _read_line(self._proc.stdout, READY_TIMEOUT_S)
+        line = read_line(self._proc.stdout, READY_TIMEOUT_S)
         if not line.startswith("READY "):
             self.stop()
             raise RuntimeError(f"clock camera did not start: {line!r}\n{self.log()}")
@@ -164,18 +164,11 @@ class ClockCamera:
         return self
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after EXIT_TIMEOUT_S."""
+        """SIGTERM, then SIGKILL after a few seconds."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        proc.terminate()
-        try:
-            proc.wait(EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(EXIT_TIMEOUT_S)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        end_process(proc)
 
     @property
     def running(self) -> bool:
@@ -241,12 +234,3 @@ def _crop_to(image: Image, aspect: float) -> Image:
         return image[:, (w - keep) // 2 : (w + keep) // 2]
     keep = round(w / aspect)
     return image[(h - keep) // 2 : (h + keep) // 2]
-
-
-def _read_line(stream: IO[str], timeout_s: float) -> str:
-    """The child's first line; "" when it exits or times out first."""
-    result: list[str] = []
-    reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    return result[0].strip() if result else ""

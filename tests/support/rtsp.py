@@ -16,23 +16,21 @@ which has PyGObject and GStreamer's RTSP server; the venv does not need them.
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 import pytest
 
 from tests.support.media import MakeClip
+from tests.support.processes import end_process, read_line
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 SCRIPT = Path(__file__).with_name("rtsp_server.py")
 READY_TIMEOUT_S = 15.0  # GStreamer's first start loads plugins: ~1 s, more on a busy box
-EXIT_TIMEOUT_S = 5.0
 _PACKAGES = (
     "gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base "
     "gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly"
@@ -75,7 +73,7 @@ class RtspServer:
         )
         log.close()  # the child holds its own copy
         assert self._proc.stdout is not None
-        line = _read_line(self._proc.stdout, READY_TIMEOUT_S)
+        line = read_line(self._proc.stdout, READY_TIMEOUT_S)
         if not line.startswith("READY"):
             self.stop()
             raise RuntimeError(f"RTSP server did not start: {line!r}\n{self.log()}")
@@ -88,14 +86,7 @@ class RtspServer:
             return
         if proc.poll() is not None:
             self.crashed = proc.returncode
-        proc.terminate()
-        try:
-            proc.wait(EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(EXIT_TIMEOUT_S)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        end_process(proc)
 
     def suspend(self) -> None:
         """SIGSTOP: the server keeps its sockets open but sends nothing (a hung camera)."""
@@ -179,14 +170,3 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _read_line(stream: IO[str], timeout_s: float) -> str:
-    """The first line of a child's stdout; "" when it exits or times out first."""
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(stream, selectors.EVENT_READ)
-        while (left := deadline - time.monotonic()) > 0:
-            if sel.select(left):
-                return stream.readline().strip()
-    return ""
