@@ -344,12 +344,13 @@ def test_a_grab_splits_into_its_read_and_its_decode() -> None:
     spans = [e for e in tracer.drain() if e["ph"] == "X"]
     by_name = {n: [e for e in spans if e["name"] == n] for n in ("grab", "read", "decode")}
     assert [len(v) for v in by_name.values()] == [2, 2, 2]
-    (grab, _), (read, late_read), (decode, _) = by_name.values()
+    (grab, late_grab), (read, late_read), (decode, late_decode) = by_name.values()
     assert (read["ts"], read["dur"]) == (grab["ts"], 400)  # µs
     assert read["ts"] + read["dur"] == decode["ts"]
     assert decode["ts"] + decode["dur"] == grab["ts"] + grab["dur"]
     assert {e["tid"] for e in spans} == {grab["tid"]}
     assert late_read["dur"] == 0
+    assert late_decode["ts"] == late_grab["ts"]  # inside its grab, not before it
 
 
 def test_a_restarted_stream_keeps_its_frame_flows_apart() -> None:
