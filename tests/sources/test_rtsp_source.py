@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from appliance.sources import StreamState
+from appliance.sources.pyav import PyAVSource
 from tests.sources import FAST_PROBE, WAIT_S, Harness, Run, assert_stops
 from tests.support.media import MakeClip
 from tests.support.rtsp import RtspServerFactory, free_port
@@ -92,6 +93,24 @@ def test_frames_arrive_and_the_state_is_running(
     assert all(a.capture_mono < b.capture_mono for a, b in itertools.pairwise(frames))
     offset = time.time() - time.perf_counter()
     assert all(abs(f.capture_time - (f.capture_mono + offset)) < 0.05 for f in frames)
+
+
+def test_a_camera_frame_is_as_old_as_its_arrival(
+    harness: Harness, rtsp_server: RtspServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time spent after the data arrived (decoding, converting) counts in the frame's
+    age: here every frame takes 0.2 s more after its arrival."""
+    slow_s, frames = 0.2, PyAVSource.frames
+
+    def slow(self: PyAVSource) -> Iterator[Any]:
+        for item in frames(self):
+            time.sleep(slow_s)
+            yield item
+
+    monkeypatch.setattr(PyAVSource, "frames", slow)
+    run = start_camera(harness, rtsp_server().url)
+    frame = run.take(2)[-1]
+    assert time.perf_counter() - frame.capture_mono >= slow_s
 
 
 def test_the_served_clip_loops_like_a_camera(
