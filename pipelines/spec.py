@@ -46,12 +46,14 @@ class SessionSpec(_Strict):
     intra_op_threads: Annotated[int, Field(ge=0)] = 0  # 0: ONNX Runtime's default
     inter_op_threads: Annotated[int, Field(ge=0)] = 0
     graph_optimization: GraphOptimization = "all"
-    # Off, unlike ONNX Runtime's default: its idle intra-op threads spin before sleeping,
-    # and on an appliance the cores are shared with the streams' decoders and workers.
-    # bench/scaling.py (person detector, 2 cores): spinning on cost 64-75 ms CPU per frame
-    # at one 15 fps stream against 33-36 off, and 8 streams ran at 16-19 fps against
-    # 22-47. True suits a machine that runs nothing but the model.
-    allow_spinning: bool = False
+    # ONNX Runtime's default: between operators (and for a while after a run) its idle
+    # intra-op threads spin instead of sleeping. bench/freshness.py (2 cores, CenterFace
+    # saturating them): spinning processed 24.7 fps [24.5-26.3] against 22.7 [22.3-23.8]
+    # off at one 30 fps camera, and 5.8 against 5.2 fps per stream at four 15 fps ones;
+    # at 8 person-detector streams both ran at 6 fps each. The price is idle CPU: below
+    # saturation spinning doubles the CPU per frame (one 15 fps person-detector stream:
+    # 73 against 32 ms) without a frame more. False suits machines shared with other work.
+    allow_spinning: bool = True
 
 
 class ModelSpec(_Strict):
