@@ -102,6 +102,11 @@ class BackoffConfig(_Strict):
 class SourceConfig(_Strict):
     url: str
     transport: Literal["tcp", "udp"] = "tcp"  # RTSP only
+    # RTSP only. auto: H.264/H.265 cameras are read by our RTP reader, which decodes a
+    # frame as soon as its last packet arrives (FFmpeg's waits for the next frame's
+    # first packet: one frame interval later); other codecs, or any FFmpeg `options`,
+    # go to FFmpeg's reader. ffmpeg: always FFmpeg's reader.
+    reader: Literal["auto", "ffmpeg"] = "auto"
     loop: bool = True  # files only
     pace: Literal["realtime", "fast"] = "realtime"  # files only
     stall_timeout_s: Annotated[float, Field(gt=0)] = 5.0

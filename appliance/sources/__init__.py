@@ -10,7 +10,7 @@ from appliance.sources.base import (
     source_kind,
 )
 from appliance.sources.grabber import Grabber, GrabberStats, slot_for
-from appliance.sources.pyav import open_source
+from appliance.sources.opener import open_source
 from appliance.sources.slot import LatestFrame
 
 __all__ = [

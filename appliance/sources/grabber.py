@@ -30,8 +30,8 @@ from appliance.sources.base import (
     mask_url,
     source_kind,
 )
+from appliance.sources.opener import open_source
 from appliance.sources.pacing import Pacer
-from appliance.sources.pyav import open_source
 from appliance.sources.slot import LatestFrame
 from pipelines.types import Frame, Image
 

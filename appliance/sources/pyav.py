@@ -132,15 +132,14 @@ def describe(exc: BaseException) -> str:
     return mask_url(str(exc) or type(exc).__name__)
 
 
-def open_source(
+def open_pyav(
     cfg: SourceConfig,
     resolve_path: Callable[[str], Path],
     *,
     stop: threading.Event | None = None,
 ) -> PyAVSource:
-    """Open the source a config names; raises SourceError naming the (masked) URL or path.
-
-    Blocks up to `cfg.open_timeout_s`. `stop` lets another thread end `frames()`.
+    """Open a source with FFmpeg's readers; raises SourceError naming the (masked) URL or
+    path. Blocks up to `cfg.open_timeout_s`. `stop` lets another thread end `frames()`.
     """
     live = source_kind(cfg.url) != "file"
     target, fmt, options = _live_target(cfg) if live else _file_target(cfg, resolve_path)

@@ -33,7 +33,7 @@ SCRIPT = Path(__file__).with_name("rtsp_server.py")
 READY_TIMEOUT_S = 15.0  # GStreamer's first start loads plugins: ~1 s, more on a busy box
 _PACKAGES = (
     "gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base "
-    "gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly"
+    "gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad"
 )
 _GI_CHECK = (
     "import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0')"
@@ -110,6 +110,7 @@ class RtspServerFactory(Protocol):
         clip: Path | None = None,
         *,
         pattern: str | None = None,
+        codec: str = "h264",
         path: str = "/stream",
         auth: str | None = None,
     ) -> RtspServer: ...
@@ -132,7 +133,8 @@ def _gst_rtsp_available() -> None:
 def rtsp_server(
     _gst_rtsp_available: None, make_clip: MakeClip, tmp_path: Path
 ) -> Iterator[RtspServerFactory]:
-    """Factory: rtsp_server(clip=None, *, pattern=None, path="/stream", auth=None) -> RtspServer.
+    """Factory: rtsp_server(clip=None, *, pattern=None, codec="h264", path="/stream",
+    auth=None) -> RtspServer. `codec` (h264, h265) applies to a pattern.
 
     Default source: a 2 s 160x120 15 fps clip, looped. `auth="user:pass"` requires Basic auth.
     """
@@ -142,11 +144,12 @@ def rtsp_server(
         clip: Path | None = None,
         *,
         pattern: str | None = None,
+        codec: str = "h264",
         path: str = "/stream",
         auth: str | None = None,
     ) -> RtspServer:
         if pattern is not None:
-            args = ["--pattern", pattern]
+            args = ["--pattern", pattern, "--codec", codec]
         else:
             args = ["--clip", str(clip or make_clip(160, 120, fps=15, seconds=2.0))]
         if auth is not None:

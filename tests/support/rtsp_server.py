@@ -32,9 +32,15 @@ _CLIP = (
 )
 _PATTERN = (
     "( videotestsrc is-live=true pattern=ball ! video/x-raw,width={w},height={h},framerate={fps}/1"
-    " ! videoconvert ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps}"
-    " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+    " ! videoconvert ! {encoder} )"
 )
+_ENCODERS = {
+    "h264": "x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps}"
+    " ! rtph264pay name=pay0 pt=96 config-interval=1",
+    # x265enc is in gstreamer1.0-plugins-bad; parameter sets go in the SDP and in band.
+    "h265": "x265enc tune=zerolatency speed-preset=ultrafast key-int-max={fps}"
+    " ! rtph265pay name=pay0 pt=96 config-interval=1",
+}
 
 
 def _loop_media(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
@@ -76,6 +82,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--clip", help="H.264 MP4 file to loop")
     src.add_argument("--pattern", help="WxH@FPS of a live test pattern")
+    p.add_argument("--codec", choices=sorted(_ENCODERS), default="h264", help="of --pattern")
     p.add_argument("--auth", help="user:pass required from clients (Basic)")
     return p.parse_args(argv)
 
@@ -90,7 +97,8 @@ def _factory(args: argparse.Namespace) -> GstRtspServer.RTSPMediaFactory:
     else:
         size, fps = args.pattern.split("@")
         w, h = size.split("x")
-        factory.set_launch(_PATTERN.format(w=int(w), h=int(h), fps=int(fps)))
+        encoder = _ENCODERS[args.codec].format(fps=int(fps))
+        factory.set_launch(_PATTERN.format(w=int(w), h=int(h), fps=int(fps), encoder=encoder))
         factory.set_shared(True)  # one live encoder for all clients, like a camera
     factory.set_eos_shutdown(False)
     return factory

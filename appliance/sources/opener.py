@@ -1,0 +1,32 @@
+"""Which reader opens a configured source: ours for RTSP H.264/H.265, FFmpeg's for the rest."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from appliance.config import SourceConfig
+from appliance.sources.base import VideoSource, source_kind
+from appliance.sources.pyav import open_pyav
+from appliance.sources.rtp import UnsupportedCodecError, open_rtp
+
+
+def open_source(
+    cfg: SourceConfig,
+    resolve_path: Callable[[str], Path],
+    *,
+    stop: threading.Event | None = None,
+) -> VideoSource:
+    """Open the source a config names; raises SourceError naming the (masked) URL or path.
+
+    RTSP cameras go to the RTP reader (rtp.py) unless `reader: ffmpeg` or FFmpeg
+    `options` are configured, or their video is neither H.264 nor H.265. Blocks up to
+    `cfg.open_timeout_s` (twice, at worst, when an unsupported codec is found first).
+    `stop` lets another thread end `frames()`.
+    """
+    if source_kind(cfg.url) == "rtsp" and cfg.reader == "auto" and not cfg.options:
+        with contextlib.suppress(UnsupportedCodecError):
+            return open_rtp(cfg, stop=stop)
+    return open_pyav(cfg, resolve_path, stop=stop)

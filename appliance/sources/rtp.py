@@ -1,0 +1,320 @@
+"""RTSP cameras read over RTP by our own depacketizer: a frame decodes as its last packet lands.
+
+FFmpeg's RTSP reader parses H.264/H.265 with a parser that finds the end of a frame only
+when the next frame's first packet arrives, so every frame waits one frame interval
+(67 ms at 15 fps) before it is even decoded; it ignores the RTP marker bit that ends the
+frame. Here aiortsp runs the RTSP session (OPTIONS, DESCRIBE, SETUP, PLAY, keep-alives,
+Basic/Digest authentication, TCP-interleaved or UDP transport), depacketize.py rebuilds
+each access unit and hands it to the decoder the moment its marker packet arrives.
+Codecs other than H.264/H.265 go to FFmpeg's reader (pyav.py).
+
+The asyncio loop has no thread of its own: the thread that iterates `frames()` runs it
+while waiting for packets, in slices of `READ_SLICE_S`, so a stop request or a stall is
+seen as quickly as with FFmpeg's reader, and a slow consumer leaves packets in the
+socket (TCP flow control) instead of in a growing queue here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Generator, Iterator
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
+
+import av
+import av.video.codeccontext
+from aiortsp.rtsp.connection import RTSPConnection
+from aiortsp.rtsp.errors import RTSPConnectionError, RTSPResponseError
+from aiortsp.rtsp.session import RTSPMediaSession
+from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
+
+from appliance.config import SourceConfig
+from appliance.sources.base import SourceError, mask_url
+from appliance.sources.depacketize import CODECS, Codec, Depacketizer, parameter_sets, rtp_payload
+from appliance.sources.pyav import READ_SLICE_S, describe
+from pipelines.types import Image
+
+# aiortsp logs every request, and its errors with the server's whole answer; the source
+# reports what went wrong itself (SourceError, credentials masked), so its log stays off.
+_QUIET = logging.getLogger("appliance.sources.rtp.aiortsp")
+_QUIET.disabled = True
+_CLOSE_TIMEOUT_S = 2.0  # TEARDOWN and socket close; a dead camera must not hold a stop
+_HINTS = {401: "check the user name and password", 403: "forbidden", 404: "no such path"}
+
+
+class UnsupportedCodecError(SourceError):
+    """The camera's video is neither H.264 nor H.265: FFmpeg's reader must take it."""
+
+
+class _Receiver(RTPTransportClient):  # type: ignore[misc]
+    """The session's RTP packets of one payload type, with their arrival times."""
+
+    def __init__(self, payload_type: int) -> None:
+        self.payload_type = payload_type
+        self.packets: collections.deque[tuple[bytes, float]] = collections.deque()
+        self.ready = asyncio.Event()
+        self.closed: str | None = None
+
+    def handle_rtp(self, rtp: Any) -> None:
+        if rtp.pt == self.payload_type:
+            self.packets.append((bytes(rtp), time.perf_counter()))
+            self.ready.set()
+
+    def handle_closed(self, error: Exception | None) -> None:
+        self.closed = describe(error) if error else "the camera closed the session"
+        self.ready.set()
+
+
+class RtpSource:
+    """An RTSP camera's H.264/H.265 video, decoded frame by frame as each one completes.
+
+    Made by `open_rtp`; the same contract as PyAVSource (appliance.sources.base.VideoSource).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        stack: contextlib.AsyncExitStack,
+        receiver: _Receiver,
+        codec: Codec,
+        media: dict[str, Any],
+        *,
+        label: str,
+        stall_timeout_s: float,
+        stop: threading.Event | None,
+    ) -> None:
+        attributes = media.get("attributes", {})
+        self._loop, self._stack, self._receiver = loop, stack, receiver
+        self._label = label
+        self._stall_timeout_s = stall_timeout_s
+        self._stop = stop or threading.Event()
+        self._clock_hz = float(attributes["rtpmap"]["clockRate"])
+        self._sdp_fps = attributes.get("framerate")
+        self._depacketizer = Depacketizer(codec)
+        self._decoder: av.video.codeccontext.VideoCodecContext = av.CodecContext.create(codec, "r")
+        self._decoder.thread_type = "SLICE"  # frame threads would delay output (pyav.py)
+        extradata = parameter_sets(codec, attributes.get("fmtp", {}))
+        if extradata:
+            self._decoder.extradata = extradata
+        self._received_mono = time.perf_counter()
+        self._last_frame_mono = self._received_mono
+        self._decode_error = ""
+        self._unwrap = _Unwrap()
+        self._frames: Generator[tuple[Image, float | None], None, None] | None = None
+        self._closed = False
+
+    @property
+    def is_live(self) -> bool:
+        return True
+
+    @property
+    def fps(self) -> float | None:
+        rate = self._decoder.framerate  # the stream's own timing (H.264 VUI), once decoded
+        if rate:
+            return float(rate)
+        return float(self._sdp_fps) if self._sdp_fps else None
+
+    @property
+    def received_mono(self) -> float:
+        return self._received_mono
+
+    def frames(self) -> Iterator[tuple[Image, float | None]]:
+        """Decoded frames until `stop`; SourceError when the session ends or stalls."""
+        self._frames = self._generate()
+        return self._frames
+
+    def close(self) -> None:
+        if self._frames is not None:
+            self._frames.close()
+        if self._closed:
+            return
+        self._closed = True
+        _shut(self._loop, self._stack)
+
+    def _generate(self) -> Generator[tuple[Image, float | None], None, None]:
+        self._last_frame_mono = time.perf_counter()
+        keyframe_seen = False
+        while not self._stop.is_set():
+            got = self._next_packet()
+            if got is None:
+                self._check_stall()
+                continue
+            packet, arrived = got
+            parsed = rtp_payload(packet)
+            if parsed is None:
+                continue
+            for unit in self._depacketizer.push(*parsed):
+                if not (keyframe_seen or unit.keyframe):
+                    continue  # the decoder needs a keyframe to start from
+                keyframe_seen = True
+                for image, pts in self._decode(unit.data, unit.timestamp):
+                    self._received_mono = arrived
+                    yield image, pts
+            self._check_stall()
+
+    def _decode(self, data: bytes, timestamp: int) -> Iterator[tuple[Image, float | None]]:
+        packet = av.Packet(data)
+        packet.pts = self._unwrap(timestamp)
+        try:
+            frames = self._decoder.decode(packet)
+        except av.FFmpegError as exc:  # one damaged frame; the next keyframe repairs it
+            self._decode_error = describe(exc)
+            return
+        for frame in frames:
+            self._last_frame_mono = time.perf_counter()
+            pts = None if frame.pts is None else frame.pts / self._clock_hz
+            yield cast(Image, frame.to_ndarray(format="bgr24")), pts
+
+    def _next_packet(self) -> tuple[bytes, float] | None:
+        """The next RTP packet, running the loop for at most one read slice; None when the
+        slice ran out."""
+        receiver = self._receiver
+        if receiver.packets:
+            return receiver.packets.popleft()
+        if receiver.closed is not None:
+            raise SourceError(f"{self._label}: {receiver.closed}")
+        receiver.ready.clear()
+        with contextlib.suppress(TimeoutError):
+            self._loop.run_until_complete(asyncio.wait_for(receiver.ready.wait(), READ_SLICE_S))
+        return receiver.packets.popleft() if receiver.packets else None
+
+    def _check_stall(self) -> None:
+        silent = time.perf_counter() - self._last_frame_mono
+        if silent > self._stall_timeout_s:
+            why = f" (decoder: {self._decode_error})" if self._decode_error else ""
+            raise SourceError(f"{self._label}: stalled, no frame for {silent:.1f} s{why}")
+
+
+class _Unwrap:
+    """RTP's 32-bit timestamps as one growing count (RFC 3550 5.1: they wrap)."""
+
+    def __init__(self) -> None:
+        self._last: int | None = None
+        self._offset = 0
+
+    def __call__(self, timestamp: int) -> int:
+        if self._last is not None and timestamp < self._last and self._last - timestamp > 1 << 31:
+            self._offset += 1 << 32
+        self._last = timestamp
+        return timestamp + self._offset
+
+
+def open_rtp(cfg: SourceConfig, *, stop: threading.Event | None = None) -> RtpSource:
+    """Set up and play the camera's video; SourceError (UnsupportedCodecError for codecs other
+    than H.264/H.265) naming the masked URL. Blocks up to `cfg.open_timeout_s`."""
+    label = mask_url(cfg.url)
+    loop = asyncio.new_event_loop()
+    stack = contextlib.AsyncExitStack()
+    try:
+        receiver, codec, media = loop.run_until_complete(
+            asyncio.wait_for(_play(cfg, stack), cfg.open_timeout_s)
+        )
+        return RtpSource(
+            loop,
+            stack,
+            receiver,
+            codec,
+            media,
+            label=label,
+            stall_timeout_s=cfg.stall_timeout_s,
+            stop=stop,
+        )
+    except UnsupportedCodecError:
+        _shut(loop, stack)
+        raise  # the caller hands the camera to FFmpeg's reader
+    except SourceError as exc:
+        _shut(loop, stack)
+        raise SourceError(f"{label}: {exc}") from None
+    except Exception as exc:
+        _shut(loop, stack)
+        raise SourceError(f"{label}: {_open_error(exc, cfg)}") from None
+    except BaseException:
+        _shut(loop, stack)
+        raise
+
+
+async def _play(
+    cfg: SourceConfig, stack: contextlib.AsyncExitStack
+) -> tuple[_Receiver, Codec, dict[str, Any]]:
+    url = urlsplit(cfg.url)
+    user = unquote(url.username) if url.username else None
+    password = unquote(url.password) if url.password else None
+    tls = url.scheme.lower() == "rtsps"  # RTSP over TLS: port 322, media interleaved
+    connection = RTSPConnection(
+        url.hostname, url.port or (322 if tls else 554), user, password,
+        logger=_QUIET, timeout=cfg.open_timeout_s,
+        ssl=ssl.create_default_context() if tls else None,
+    )  # fmt: skip
+    await stack.enter_async_context(connection)
+    kind = TCPTransport if cfg.transport == "tcp" or tls else UDPTransport
+    # Its own no-data timeout backs up the reader's stall check, which speaks first.
+    transport = kind(connection, logger=_QUIET, timeout=cfg.stall_timeout_s + 1.0)
+    await stack.enter_async_context(transport)
+    session = RTSPMediaSession(connection, cfg.url, transport=transport, logger=_QUIET)
+    await stack.enter_async_context(session)
+    media = session.sdp.get_media("video") if session.sdp else None
+    rtpmap = (media or {}).get("attributes", {}).get("rtpmap")
+    if media is None or rtpmap is None:
+        raise SourceError("the camera offers no video (or no rtpmap for it)")
+    codec = CODECS.get(str(rtpmap["encoding"]).upper())
+    if codec is None:
+        raise UnsupportedCodecError(f"video is {rtpmap['encoding']}, not H.264 or H.265")
+    receiver = _Receiver(int(rtpmap["pt"]))
+    transport.subscribe(receiver)
+    await session.play()
+    stack.push_async_callback(_cancel, asyncio.ensure_future(_keep_alive(session)))
+    return receiver, codec, media
+
+
+async def _keep_alive(session: RTSPMediaSession) -> None:
+    """GET_PARAMETER (or OPTIONS) within the session timeout the camera announced."""
+    while True:
+        await asyncio.sleep(max(1, session.session_keepalive))
+        with contextlib.suppress(Exception):  # a dead session shows as a stall instead
+            await session.keep_alive()
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+
+
+def _shut(loop: asyncio.AbstractEventLoop, stack: contextlib.AsyncExitStack) -> None:
+    """TEARDOWN, close the sockets and the loop, within `_CLOSE_TIMEOUT_S`."""
+    if loop.is_closed():
+        return
+    with contextlib.suppress(BaseException):
+        loop.run_until_complete(asyncio.wait_for(stack.aclose(), _CLOSE_TIMEOUT_S))
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+    with contextlib.suppress(BaseException):
+        loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
+
+
+def _open_error(exc: Exception, cfg: SourceConfig) -> str:
+    """What went wrong while opening, in the user's terms rather than the library's."""
+    url = urlsplit(cfg.url)
+    where = f"{url.hostname}:{url.port or (322 if url.scheme.lower() == 'rtsps' else 554)}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {cfg.open_timeout_s:g} s"
+    if isinstance(exc, RTSPConnectionError):
+        cause = exc.__cause__
+        if isinstance(cause, ConnectionRefusedError):
+            return f"cannot connect to {where} (connection refused)"
+        if isinstance(cause, TimeoutError):
+            return f"cannot connect to {where} (timed out)"
+        return f"cannot connect to {where} ({describe(cause or exc)})"
+    if isinstance(exc, RTSPResponseError) and exc.response is not None:
+        status = int(exc.response.status)
+        hint = _HINTS.get(status)
+        text = f"{status} {exc.response.status_msg}".strip()
+        return f"the camera answered {text}" + (f" ({hint})" if hint else "")
+    return describe(exc)
