@@ -189,7 +189,8 @@ def run_ours(spec: Spec, record: Recorder) -> None:
         if spec.max_batch > 1
         else {"max_batch_size": 1, "max_queue_delay_ms": 0},
     }
-    sources = {f"s{i}": {"url": url} for i, url in enumerate(spec.urls)}
+    extra = json.loads(os.environ.get("BENCH_SOURCE", "{}"))  # experiments: reader, ...
+    sources = {f"s{i}": {"url": url, **extra} for i, url in enumerate(spec.urls)}
     config = detect_streams_config("detect", model, sources, confidence=spec.confidence)
     # Profiling stays on (the product's default); its rolling traces go with the logs.
     traces = config.profiling.model_copy(update={"dir": LOGS / "traces"})

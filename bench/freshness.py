@@ -128,6 +128,7 @@ class Round:
     # (p50, p99) ms of: emission → model step start (`wait`), the model step (`model`:
     # pre, ORT, post), model step end → sink (`sink`), and for ours emission → decoded.
     stages: dict[str, tuple[float, float]]
+    frames: int = 0  # results in the window, all streams
 
 
 @dataclass
@@ -247,6 +248,7 @@ def summarize(
     p50, p99 = _p50_p99(latencies)
     return Round(
         fps=len(window) / usage["seconds"] / len(cameras),
+        frames=len(window),
         min_stream_fps=min(per_stream) / usage["seconds"],
         p50_ms=p50,
         p99_ms=p99,
@@ -361,11 +363,17 @@ def aggregate(
         metrics[f"{name}.{key}"] = _median(values, 3)
         metrics[f"{name}.{key}.range"] = interval(values)
     targets = {
-        f"{name}.fps_ratio": f">= {FPS_TARGET} (interval)",
+        f"{name}.fps_ratio": f">= {FPS_TARGET} (interval, less 2 frames of window edges)",
         f"{name}.p99_ratio": f"<= {P99_TARGET} (interval)",
     }
+    # A count over a window is exact to a frame at either edge: when both pipelines
+    # process every frame the camera sends, a round's ratio can read 0.99 by where the
+    # window fell. The fps target allows those two frames, and no more.
+    resolution = [2 / a.frames for a, _ in pairs]
+    metrics[f"{name}.fps_ratio.resolution"] = round(max(resolution, default=0.0), 4)
     met = {
-        f"{name}.fps_ratio": bool(pairs) and min(ratios["fps_ratio"]) >= FPS_TARGET,
+        f"{name}.fps_ratio": bool(pairs)
+        and all(r >= FPS_TARGET - e for r, e in zip(ratios["fps_ratio"], resolution, strict=True)),
         f"{name}.p99_ratio": bool(pairs) and max(ratios["p99_ratio"]) <= P99_TARGET,
     }
     return targets, met

@@ -1,4 +1,5 @@
-"""Video sources: one module per concern, decoded with PyAV; see grabber.py for the thread."""
+"""Video sources: one module per concern (RTSP H.264/H.265 over our RTP reader, the rest
+through FFmpeg), decoded with PyAV; see grabber.py for the thread."""
 
 from appliance.sources.backoff import Backoff
 from appliance.sources.base import (

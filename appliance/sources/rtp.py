@@ -53,22 +53,29 @@ class UnsupportedCodecError(SourceError):
 
 
 class _Receiver(RTPTransportClient):  # type: ignore[misc]
-    """The session's RTP packets of one payload type, with their arrival times."""
+    """The session's RTP packets of one payload type, with their arrival times.
 
-    def __init__(self, payload_type: int) -> None:
+    While the reader waits (`waiting`), a packet that ends a frame (the marker bit), or
+    the session's end, stops the loop: one loop run per frame, no task or timer per packet.
+    """
+
+    def __init__(self, payload_type: int, loop: asyncio.AbstractEventLoop) -> None:
         self.payload_type = payload_type
         self.packets: collections.deque[tuple[bytes, float]] = collections.deque()
-        self.ready = asyncio.Event()
         self.closed: str | None = None
+        self.waiting = False
+        self._loop = loop
 
     def handle_rtp(self, rtp: Any) -> None:
         if rtp.pt == self.payload_type:
             self.packets.append((bytes(rtp), time.perf_counter()))
-            self.ready.set()
+            if rtp.m and self.waiting:
+                self._loop.stop()
 
     def handle_closed(self, error: Exception | None) -> None:
         self.closed = describe(error) if error else "the camera closed the session"
-        self.ready.set()
+        if self.waiting:
+            self._loop.stop()
 
 
 class RtpSource:
@@ -172,16 +179,20 @@ class RtpSource:
             yield cast(Image, frame.to_ndarray(format="bgr24")), pts
 
     def _next_packet(self) -> tuple[bytes, float] | None:
-        """The next RTP packet, running the loop for at most one read slice; None when the
-        slice ran out."""
-        receiver = self._receiver
+        """The next RTP packet; when none is queued, runs the loop until a frame's last
+        packet arrives or one read slice has passed (then None)."""
+        receiver, loop = self._receiver, self._loop
         if receiver.packets:
             return receiver.packets.popleft()
         if receiver.closed is not None:
             raise SourceError(f"{self._label}: {receiver.closed}")
-        receiver.ready.clear()
-        with contextlib.suppress(TimeoutError):
-            self._loop.run_until_complete(asyncio.wait_for(receiver.ready.wait(), READ_SLICE_S))
+        timer = loop.call_later(READ_SLICE_S, loop.stop)
+        receiver.waiting = True
+        try:
+            loop.run_forever()
+        finally:
+            receiver.waiting = False
+            timer.cancel()
         return receiver.packets.popleft() if receiver.packets else None
 
     def _check_stall(self) -> None:
@@ -260,12 +271,14 @@ async def _play(
     await stack.enter_async_context(session)
     media = session.sdp.get_media("video") if session.sdp else None
     rtpmap = (media or {}).get("attributes", {}).get("rtpmap")
-    if media is None or rtpmap is None:
-        raise SourceError("the camera offers no video (or no rtpmap for it)")
+    if media is None:
+        raise SourceError("the camera offers no video stream")
+    if rtpmap is None:  # a static payload type (RFC 3551), e.g. 26 for JPEG
+        raise UnsupportedCodecError(f"video is RTP payload type {media.get('format')}")
     codec = CODECS.get(str(rtpmap["encoding"]).upper())
     if codec is None:
         raise UnsupportedCodecError(f"video is {rtpmap['encoding']}, not H.264 or H.265")
-    receiver = _Receiver(int(rtpmap["pt"]))
+    receiver = _Receiver(int(rtpmap["pt"]), asyncio.get_running_loop())
     transport.subscribe(receiver)
     await session.play()
     stack.push_async_callback(_cancel, asyncio.ensure_future(_keep_alive(session)))
