@@ -4,6 +4,7 @@ camera outage, the subscriber API and a clean shutdown."""
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,11 +88,13 @@ def test_a_slow_workflow_takes_the_newest_frame_and_counts_drops(
     assert got.enough.wait(WAIT_S)
     stream = rt.streams["cam"]
     assert stream.slot.dropped > 0
-    interval = 1 / 30
+    # The newest-frame property: a frame waits in the slot at most about one frame
+    # interval (33 ms) before a worker takes it, however long the workflow runs. A queue
+    # would add one whole run per frame. So every wait stays below the workflow's own
+    # run time, which scales with the machine's load as the waits do.
+    run_s = statistics.median(r.done_mono - r.start_mono for r in got.results)
     for r in got.results[2:]:  # after warm-up
-        # The newest-frame property: a frame waits in the slot at most about one frame
-        # interval before a worker takes it, however long the workflow runs.
-        assert r.start_mono - r.capture_mono < interval + 0.05, r.seq
+        assert r.start_mono - r.capture_mono < run_s, (r.seq, run_s)
     seqs = [r.seq for r in got.results]
     assert seqs == sorted(seqs)
     assert any(b - a > 1 for a, b in itertools.pairwise(seqs))  # frames skipped
@@ -115,6 +118,7 @@ def test_camera_outage_is_seen_as_transitions_and_metrics(
     rt.start()
     assert first.enough.wait(WAIT_S)
     unsubscribe()
+    at_unsubscribe = len(first.results)
     camera.stop()
     stream = rt.streams["door"]
     _wait(lambda: stream.state.value == "reconnecting", "reconnecting")
@@ -127,7 +131,9 @@ def test_camera_outage_is_seen_as_transitions_and_metrics(
     assert "reconnecting" in states
     assert states[-1] == "running"
     assert all(t.reason for t in stream.transitions)
-    assert len(first.results) < 10  # unsubscribed: no more results after the outage
+    # Unsubscribed: `again` got results, `first` none of them. A delivery that was
+    # already under way on the worker when unsubscribe() returned may still land: one.
+    assert len(first.results) <= at_unsubscribe + 1
     rt.sync_metrics()
     reconnects = rt.metrics.registry.get_sample_value(
         "appliance_stream_reconnects_total", {"stream": "door"}

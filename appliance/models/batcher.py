@@ -60,6 +60,7 @@ class BatchRecord:
     run_s: float
     ok: bool = True  # False when session.run raised
     queue_depth: int = 0  # samples still waiting when this batch started
+    ort_profiled: bool = False  # ran on a profiling window's profiled session
 
 
 class ModelBatcher:
@@ -263,21 +264,22 @@ class ModelBatcher:
         """One `session.run` over `items`, zero-padded to `size` rows."""
         model = self._model
         run_start = perf_counter()
+        sampled = False
         try:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
             with self._run_lock:
                 session, profiled = model.session, self._profiled
                 if profiled is not None and self._batches % profiled[1] == 0:
-                    session = profiled[0]
+                    session, sampled = profiled[0], True
                 outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
-            self._record(items, run_start, perf_counter() - run_start, ok=False)
+            self._record(items, run_start, perf_counter() - run_start, ok=False, sampled=sampled)
             error = ModelRunError(f"model {model.id!r}: {describe_ort_error(exc)}")
             for item in items:
                 _fail(item[3], error)
             return
-        self._record(items, run_start, perf_counter() - run_start, ok=True)
+        self._record(items, run_start, perf_counter() - run_start, ok=True, sampled=sampled)
         # zip(*outputs) yields per-row views (out0[i], out1[i], ...); padded rows are left.
         for item, result in zip(items, zip(*outputs, strict=False), strict=False):
             item[3].set_result(result)
@@ -298,7 +300,9 @@ class ModelBatcher:
             buffer[len(samples) :] = 0
         return buffer
 
-    def _record(self, items: list[_Pending], run_start: float, run_s: float, ok: bool) -> None:
+    def _record(
+        self, items: list[_Pending], run_start: float, run_s: float, ok: bool, sampled: bool
+    ) -> None:
         self._batches += 1
         self._samples += len(items)
         hook = self.on_batch
@@ -313,6 +317,7 @@ class ModelBatcher:
             run_s=run_s,
             ok=ok,
             queue_depth=len(self._queue),
+            ort_profiled=sampled,
         )
         try:
             hook(record)

@@ -148,6 +148,8 @@ def trace_batch(tracer: Tracer, rec: BatchRecord) -> None:
             "batch_size": rec.batch_size,
             "streams": list(rec.stream_ids),
             "ok": rec.ok,
+            # In a profiling window: this run's operators are in the trace.
+            **({"ort_profiled": True} if rec.ort_profiled else {}),
         },
     )
     tracer.counter(model.batch_counter, start, rec.batch_size)

@@ -40,6 +40,11 @@ def read_profile(session: ort.InferenceSession) -> list[dict[str, Any]]:
     return [{**e, "ts": start_us + int(e["ts"]), "dur": int(e.get("dur", 0))} for e in events]
 
 
+def is_model_run(event: dict[str, Any]) -> bool:
+    """One `session.run` as ORT's profiler saw it (the `Session` event `model_run`)."""
+    return event.get("cat") == "Session" and event.get("name") == "model_run"
+
+
 def is_operator(event: dict[str, Any]) -> bool:
     """One operator's kernel run (ORT's `Node` events named `<node>_kernel_time`)."""
     return event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time")

@@ -34,13 +34,20 @@ from appliance.errors import (
 )
 from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
-from appliance.profiling.ort_profile import is_operator, profiling_session, read_profile
+from appliance.profiling.ort_profile import (
+    is_model_run,
+    is_operator,
+    profiling_session,
+    read_profile,
+)
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.status import WindowState, WindowStatus
 
 log = logging.getLogger("appliance.profiling")
-SLACK_US = 500  # ORT's clock vs ours: an operator this close to a span is taken as inside
+# ORT's clock vs ours, µs: an ORT run that reaches at most this far outside one of our
+# session.run spans of its model is that span's run.
+SLACK_US = 2000
 
 
 @dataclass
@@ -194,7 +201,11 @@ class ProfilingWindows:
         for batcher, profiled, tmp in swapped:
             batcher.profile_with(None)  # returns once no batch runs on `profiled`
             model = batcher.info.id
-            ops.extend({**e, "model": model} for e in read_profile(profiled) if is_operator(e))
+            ops.extend(
+                {**e, "model": model}
+                for e in read_profile(profiled)
+                if is_operator(e) or is_model_run(e)
+            )
             tmp.rmdir()
         return ops
 
@@ -207,12 +218,14 @@ class ProfilingWindows:
         ]
         if window.streams:
             keep = [e for e in keep if _for_streams(e, set(window.streams))]
-        keep.extend(_place_operators(ops, keep, self._tracer.pid))
+        placed, placement = _place_operators(ops, keep, self._tracer.pid)
+        keep.extend(placed)
         other = {
             "source": "appliance profiling window",
             "window": window.id,
             "duration_s": window.duration_s,
             "ort_operators": window.ort_operators,
+            "operators": placement,
         }
         doc = {"traceEvents": keep, "displayTimeUnit": "ms", "otherData": other}
         path = self.directory / "windows" / f"window-{window.id}.json"
@@ -231,24 +244,71 @@ def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
 
 
 def _place_operators(
-    ops: list[dict[str, Any]], events: list[dict[str, Any]], pid: int
-) -> list[dict[str, Any]]:
-    """Each operator onto the track of the `session.run` span of its model that contains
-    it (within SLACK_US), clamped inside that span so nesting holds; others are dropped
-    (runs of requests outside the window)."""
+    ort: list[dict[str, Any]], events: list[dict[str, Any]], pid: int
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """ORT's operators onto the track of the `session.run` span that ran them.
+
+    `ort` holds ORT's `model_run` events and operators (its clock). Each ORT run is
+    matched to our span of its model that holds it (each end within SLACK_US), and its
+    operators move with it, rigidly, by the least shift that puts the run inside the
+    span: their order and gaps stay as ORT measured them. Runs with no span (batches of
+    streams outside the window) are left out. Returns the placed operators and how well
+    the clocks met, in the trace's `otherData.operators`: runs matched and left out,
+    operators placed and orphaned (in no ORT run), and the largest shift, µs."""
     spans: dict[str, list[dict[str, Any]]] = {}
     for e in events:
         if e.get("name") == "session.run":
             spans.setdefault(e["args"]["model"], []).append(e)
-    placed = []
-    for op in ops:
-        for span in spans.get(op["model"], ()):
-            start, end = span["ts"], span["ts"] + span["dur"]
-            if start - SLACK_US <= op["ts"] and op["ts"] + op["dur"] <= end + SLACK_US:
-                ts = min(max(op["ts"], start), end)
-                dur = max(0, min(op["dur"], end - ts))
-                args = dict(op.get("args") or {})
-                placed.append({"name": op["name"], "cat": "Node", "ph": "X", "pid": pid,
-                               "tid": span["tid"], "ts": ts, "dur": dur, "args": args})  # fmt: skip
-                break
-    return placed
+    placed: list[dict[str, Any]] = []
+    stats = {"runs": 0, "runs_left_out": 0, "operators": 0, "orphans": 0, "max_shift_us": 0}
+    for model in {e["model"] for e in ort}:
+        runs = sorted((e for e in ort if e["model"] == model and is_model_run(e)), key=_ts)
+        ops = sorted((e for e in ort if e["model"] == model and is_operator(e)), key=_ts)
+        i = 0
+        for run in runs:
+            start, end = run["ts"], run["ts"] + run["dur"]
+            while i < len(ops) and ops[i]["ts"] < start:
+                stats["orphans"] += 1
+                i += 1
+            j = i
+            while j < len(ops) and ops[j]["ts"] < end:
+                j += 1
+            mine, i = ops[i:j], j
+            span = _containing(spans.get(model, ()), start, end)
+            if span is None:
+                stats["runs_left_out"] += 1
+                continue
+            placed += _moved(mine, run, span, pid, stats)
+        stats["orphans"] += len(ops) - i
+    stats["operators"] = len(placed)
+    return placed, stats
+
+
+def _moved(
+    ops: list[dict[str, Any]], run: dict[str, Any], span: dict[str, Any], pid: int,
+    stats: dict[str, int],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """A run's operators on its span's track, shifted by the least amount that puts the
+    run inside the span."""
+    start, end = run["ts"], run["ts"] + run["dur"]
+    lo, hi = span["ts"], span["ts"] + span["dur"]
+    shift = lo - start if start < lo else min(0, hi - end)
+    stats["runs"] += 1
+    stats["max_shift_us"] = max(stats["max_shift_us"], abs(shift))
+    return [
+        {"name": op["name"], "cat": "Node", "ph": "X", "pid": pid, "tid": span["tid"],
+         "ts": op["ts"] + shift, "dur": op["dur"], "args": dict(op.get("args") or {})}
+        for op in ops
+    ]  # fmt: skip
+
+
+def _ts(event: dict[str, Any]) -> int:
+    return int(event["ts"])
+
+
+def _containing(spans: Iterable[dict[str, Any]], start: int, end: int) -> dict[str, Any] | None:
+    """The span that holds the run [start, end] (each end within SLACK_US), if any."""
+    for span in spans:
+        if span["ts"] - SLACK_US <= start and end <= span["ts"] + span["dur"] + SLACK_US:
+            return span
+    return None

@@ -23,7 +23,12 @@ import onnxruntime as ort
 
 from appliance.config import ModelConfig, SessionConfig
 from appliance.models.session import LoadedModel, load_model
-from appliance.profiling.ort_profile import is_operator, profiling_session, read_profile
+from appliance.profiling.ort_profile import (
+    is_model_run,
+    is_operator,
+    profiling_session,
+    read_profile,
+)
 from pipelines.models import TensorInfo
 
 Shape = tuple[int, ...]
@@ -170,7 +175,7 @@ def profile_trace(
     model = loaded.info.path
     out: list[dict[str, Any]] = []
     for event in events:
-        if event.get("cat") == "Session" and event.get("name") == "model_run":
+        if is_model_run(event):
             out.append(
                 {
                     **event,

@@ -24,7 +24,9 @@ from tests.support.models import MODELS
 
 FRAME = Frame("cam", 0, None, 0.0, 0.0, np.zeros((1, 1, 3), np.uint8))
 RED, GREEN, BLUE = (0, 0, 255), (0, 255, 0), (255, 0, 0)  # BGR, as frames are
-BATCH_DELAY_MS = 50.0  # long enough that one frame's crops always share a batch
+# No wait for company: a frame's crops are queued together (submit_many), so they share
+# one batch without any timing.
+BATCH_DELAY_MS = 0.0
 # The documented examples run with `detect` replaced by a contour finder (no model).
 DOC_REGISTRY = BlockRegistry(
     {**BUILTIN_BLOCKS, "contours": "tests.blocks.tracking_clips:ContoursBlock"}

@@ -1,16 +1,25 @@
-"""Property: any document either compiles or raises WorkflowError; never anything else."""
+"""Property: any document either compiles or raises WorkflowError; never anything else.
+
+A built-in block whose build raises something unexpected is a bug. The compiler reports it
+as "failed to build" rather than crashing (a plugin may raise anything), so `check` fails
+on that message. The mutations start from a workflow that compiles against a real model.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from appliance.config import BatchingConfig, ModelConfig
+from appliance.models import ModelBatcher, load_model
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow
 from pipelines.errors import WorkflowError
 from pipelines.registry import BUILTIN_BLOCKS
+from tests.support.models import MODELS
 
 IDS = st.sampled_from(["a", "b", "people", "frame", "x.y", "", "1bad", "tracks"])
 REFS = st.sampled_from(["frame", "a", "b", "a.image", "b.detections", "people", "nope.x", ""])
@@ -45,12 +54,25 @@ DOCS = st.fixed_dictionaries(
 )
 
 
+def _person() -> ModelBatcher:
+    """The real person detector as a model handle (never started: nothing runs)."""
+    cfg = ModelConfig.model_validate(
+        {"path": MODELS / "person_ssdlite.onnx", "decoder": "tf_od", "providers": ["cpu"]}
+    )
+    return ModelBatcher(load_model("person", cfg, Path.resolve), BatchingConfig())
+
+
+CONTEXT = BuildContext(models={"person": _person()})
+
+
 def check(doc: Any) -> None:
     try:
-        compile_workflow(doc, BuildContext(models={}))
+        compile_workflow(doc, CONTEXT)
     except WorkflowError as exc:
         assert exc.problems, "a WorkflowError must name at least one problem"
         assert all(isinstance(p, str) and ": " in p for p in exc.problems)
+        crashed = [p for p in exc.problems if "failed to build" in p]
+        assert not crashed, crashed  # a built-in block raised something unexpected
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -69,6 +91,13 @@ VALID: dict[str, Any] = {
     ],
     "outputs": {"video": "video", "count": "count"},
 }
+
+
+def test_the_valid_workflow_compiles() -> None:
+    """The mutations below start from a workflow that compiles: they reach the blocks'
+    builds, not only the first check that fails."""
+    compiled = compile_workflow(VALID, CONTEXT)
+    assert [step.block_id for step in compiled.steps] == ["people", "tracks", "count", "video"]
 
 
 @settings(max_examples=300, deadline=None)

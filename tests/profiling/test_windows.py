@@ -26,10 +26,11 @@ from tests.support.appliance import DEMO_CLIP, person_model
 @pytest.fixture
 def runtime(tmp_path: Path) -> Any:
     doc = {
-        # Every batch of a window on the profiled session: a 1 s window on a loaded
-        # machine may run fewer than the default 8 batches, and would hold no operator.
+        # Every 3rd batch of a window on the profiled session: enough runs of both kinds
+        # in a 1 s window on a loaded machine (the default, 8, might sample none). Not
+        # every 2nd: the two streams' batches alternate, and one stream's would be all.
         "profiling": {"dir": "traces", "rotate_s": 600, "max_window_s": 5,
-                      "ort_sample_every_n_batches": 1},
+                      "ort_sample_every_n_batches": 3},
         "models": {"person": person_model()},
         "streams": [
             {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime", "loop": True},
@@ -72,12 +73,22 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
     runs = [e for e in events if e["name"] == "workflow.run"]
     assert runs and {e["args"]["stream"] for e in runs} == {"a"}  # only the asked stream
     spans = [e for e in events if e["name"] == "session.run"]
+    sampled = [s for s in spans if s["args"].get("ort_profiled")]
     ops = [e for e in events if e.get("cat") == "Node"]
-    assert spans and ops
+    assert ops and sampled and len(sampled) < len(spans)  # every 3rd run, not all
+    # How ORT's runs met ours: each sampled run of stream "a" found its span and moved
+    # by less than one millisecond to sit inside it (runs of stream "b" are left out of
+    # a window for "a"), and every operator was in one of ORT's runs.
+    placement = doc["otherData"]["operators"]
+    assert placement["runs"] == len(sampled) and placement["operators"] == len(ops)
+    assert placement["orphans"] == 0 and placement["max_shift_us"] < 1000, placement
     for op in ops:
-        assert any(s["tid"] == op["tid"] and s["ts"] <= op["ts"] and
-                   op["ts"] + op["dur"] <= s["ts"] + s["dur"] for s in spans), op  # fmt: skip
+        inside = [s for s in spans if s["tid"] == op["tid"] and s["ts"] <= op["ts"] and
+                  op["ts"] + op["dur"] <= s["ts"] + s["dur"]]  # fmt: skip
+        assert len(inside) == 1 and inside[0]["args"].get("ort_profiled"), op  # sampled only
         assert op["args"]["op_name"]
+    # Every sampled run holds operators; no other run does.
+    assert all(any(s["ts"] <= o["ts"] <= s["ts"] + s["dur"] for o in ops) for s in sampled)
     # The batcher is back on its own session: later frames still run.
     processed = runtime.stream_status("a").frames_processed
     threading.Event().wait(0.5)
