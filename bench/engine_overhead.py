@@ -2,8 +2,11 @@
 
 - compile: `compile_workflow` of a 10-block chain of trivial blocks, no models (median of
   many compilations after a warm-up). Target ≤ 2 ms (Roboflow quotes 10–25 ms).
-- overhead: the executor's time per frame minus the blocks' own time (the sum of their
-  spans), blocks doing trivial work. Target ≤ 50 µs per frame (Roboflow: 1–2 ms).
+- overhead: the executor running 10 no-op blocks, against calling the same 10 no-op
+  functions directly in a loop: the difference per frame is all the engine's (argument
+  gathering, timing each block, storing outputs, the result). Rounds alternate the two;
+  the median and the min–max over rounds are reported. Target ≤ 50 µs per frame
+  (Roboflow: 1–2 ms).
 """
 
 from __future__ import annotations
@@ -62,35 +65,60 @@ def compile_ms(runs: int) -> float:
     return float(np.median(times)) * 1000
 
 
-def overhead_us(frames: int) -> tuple[float, float]:
-    """(median executor overhead per frame, median blocks' own time per frame), µs."""
+def _noop(image: Any) -> Any:
+    return image
+
+
+def overhead_us(frames: int, rounds: int) -> tuple[list[float], float, float]:
+    """Per round, executor minus direct calls per frame (µs); and the medians of the
+    executor's and the direct chain's time per frame (µs)."""
     run = compile_workflow(workflow(), BuildContext(models={}), REGISTRY).instantiate().run
     image = np.zeros((540, 960, 3), np.uint8)
     frame = Frame("bench", 0, None, time.time(), time.perf_counter(), image)
-    overheads, own = [], []
-    for _ in range(frames):
+    chain = [_noop] * BLOCKS  # the blocks' own work, called with nothing around it
+
+    def executor() -> float:
         t0 = time.perf_counter()
-        result = run(frame)
-        total = time.perf_counter() - t0
-        blocks = sum(s[1] - s[0] for s in result.block_spans if s is not None)
-        overheads.append(total - blocks)
-        own.append(blocks)
-    return float(np.median(overheads)) * 1e6, float(np.median(own)) * 1e6
+        for _ in range(frames):
+            run(frame)
+        return (time.perf_counter() - t0) / frames * 1e6
+
+    def direct() -> float:
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            value = frame.image
+            for step in chain:
+                value = step(value)
+        return (time.perf_counter() - t0) / frames * 1e6
+
+    diffs, engine, bare = [], [], []
+    for r in range(rounds):
+        pair = (executor, direct) if r % 2 == 0 else (direct, executor)
+        first, second = pair[0](), pair[1]()
+        e, d = (first, second) if r % 2 == 0 else (second, first)
+        engine.append(e)
+        bare.append(d)
+        diffs.append(e - d)
+    return diffs, float(np.median(engine)), float(np.median(bare))
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    compile_runs, frames = (200, 20_000) if args.quick else (1000, 200_000)
+    compile_runs, frames, rounds = (200, 5_000, 5) if args.quick else (1000, 20_000, 15)
     c_ms = compile_ms(compile_runs)
-    o_us, own_us = overhead_us(frames)
+    diffs, engine_us, direct_us = overhead_us(frames, rounds)
+    o_us = float(np.median(diffs))
     metrics = {
         "compile_ms": round(c_ms, 3),
         "overhead_us_per_frame": round(o_us, 2),
-        "blocks_own_us_per_frame": round(own_us, 2),
+        "overhead_us_per_frame.range": f"{min(diffs):.2f}-{max(diffs):.2f}",
+        "executor_us_per_frame": round(engine_us, 2),
+        "direct_calls_us_per_frame": round(direct_us, 2),
         "blocks": BLOCKS,
+        "rounds": rounds,
     }
-    targets = {"compile_ms": "<= 2", "overhead_us_per_frame": "<= 50"}
-    met = {"compile_ms": c_ms <= 2.0, "overhead_us_per_frame": o_us <= 50.0}
+    targets = {"compile_ms": "<= 2", "overhead_us_per_frame": "<= 50 (worst round)"}
+    met = {"compile_ms": c_ms <= 2.0, "overhead_us_per_frame": max(diffs) <= 50.0}
     report("engine_overhead", metrics, targets, met)
 
 

@@ -1,7 +1,8 @@
 """Profiling overhead: the same stream and workflow with profiling off, with continuous
 profiling on (spans for every frame, block and batch, rolling trace files written every
-second, histograms), and with a profiling window open as well; run back to back,
-alternating; the median of per-round ratios.
+second, histograms), and with a profiling window open as well; run back to back, each
+variant taking each place in the order in turn; the median of per-round ratios, with
+their min–max. A target is met only when the worst round meets it.
 
 Target: continuous ≥ 0.98 of off. Since fps on a shared 2-core machine swings by tens of
 per cent between rounds, the profiler's own cost per frame is also measured directly and
@@ -11,6 +12,7 @@ window with ONNX Runtime's operator profiler on for the whole run. Target: ≥ 0
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -101,40 +103,49 @@ def tracing_us_per_frame(frames: int = 20_000) -> float:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    frames, rounds = (60, 2) if args.quick else (300, 5)
-    off, on, win = [], [], []
+    frames, rounds = (60, 3) if args.quick else (300, 7)
+    variants = {
+        "off": ({"enabled": False}, False),
+        "continuous": ({"dir": "traces", "rotate_s": 1.0}, False),
+        "window": ({"dir": "traces", "rotate_s": 1.0}, True),
+    }
+    got: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for i in range(rounds):
-            off.append(fps(frames, {"enabled": False}, folder))
-            on.append(fps(frames, {"dir": "traces", "rotate_s": 1.0}, folder))
-            win.append(fps(frames, {"dir": "traces", "rotate_s": 1.0}, folder, window=True))
-            print(f"round {i + 1}: off {off[-1]:.1f}, continuous {on[-1]:.1f}, "
-                  f"window {win[-1]:.1f} fps")  # fmt: skip
+            names = list(variants)
+            order = names[i % 3 :] + names[: i % 3]  # each variant takes each slot in turn
+            for name in order:
+                profiling, window = variants[name]
+                got[name].append(fps(frames, profiling, folder, window=window))
+            print(f"round {i + 1}: " + ", ".join(f"{n} {got[n][-1]:.1f}" for n in names) + " fps")
         files = len(list((folder / "traces" / "rolling").glob("*.json")))
-    ratios = sorted(a / b for a, b in zip(on, off, strict=True))
-    ratio = ratios[len(ratios) // 2]
-    win_ratios = sorted(a / b for a, b in zip(win, off, strict=True))
-    win_ratio = win_ratios[len(win_ratios) // 2]
+    off, on, win = got["off"], got["continuous"], got["window"]
+    ratios = [a / b for a, b in zip(on, off, strict=True)]
+    win_ratios = [a / b for a, b in zip(win, off, strict=True)]
     cost_us = tracing_us_per_frame()
-    frame_us = 1e6 / sorted(off)[len(off) // 2]
+    frame_us = 1e6 / statistics.median(off)
     metrics = {
         "tracing_us_per_frame": round(cost_us, 2),
+        # From parts (the tracer's cost against a frame's): a hypothesis, not the target.
         "estimated_overhead_pct": round(100 * cost_us / frame_us, 3),
-        "off_fps_median": round(sorted(off)[len(off) // 2], 2),
-        "continuous_fps_median": round(sorted(on)[len(on) // 2], 2),
-        "continuous_vs_off": round(ratio, 3),
-        "round_ratios": [round(r, 3) for r in ratios],
-        "window_fps_median": round(sorted(win)[len(win) // 2], 2),
-        "window_vs_off": round(win_ratio, 3),
-        "window_round_ratios": [round(r, 3) for r in win_ratios],
+        "rounds": rounds,
+        "off_fps_median": round(statistics.median(off), 2),
+        "continuous_fps_median": round(statistics.median(on), 2),
+        "continuous_vs_off": round(statistics.median(ratios), 3),
+        "continuous_vs_off.range": f"{min(ratios):.3f}-{max(ratios):.3f}",
+        "window_fps_median": round(statistics.median(win), 2),
+        "window_vs_off": round(statistics.median(win_ratios), 3),
+        "window_vs_off.range": f"{min(win_ratios):.3f}-{max(win_ratios):.3f}",
         "trace_files_written": files,
     }
+    # Met only when the worst round clears the target: the median of few rounds of a
+    # machine that swings 20 % between states cannot show 2 %.
     report(
         "profiling_overhead",
         metrics,
-        {"continuous_vs_off": ">= 0.98", "window_vs_off": ">= 0.90"},
-        {"continuous_vs_off": ratio >= 0.98, "window_vs_off": win_ratio >= 0.90},
+        {"continuous_vs_off": ">= 0.98 (worst round)", "window_vs_off": ">= 0.90 (worst round)"},
+        {"continuous_vs_off": min(ratios) >= 0.98, "window_vs_off": min(win_ratios) >= 0.90},
     )
 
 
