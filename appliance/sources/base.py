@@ -7,7 +7,7 @@ reconnects it and reports state changes through a `StateCallback`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from enum import StrEnum
 from typing import Literal, Protocol
 
@@ -73,6 +73,35 @@ class VideoSource(Protocol):
     def close(self) -> None:
         """Release the container; safe to call twice."""
         ...
+
+
+FrameGenerator = Generator[tuple[Image, float | None], None, None]
+
+
+class DecodingSource:
+    """What the decoding sources share: `frames()` hands out one generator (the
+    subclass's `_generate`), `close` ends it before anything else is released, and
+    `received_mono` is the arrival of the frame it yielded last."""
+
+    _frames: FrameGenerator | None = None
+    _received_mono: float = 0.0
+
+    @property
+    def received_mono(self) -> float:
+        return self._received_mono
+
+    def frames(self) -> Iterator[tuple[Image, float | None]]:
+        """Decoded frames until the end of the stream or `stop`; SourceError on failure."""
+        self._frames = self._generate()
+        return self._frames
+
+    def _end_frames(self) -> None:
+        # A suspended generator still holds the container or session it reads.
+        if self._frames is not None:
+            self._frames.close()
+
+    def _generate(self) -> FrameGenerator:
+        raise NotImplementedError
 
 
 def source_kind(url: str) -> SourceKind:

@@ -42,17 +42,26 @@ def rtp_payload(packet: bytes) -> tuple[bytes, int, int, bool] | None:
     with CSRCs, header extension and padding stripped; None when it is no RTP packet."""
     if len(packet) < _RTP_HEADER or packet[0] >> 6 != 2:
         return None
-    start = _RTP_HEADER + 4 * (packet[0] & 0x0F)
-    if packet[0] & 0x10:  # extension: 16-bit profile, 16-bit length in 32-bit words
-        if len(packet) < start + 4:
-            return None
-        start += 4 + 4 * int.from_bytes(packet[start + 2 : start + 4], "big")
-    end = len(packet) - (packet[-1] if packet[0] & 0x20 else 0)
-    if start > end:
+    body = packet[_RTP_HEADER + 4 * (packet[0] & 0x0F) :]
+    payload = strip_payload(body, bool(packet[0] & 0x10), bool(packet[0] & 0x20))
+    if payload is None:
         return None
     seq = int.from_bytes(packet[2:4], "big")
     timestamp = int.from_bytes(packet[4:8], "big")
-    return packet[start:end], seq, timestamp, bool(packet[1] & 0x80)
+    return payload, seq, timestamp, bool(packet[1] & 0x80)
+
+
+def strip_payload(body: bytes, extension: bool, padding: bool) -> bytes | None:
+    """The payload in what follows an RTP header and its CSRCs: the header extension
+    (16-bit profile, 16-bit length in 32-bit words) and the padding (its count in the
+    last byte) removed; None when they do not fit."""
+    start = 0
+    if extension:
+        if len(body) < 4:
+            return None
+        start = 4 + 4 * int.from_bytes(body[2:4], "big")
+    end = len(body) - (body[-1] if padding and body else 0)
+    return body[start:end] if start <= end else None
 
 
 class Depacketizer:

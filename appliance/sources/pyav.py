@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -17,7 +17,13 @@ import av
 import av.container
 
 from appliance.config import SourceConfig
-from appliance.sources.base import SourceError, mask_url, source_kind
+from appliance.sources.base import (
+    DecodingSource,
+    FrameGenerator,
+    SourceError,
+    mask_url,
+    source_kind,
+)
 from appliance.sources.http import http_format
 from pipelines.types import Image
 
@@ -27,7 +33,7 @@ READ_SLICE_S = 0.5
 _MICROSECONDS = 1_000_000  # FFmpeg's socket timeouts are in microseconds
 
 
-class PyAVSource:
+class PyAVSource(DecodingSource):
     """An opened container's first video stream, decoded to BGR frames.
 
     `label` (the path, or the masked URL) starts every error message. `stop`, when given,
@@ -59,7 +65,6 @@ class PyAVSource:
         self._stop = stop or threading.Event()
         self._last_frame_mono = time.perf_counter()
         self._received_mono = self._last_frame_mono
-        self._frames: Generator[tuple[Image, float | None], None, None] | None = None
 
     @property
     def is_live(self) -> bool:
@@ -70,22 +75,11 @@ class PyAVSource:
         rate = self._stream.average_rate or self._stream.guessed_rate
         return float(rate) if rate else None
 
-    @property
-    def received_mono(self) -> float:
-        return self._received_mono
-
-    def frames(self) -> Iterator[tuple[Image, float | None]]:
-        """Decoded frames until the end of the stream or `stop`; SourceError on failure."""
-        self._frames = self._generate()
-        return self._frames
-
     def close(self) -> None:
-        # End a suspended generator first: its demux loop still holds the container.
-        if self._frames is not None:
-            self._frames.close()
+        self._end_frames()
         self._container.close()
 
-    def _generate(self) -> Generator[tuple[Image, float | None], None, None]:
+    def _generate(self) -> FrameGenerator:
         self._last_frame_mono = time.perf_counter()
         while not self._stop.is_set():
             try:

@@ -23,7 +23,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -35,8 +35,14 @@ from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
 from appliance.config import SourceConfig
-from appliance.sources.base import SourceError, mask_url
-from appliance.sources.depacketize import CODECS, Codec, Depacketizer, parameter_sets, rtp_payload
+from appliance.sources.base import DecodingSource, FrameGenerator, SourceError, mask_url
+from appliance.sources.depacketize import (
+    CODECS,
+    Codec,
+    Depacketizer,
+    parameter_sets,
+    strip_payload,
+)
 from appliance.sources.pyav import READ_SLICE_S, describe
 from pipelines.types import Image
 
@@ -52,6 +58,9 @@ class UnsupportedCodecError(SourceError):
     """The camera's video is neither H.264 nor H.265: FFmpeg's reader must take it."""
 
 
+_Packet = tuple[bytes, int, int, bool, float]
+
+
 class _Receiver(RTPTransportClient):  # type: ignore[misc]
     """The session's RTP packets of one payload type, with their arrival times.
 
@@ -61,16 +70,21 @@ class _Receiver(RTPTransportClient):  # type: ignore[misc]
 
     def __init__(self, payload_type: int, loop: asyncio.AbstractEventLoop) -> None:
         self.payload_type = payload_type
-        self.packets: collections.deque[tuple[bytes, float]] = collections.deque()
+        # (payload, sequence number, timestamp, marker, arrival perf_counter())
+        self.packets: collections.deque[_Packet] = collections.deque()
         self.closed: str | None = None
         self.waiting = False
         self._loop = loop
 
     def handle_rtp(self, rtp: Any) -> None:
-        if rtp.pt == self.payload_type:
-            self.packets.append((bytes(rtp), time.perf_counter()))
-            if rtp.m and self.waiting:
-                self._loop.stop()
+        """A packet aiortsp has parsed (dpkt): its payload, header fields and arrival."""
+        if rtp.pt != self.payload_type:
+            return
+        payload = strip_payload(rtp.data, rtp.x, rtp.p)
+        if payload is not None:
+            self.packets.append((payload, rtp.seq, rtp.ts, bool(rtp.m), time.perf_counter()))
+        if rtp.m and self.waiting:
+            self._loop.stop()
 
     def handle_closed(self, error: Exception | None) -> None:
         self.closed = describe(error) if error else "the camera closed the session"
@@ -78,7 +92,7 @@ class _Receiver(RTPTransportClient):  # type: ignore[misc]
             self._loop.stop()
 
 
-class RtpSource:
+class RtpSource(DecodingSource):
     """An RTSP camera's H.264/H.265 video, decoded frame by frame as each one completes.
 
     Made by `open_rtp`; the same contract as PyAVSource (appliance.sources.base.VideoSource).
@@ -113,7 +127,6 @@ class RtpSource:
         self._last_frame_mono = self._received_mono
         self._decode_error = ""
         self._unwrap = _Unwrap()
-        self._frames: Generator[tuple[Image, float | None], None, None] | None = None
         self._closed = False
 
     @property
@@ -127,24 +140,14 @@ class RtpSource:
             return float(rate)
         return float(self._sdp_fps) if self._sdp_fps else None
 
-    @property
-    def received_mono(self) -> float:
-        return self._received_mono
-
-    def frames(self) -> Iterator[tuple[Image, float | None]]:
-        """Decoded frames until `stop`; SourceError when the session ends or stalls."""
-        self._frames = self._generate()
-        return self._frames
-
     def close(self) -> None:
-        if self._frames is not None:
-            self._frames.close()
+        self._end_frames()
         if self._closed:
             return
         self._closed = True
         _shut(self._loop, self._stack)
 
-    def _generate(self) -> Generator[tuple[Image, float | None], None, None]:
+    def _generate(self) -> FrameGenerator:
         self._last_frame_mono = time.perf_counter()
         keyframe_seen = False
         while not self._stop.is_set():
@@ -152,11 +155,8 @@ class RtpSource:
             if got is None:
                 self._check_stall()
                 continue
-            packet, arrived = got
-            parsed = rtp_payload(packet)
-            if parsed is None:
-                continue
-            for unit in self._depacketizer.push(*parsed):
+            payload, seq, timestamp, marker, arrived = got
+            for unit in self._depacketizer.push(payload, seq, timestamp, marker):
                 if not (keyframe_seen or unit.keyframe):
                     continue  # the decoder needs a keyframe to start from
                 keyframe_seen = True
@@ -178,7 +178,7 @@ class RtpSource:
             pts = None if frame.pts is None else frame.pts / self._clock_hz
             yield cast(Image, frame.to_ndarray(format="bgr24")), pts
 
-    def _next_packet(self) -> tuple[bytes, float] | None:
+    def _next_packet(self) -> _Packet | None:
         """The next RTP packet; when none is queued, runs the loop until a frame's last
         packet arrives or one read slice has passed (then None)."""
         receiver, loop = self._receiver, self._loop

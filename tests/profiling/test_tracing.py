@@ -197,13 +197,7 @@ def three_streams(tmp_path: Path) -> Any:
 
 
 def test_two_workflows_read_right_in_perfetto(tmp_path: Path) -> None:
-    rt = Runtime(three_streams(tmp_path), max_frames=FRAMES)
-    rt.start()
-    try:
-        assert rt.wait_done(timeout=90)
-    finally:
-        assert rt.stop()
-    path = next((tmp_path / "traces" / "rolling").glob("trace-*.json"))
+    path = tracecheck.run_to_rolling_trace(three_streams(tmp_path), FRAMES, 90)
     doc = tracecheck.load(path)
     tracecheck.check(doc)
     events = doc["traceEvents"]

@@ -9,6 +9,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from appliance.config import AppConfig
+from appliance.runtime import Runtime
+
 PHASES = {"X", "C", "M", "s", "f", "t", "i", "B", "E"}
 MAX_ID = 2**31  # Perfetto and chrome://tracing read pid/tid as 32-bit ints
 
@@ -58,3 +61,15 @@ def _check_nesting(spans: list[dict[str, Any]]) -> None:
         if stack:
             assert end <= stack[-1][1], f"{e['name']} [{start}, {end}] overlaps {stack[-1]}"
         stack.append((start, end, e["name"]))
+
+
+def run_to_rolling_trace(config: AppConfig, frames: int, timeout_s: float) -> Path:
+    """Run a runtime over `frames` frames per stream to its end and stop it; the first
+    rolling trace it wrote (under its config's directory)."""
+    runtime = Runtime(config, max_frames=frames)
+    runtime.start()
+    try:
+        assert runtime.wait_done(timeout=timeout_s)
+    finally:
+        assert runtime.stop()
+    return next((config.resolve(config.profiling.dir) / "rolling").glob("trace-*.json"))

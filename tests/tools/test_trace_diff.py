@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
 from appliance.tools.trace_cli import EXIT_REGRESSION, add_trace_commands
 from tests.support.appliance import DEMO_CLIP, person_model
+from tests.support.tracecheck import run_to_rolling_trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # two 20 s runs, side by side
 # A loaded machine spreads the detector's spans over ±50 %: a 10 % shift takes a few
@@ -55,13 +55,7 @@ def config(folder: Path) -> Any:
 
 def run(folder: Path, traces: dict[str, Path]) -> None:
     folder.mkdir()
-    runtime = Runtime(config(folder), max_frames=FRAMES)
-    runtime.start()
-    try:
-        assert runtime.wait_done(timeout=120)
-    finally:
-        assert runtime.stop()
-    traces[folder.name] = next((folder / "traces" / "rolling").glob("trace-*.json"))
+    traces[folder.name] = run_to_rolling_trace(config(folder), FRAMES, 120)
 
 
 @pytest.fixture(scope="module")
