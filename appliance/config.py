@@ -168,8 +168,12 @@ class ProfilingConfig(_Strict):
     gzip: bool = False
     sample_every_n_frames: Annotated[int, Field(ge=1)] = 1
     max_window_s: Annotated[float, Field(gt=0)] = 300.0  # longest on-demand window
-    # A window's ONNX Runtime operator profile records one model batch in N.
-    ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 8
+    # A window's ONNX Runtime operator profile records one model batch in N, and at most
+    # M per model: ORT keeps a recorded run's events in memory (about 0.5 MB of JSON for
+    # the person detector's 524 operators) until the window ends, and stops recording at
+    # a million events.
+    ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 16
+    ort_max_runs_per_window: Annotated[int, Field(ge=1, le=1000)] = 100
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
 
 

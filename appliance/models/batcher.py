@@ -80,6 +80,7 @@ class ModelBatcher:
         self._model = model
         # During a profiling window, every Nth batch runs on a profiled session instead.
         self._profiled: tuple[ort.InferenceSession, int] | None = None
+        self._profile_left = 0  # runs the profiled session may still take (ORT's memory)
         self._run_lock = threading.Lock()  # a swap waits for the batch in flight
         self._batching = batching
         self._max_batch = batching.max_batch_size
@@ -112,11 +113,20 @@ class ModelBatcher:
         """True while some batches run on a profiled session (a profiling window)."""
         return self._profiled is not None
 
-    def profile_with(self, session: ort.InferenceSession | None, every_n: int = 1) -> None:
+    @property
+    def profiled(self) -> tuple[ort.InferenceSession, int] | None:
+        """The profiled session and its N while a window samples every Nth batch."""
+        return self._profiled
+
+    def profile_with(
+        self, session: ort.InferenceSession | None, every_n: int = 1, max_runs: int = 1 << 31
+    ) -> None:
         """Run every `every_n`th batch on `session` (the same model with ORT's profiler
-        on), or stop doing so with None; returns once no batch runs on the old one."""
+        on), `max_runs` of them at most, or stop doing so with None; returns once no
+        batch runs on the old one."""
         with self._run_lock:
             self._profiled = None if session is None else (session, max(1, every_n))
+            self._profile_left = max_runs
 
     @property
     def batches(self) -> int:
@@ -270,8 +280,9 @@ class ModelBatcher:
             run_start = perf_counter()
             with self._run_lock:
                 session, profiled = model.session, self._profiled
-                if profiled is not None and self._batches % profiled[1] == 0:
+                if profiled and self._profile_left and self._batches % profiled[1] == 0:
                     session, sampled = profiled[0], True
+                    self._profile_left -= 1
                 outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             self._record(items, run_start, perf_counter() - run_start, ok=False, sampled=sampled)

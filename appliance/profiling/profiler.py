@@ -54,6 +54,7 @@ class Profiler:
             self.config.max_window_s,
             self._metrics.window_active,
             self.config.ort_sample_every_n_batches,
+            self.config.ort_max_runs_per_window,
         )
 
     @property

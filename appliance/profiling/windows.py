@@ -13,12 +13,12 @@ batcher track, inside the `session.run` span that ran them. One window at a time
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +38,9 @@ from appliance.profiling.ort_profile import (
     is_model_run,
     is_operator,
     profiling_session,
-    read_profile,
+    read_operators,
 )
-from appliance.profiling.rolling import RollingWriter
+from appliance.profiling.rolling import RollingWriter, TraceFile
 from appliance.profiling.tracer import Tracer
 from appliance.status import WindowState, WindowStatus
 
@@ -82,12 +82,14 @@ class ProfilingWindows:
         max_window_s: float,
         active: Gauge,
         ort_every_n: int = 1,
+        ort_max_runs: int = 100,
     ) -> None:
         self._tracer, self._writer, self._pool = tracer, writer, pool
         self._stream_ids = stream_ids
         self.directory = directory
         self._max_s = max_window_s
         self._ort_every_n = ort_every_n  # profile one batch in N: ORT's profiler is costly
+        self._ort_max_runs = ort_max_runs  # per model and window: ORT keeps them in memory
         self._active = active
         self._windows: dict[str, Window] = {}
         self._running: Window | None = None
@@ -166,7 +168,7 @@ class ProfilingWindows:
             t0 = time.perf_counter()
             self._stop.wait(window.duration_s)
             t1 = time.perf_counter()
-            self._writer.rotate()  # hands this window's last events to the listener
+            self._writer.flush()  # hands this window's last events to the listener
             ops = self._restore(swapped)
             swapped = []
             window.path = self._write(window, t0, t1, ops)
@@ -191,7 +193,7 @@ class ProfilingWindows:
             # from the main session's runs in between (measured: a window at 0.67 of off).
             spec = self._pool.session_spec(model_id)
             session = profiling_session(batcher.model, spec, tmp, spin=False)
-            batcher.profile_with(session, self._ort_every_n)
+            batcher.profile_with(session, self._ort_every_n, self._ort_max_runs)
             swapped.append((batcher, session, tmp))
         return swapped
 
@@ -201,11 +203,9 @@ class ProfilingWindows:
         for batcher, profiled, tmp in swapped:
             batcher.profile_with(None)  # returns once no batch runs on `profiled`
             model = batcher.info.id
-            ops.extend(
-                {**e, "model": model}
-                for e in read_profile(profiled)
-                if is_operator(e) or is_model_run(e)
-            )
+            for event in read_operators(profiled):
+                event["model"] = model
+                ops.append(event)
             tmp.rmdir()
         return ops
 
@@ -227,11 +227,15 @@ class ProfilingWindows:
             "ort_operators": window.ort_operators,
             "operators": placement,
         }
-        doc = {"traceEvents": keep, "displayTimeUnit": "ms", "otherData": other}
         path = self.directory / "windows" / f"window-{window.id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
-        return path
+        trace = TraceFile(path, compress=False, other=other)  # in chunks: GIL held briefly
+        try:
+            trace.write(keep)
+            return trace.close()
+        except BaseException:
+            trace.discard()
+            raise
 
 
 def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
@@ -259,6 +263,9 @@ def _place_operators(
     for e in events:
         if e.get("name") == "session.run":
             spans.setdefault(e["args"]["model"], []).append(e)
+    for model_spans in spans.values():
+        model_spans.sort(key=_ts)
+    starts = {model: [_ts(e) for e in model_spans] for model, model_spans in spans.items()}
     placed: list[dict[str, Any]] = []
     stats = {"runs": 0, "runs_left_out": 0, "operators": 0, "orphans": 0, "max_shift_us": 0}
     for model in {e["model"] for e in ort}:
@@ -274,7 +281,7 @@ def _place_operators(
             while j < len(ops) and ops[j]["ts"] < end:
                 j += 1
             mine, i = ops[i:j], j
-            span = _containing(spans.get(model, ()), start, end)
+            span = _containing(spans.get(model, []), starts.get(model, []), start, end)
             if span is None:
                 stats["runs_left_out"] += 1
                 continue
@@ -306,9 +313,13 @@ def _ts(event: dict[str, Any]) -> int:
     return int(event["ts"])
 
 
-def _containing(spans: Iterable[dict[str, Any]], start: int, end: int) -> dict[str, Any] | None:
-    """The span that holds the run [start, end] (each end within SLACK_US), if any."""
-    for span in spans:
-        if span["ts"] - SLACK_US <= start and end <= span["ts"] + span["dur"] + SLACK_US:
-            return span
-    return None
+def _containing(
+    spans: list[dict[str, Any]], starts: list[int], start: int, end: int
+) -> dict[str, Any] | None:
+    """The span that holds the run [start, end] (each end within SLACK_US), if any.
+    `spans` are one model's, by start (`starts`): one batcher runs one batch at a time,
+    so only the last two that start early enough can hold it (two: a reload's batchers
+    overlap)."""
+    i = bisect_right(starts, start + SLACK_US)
+    held = [s for s in spans[max(0, i - 2) : i] if end <= s["ts"] + s["dur"] + SLACK_US]
+    return held[-1] if held else None
