@@ -67,6 +67,7 @@ class Arm:
 
     ratios: list[float] = field(default_factory=list)
     cpu_delta_ms: dict[str, list[float]] = field(default_factory=dict)
+    off_frame_s: list[float] = field(default_factory=list)  # wall time per frame, off
 
 
 class FrameClock:
@@ -116,6 +117,7 @@ def pair_up(a: Sequence[Segment], b: Sequence[Segment], arm: Arm) -> None:
         va, oa, ob, vb = a[j], a[j + 1], b[j], b[j + 1]
         assert va.variant and vb.variant and not oa.variant and not ob.variant
         arm.ratios.append(math.sqrt(oa.seconds / va.seconds * ob.seconds / vb.seconds))
+        arm.off_frame_s.append((oa.seconds + ob.seconds) / 2 / frames)
         for kind in {*va.cpu_ns, *vb.cpu_ns, *oa.cpu_ns, *ob.cpu_ns}:
             var = va.cpu_ns.get(kind, 0) + vb.cpu_ns.get(kind, 0)
             off = oa.cpu_ns.get(kind, 0) + ob.cpu_ns.get(kind, 0)

@@ -27,10 +27,11 @@ from tests.support.appliance import DEMO_CLIP, person_model
 def runtime(tmp_path: Path) -> Any:
     doc = {
         # Every 3rd batch of a window on the profiled session: enough runs of both kinds
-        # in a 1 s window on a loaded machine (the default, 8, might sample none). Not
+        # in a 1 s window on a loaded machine (the default, 16, might sample none). Not
         # every 2nd: the two streams' batches alternate, and one stream's would be all.
+        # At most 4: a 1 s window of two 15 fps streams has at least 15 batches.
         "profiling": {"dir": "traces", "rotate_s": 600, "max_window_s": 5,
-                      "ort_sample_every_n_batches": 3},
+                      "ort_sample_every_n_batches": 3, "ort_max_runs_per_window": 4},
         "models": {"person": person_model()},
         "streams": [
             {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime", "loop": True},
@@ -82,6 +83,7 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
     placement = doc["otherData"]["operators"]
     assert placement["runs"] == len(sampled) and placement["operators"] == len(ops)
     assert placement["orphans"] == 0 and placement["max_shift_us"] < 1000, placement
+    assert placement["runs"] + placement["runs_left_out"] == 4  # ORT's memory is bounded
     for op in ops:
         inside = [s for s in spans if s["tid"] == op["tid"] and s["ts"] <= op["ts"] and
                   op["ts"] + op["dur"] <= s["ts"] + s["dur"]]  # fmt: skip
