@@ -5,10 +5,11 @@ ORT can only profile a session created with profiling on, and ends a session's p
 once; this ORT's RunOptions has no per-run profiling. So for the window each model's
 batcher runs every Nth batch (`profiling.ort_sample_every_n_batches`) on a second,
 profiled session of the same model on the same providers (as `appliance model bench
---profile` does), and stops at the end, when that session's profile is read. ORT's
-profiler costs tens of per cent on every run it records (bench/profiling_overhead.py), so
-sampling is what keeps a window's overhead bounded. Operator events are put on the model's
-batcher track, inside the `session.run` span that ran them. One window at a time.
+--profile` does), at most `ort_max_runs_per_window` per model, and stops at the end,
+when that session's profile is read. ORT's profiler makes every run it records about 1.5
+times as long (docs/profiling.md), so sampling is what keeps a window's cost bounded.
+Operator events are put on the model's batcher track, inside the `session.run` span that
+ran them. One window at a time.
 """
 
 from __future__ import annotations
