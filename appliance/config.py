@@ -12,7 +12,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyAddress,
+    ValidationError,
+    field_validator,
+)
 
 from pipelines.errors import format_location, pydantic_message
 from pipelines.spec import BatchingSpec as BatchingConfig
@@ -177,8 +184,41 @@ class ProfilingConfig(_Strict):
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
 
 
+class IceServerConfig(_Strict):
+    """A STUN or TURN server offered to WebRTC peers (RTCIceServer)."""
+
+    urls: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]],
+                    Field(min_length=1, max_length=8)]  # fmt: skip
+    username: Annotated[str | None, Field(max_length=256)] = None
+    # A TURN secret: repr=False keeps it out of logs and error messages.
+    credential: Annotated[str | None, Field(max_length=256, repr=False)] = None
+
+
+class WebRtcConfig(_Strict):
+    """WebRTC viewers (docs/api.md, "WebRTC"). Read once at start."""
+
+    # STUN/TURN for peers behind NAT. None by default: a public server nobody configured
+    # would learn who watches which appliance (aiortc's own default is Google's STUN).
+    ice_servers: Annotated[list[IceServerConfig], Field(max_length=8)] = Field(default_factory=list)
+    # The addresses offered as host candidates; empty: every interface's but loopback
+    # (aioice's rule). An appliance with several NICs names the viewers' network here;
+    # loopback needs ["127.0.0.1"].
+    host_addresses: Annotated[list[IPvAnyAddress], Field(max_length=16)] = Field(
+        default_factory=list
+    )
+    max_sessions: Annotated[int, Field(ge=1, le=256)] = 16
+    max_sessions_per_stream: Annotated[int, Field(ge=1, le=256)] = 4
+    # A peer that has not connected by then is closed and its resources freed.
+    connect_timeout_s: Annotated[float, Field(gt=0, le=120)] = 15.0
+    max_fps: Annotated[float, Field(gt=0, le=120)] = 30.0  # per session, unless it asks less
+    # Predictions wait in the data channel's buffer up to this much; past it a message is
+    # skipped (and counted), never queued without bound.
+    max_buffered_bytes: Annotated[int, Field(ge=1024, le=16 * MiB)] = 256 * 1024
+
+
 class AppConfig(_Strict):
     server: ServerConfig = ServerConfig()
+    webrtc: WebRtcConfig = WebRtcConfig()
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     streams: list[StreamConfig] = Field(default_factory=list)
     profiling: ProfilingConfig = ProfilingConfig()

@@ -51,6 +51,16 @@ class UnknownWindowError(ApplianceError, KeyError):
         return str(self.args[0])
 
 
+class UnknownSessionError(ApplianceError, KeyError):
+    """No WebRTC session has this id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"unknown WebRTC session {session_id!r}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class WindowRequestError(ApplianceError, ValueError):
     """A profiling window request that cannot be run (duration, unknown streams)."""
 

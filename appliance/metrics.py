@@ -74,6 +74,18 @@ class Metrics:
         self.window_active = Gauge(
             "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
         )
+        self.webrtc_sessions = Gauge(
+            "appliance_webrtc_sessions", "Open WebRTC viewer sessions.", ["stream"], registry=r
+        )
+        self.webrtc_frames_sent = Counter(
+            "appliance_webrtc_frames_sent", "Video frames handed to WebRTC encoders.",
+            ["stream"], registry=r,
+        )  # fmt: skip
+        self.webrtc_skipped = Counter(
+            "appliance_webrtc_datachannel_skipped",
+            "Predictions not sent: the viewer's data channel buffer was full.",
+            ["stream"], registry=r,
+        )  # fmt: skip
         self.limit_hits = Counter(
             "appliance_limit_hits", "Requests refused by a configured limit (limits.*).",
             ["limit"], registry=r,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from appliance.blocklatency import BlockLatencies, StreamLatency
 from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, sink_configs
 from appliance.control import one_change_at_a_time
@@ -82,6 +83,8 @@ class Runtime:
         )
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)
+        self._block_latency = BlockLatencies()  # each stream's recent per-block latency
+        self.outputs.subscribe(self._block_latency)
         self.pool = ModelPool(
             self.metrics,
             on_batch=self.profiler.on_batch,  # the batch's spans
@@ -184,6 +187,7 @@ class Runtime:
         with self._lock:
             self._check_room(cfg.id)
             self.streams[cfg.id] = stream
+        self._block_latency.attach(cfg.id, blocks)
         stream.start()
         return stream
 
@@ -234,6 +238,7 @@ class Runtime:
         if stream is None:
             raise UnknownStreamError(stream_id)
         ended = stream.stop(timeout)
+        self._block_latency.detach(stream_id)
         self.release_workflow(stream.workflow)
         stream.metrics.remove()
         log.info("stream %s removed", stream_id)
@@ -335,6 +340,10 @@ class Runtime:
         if stream is None:
             raise UnknownStreamError(stream_id)
         return self._stream_status(stream, _states(self.outputs.statuses()))
+
+    def stream_latency(self, stream_id: str) -> StreamLatency:
+        """One stream's recent per-block latency; UnknownStreamError for an unknown id."""
+        return self._block_latency.report(stream_id)
 
     def _stream_status(self, stream: Stream, sinks: dict[str, str]) -> StreamStatus:
         models = self.pool.handles

@@ -2,10 +2,11 @@
 # Debian packages the test suite needs (real parts, see ../shared/TESTBED.md):
 #   GStreamer's RTSP server (plugins-bad: x265enc for the H.265 camera), driven by
 #   Debian's own python3 (it has `gi`), ffmpeg, and mosquitto (the MQTT broker the sink
-#   tests start on a free port).
+#   tests start on a free port), and chromium (the web viewer's browser test drives it with
+#   Playwright; Playwright never downloads a browser of its own).
 # Installs only what is missing; needs root (or sudo) the first time.
 set -eu
-PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-tools ffmpeg mosquitto"
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-tools ffmpeg mosquitto chromium"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

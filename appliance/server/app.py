@@ -20,14 +20,16 @@ from appliance.server.context import (
 from appliance.server.errors import REFUSALS, error_middleware
 from appliance.server.limits import Watchers, WorkSlots, timeout_middleware
 from appliance.server.openapi import build_openapi
-from appliance.server.routes import PROBES, ROUTES, STREAMING
+from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.server.routes.webrtc import WEBRTC
+from appliance.server.webrtc import WebRtcSessions
 
 __all__ = ["RUNTIME", "build_app"]
 
 
 def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
     """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind)."""
-    policy = dataclasses.replace(policy, open_paths=PROBES)
+    policy = dataclasses.replace(policy, open_paths=PROBES, public_paths=PUBLIC)
     max_body = runtime.config.server.max_body_bytes
     limits = runtime.limits
     middlewares = [
@@ -47,6 +49,8 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
         # add_route, not add_get: no implicit HEAD routes the document would not list.
         app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
     app[OPENAPI] = build_openapi(ROUTES, policy)
+    sessions = app[WEBRTC] = WebRtcSessions(runtime, runtime.config.webrtc)
+    app.on_shutdown.append(lambda _: sessions.close_all())
     return app
 
 

@@ -3,7 +3,10 @@
 The token comes from `APPLIANCE_API_TOKEN` (wins: secrets belong in the environment, not
 in a file) or `server.token`. Every route needs it except the probes (`/health`, `/ready`,
 `/metrics`) and the API description (`/openapi.json`, `/docs`), which are open on a
-loopback bind and need the token otherwise (`server.open_probes` overrides). With no token
+loopback bind and need the token otherwise (`server.open_probes` overrides), and the web
+viewer's page and assets, always open (they hold no data; the page asks for the token
+and sends it with each API call it makes). Paths are matched as route templates
+(`/streams/{id}`), so an unknown path needs the token. With no token
 at all (allowed on loopback, or with `--insecure`) nothing needs one; on an exposed
 address that is `insecure`: warned about at start and reported by `/ready`.
 """
@@ -42,13 +45,15 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AuthPolicy:
-    """Who may call what; `open_paths` are answered without a token when `probes_open`.
-    `insecure`: no token, on an address that is not loopback (`--insecure`)."""
+    """Who may call what; `open_paths` are answered without a token when `probes_open`,
+    `public_paths` always. `insecure`: no token, on an address that is not loopback
+    (`--insecure`)."""
 
     token: str | None = field(default=None, repr=False)
     probes_open: bool = True
     open_paths: frozenset[str] = frozenset()
     insecure: bool = False
+    public_paths: frozenset[str] = frozenset()
 
     @classmethod
     def for_bind(
@@ -75,7 +80,9 @@ class AuthPolicy:
         return cls(token, probes_open, insecure=token is None and not loopback)
 
     def needs_token(self, path: str) -> bool:
-        if self.token is None:
+        """`path`: a route's template (`/v1/streams/{id}`), or the request's path when no
+        route matched it."""
+        if self.token is None or path in self.public_paths:
             return False
         return not (self.probes_open and path in self.open_paths)
 
@@ -104,7 +111,8 @@ def auth_middleware(policy: AuthPolicy) -> Middleware:
 
     @web.middleware
     async def check_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if policy.needs_token(request.path):
+        resource = request.match_info.route.resource  # None: no route matched
+        if policy.needs_token(request.path if resource is None else resource.canonical):
             policy.check(request.headers.get("Authorization"))
         return await handler(request)
 

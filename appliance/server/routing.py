@@ -43,6 +43,7 @@ class Route:
     errors: tuple[int, ...] = ()
     body: Mapping[str, Schema] = field(default_factory=dict)  # media type -> schema
     probe: bool = False  # open without a token where the policy opens probes
+    public: bool = False  # always open: the web viewer's page and assets hold no data
     streaming: bool = False  # answers for as long as the client reads (no time limit)
     tag: str = "streams"
 

@@ -39,6 +39,27 @@ class ProfilingRequest(_Request):
     ort_operators: bool = Field(False, description="add ONNX Runtime's per-operator events")
 
 
+class WebRtcOffer(_Request):
+    """A viewer's SDP offer (non-trickle: gather ICE candidates first). Open a data
+    channel labelled `predictions` before making the offer to get each result's
+    predictions beside the video."""
+
+    sdp: str = Field(min_length=1, max_length=64 * 1024, description="the offer's SDP")
+    type: Literal["offer"]
+    max_fps: float | None = Field(
+        None, gt=0, le=120, allow_inf_nan=False, description="at most webrtc.max_fps"
+    )
+    max_width: int | None = Field(
+        None, ge=16, le=7680, description="frames wider than this are scaled down"
+    )
+
+
+class WebRtcAnswer(BaseModel):
+    sdp: str
+    type: Literal["answer"]
+    session_id: str = Field(description="DELETE /v1/webrtc/{session_id} ends the session")
+
+
 class ErrorDetail(BaseModel):
     # server/errors.py's CODES values (a test keeps the two equal).
     code: Literal[

@@ -141,7 +141,7 @@ def _check_reload_refused(live: LiveServer) -> None:
 def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> None:
     """Every GET route of the table, `{id}` filled with every stream or the window. The
     streaming ones (events, MJPEG) never end; they send what `latest` answers."""
-    ids = {"/v1/streams/": stream_ids, "/v1/profiling/": [window]}
+    ids = {"/v1/streams/": stream_ids, "/v1/profiling/": [window], "/streams/": stream_ids}
     answers = []
     for route in (r for r in ROUTES if r.method == "GET" and not r.streaming):
         prefix, has_id, suffix = route.path.partition("{id}")

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
@@ -27,6 +27,7 @@ START_TIMEOUT_S = 60.0
 BOUNDARY = "appliance-test-boundary"
 FORM_TYPE = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
 Token = str | None
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,14 @@ class LiveServer:
             await self._stop.wait()
         finally:
             self.clean = await server.shutdown()
+
+    def call_in_loop(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
+        """`fn()` run on the server's event loop (to read what lives there)."""
+
+        async def run() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
     # -- requests ---------------------------------------------------------------------
     def call(

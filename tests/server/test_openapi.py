@@ -14,7 +14,7 @@ from schemathesis.specs.openapi import checks
 from appliance.server.auth import AuthPolicy
 from appliance.server.errors import CODES
 from appliance.server.openapi import build_openapi
-from appliance.server.routes import PROBES, ROUTES
+from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.schemas import ErrorDetail
 from appliance.sources import StreamState
 from appliance.status import StateName
@@ -79,7 +79,7 @@ def test_error_codes_match_the_ones_answered() -> None:
 # Built as the server builds it, so tests can be generated at collection time (the
 # schemathesis fixture-based loader does not run on pytest 9); the first test checks
 # that the live server serves this very document.
-POLICY = AuthPolicy(token=TOKEN, probes_open=True, open_paths=PROBES)
+POLICY = AuthPolicy(token=TOKEN, probes_open=True, open_paths=PROBES, public_paths=PUBLIC)
 DOCUMENT = json.loads(json.dumps(build_openapi(ROUTES, POLICY)))
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from appliance.server.routes import (
     config,
+    latency,
     meta,
     models,
     probes,
@@ -11,6 +12,8 @@ from appliance.server.routes import (
     results,
     sinks,
     streams,
+    viewer,
+    webrtc,
     workflows,
 )
 from appliance.server.routing import Route
@@ -19,17 +22,22 @@ ROUTES: tuple[Route, ...] = (
     *probes.ROUTES,
     *meta.ROUTES,
     *streams.ROUTES,
+    *latency.ROUTES,
     *results.ROUTES,
     *workflows.ROUTES,
     *models.ROUTES,
     *sinks.ROUTES,
     *config.ROUTES,
     *profiling.ROUTES,
+    *webrtc.ROUTES,
+    *viewer.ROUTES,
 )
 
 # Paths the auth policy may open without a token (`server.open_probes`).
 PROBES = frozenset(r.path for r in ROUTES if r.probe)
+# Paths open without a token whatever the policy: the web viewer (routes/viewer.py).
+PUBLIC = frozenset(r.path for r in ROUTES if r.public)
 # Paths that answer for as long as the client reads: no request time limit.
 STREAMING = frozenset(r.path for r in ROUTES if r.streaming)
 
-__all__ = ["PROBES", "ROUTES", "STREAMING", "Route"]
+__all__ = ["PROBES", "PUBLIC", "ROUTES", "STREAMING", "Route"]

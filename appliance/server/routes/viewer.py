@@ -1,0 +1,74 @@
+"""The web viewer: one static page (appliance/server/static/) that lists the streams,
+plays one over WebRTC with its live predictions, shows its per-block latency and starts
+profiling windows, all through the /v1 API with the token the user types in.
+
+The page and its assets hold no data, so they are open without a token (`public`): a
+browser cannot send a bearer token for the page itself. Assets come from a fixed
+name → file table, one route each: nothing in a request ever names a file. Every answer
+is marked `no-cache` (an upgraded appliance serves its new page at once) and carries a
+Content-Security-Policy that allows only this origin's scripts, styles and API.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from appliance.server.context import in_thread
+from appliance.server.errors import Handler
+from appliance.server.routing import Reply, Route
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+PAGE = "index.html"
+# URL path -> (file in STATIC, content type)
+ASSETS = {
+    "/static/viewer.js": ("viewer.js", "text/javascript"),
+    "/static/viewer.css": ("viewer.css", "text/css"),
+}
+CSP = (
+    "default-src 'self'; connect-src 'self'; media-src 'self' blob:; "
+    "img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+async def _file(name: str, content_type: str) -> web.Response:
+    body = await in_thread((STATIC / name).read_bytes)
+    return web.Response(body=body, content_type=content_type, charset="utf-8", headers=HEADERS)
+
+
+async def viewer_page(request: web.Request) -> web.Response:
+    """The web viewer: enter the token, pick a stream, watch it over WebRTC."""
+    return await _file(PAGE, "text/html")
+
+
+async def viewer_stream_page(request: web.Request) -> web.Response:
+    """The web viewer, opening the stream named in the path (the page reads it)."""
+    return await _file(PAGE, "text/html")
+
+
+def _asset_handler(name: str, content_type: str) -> Handler:
+    async def viewer_asset(request: web.Request) -> web.Response:
+        """One of the viewer page's assets."""
+        return await _file(name, content_type)
+
+    viewer_asset.__name__ = f"viewer_{name.replace('.', '_')}"  # the operation id
+    return viewer_asset
+
+
+_HTML = (Reply(200, "the viewer page", {"type": "string"}, "text/html"),)
+ROUTES = (
+    Route("GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer"),
+    Route("GET", "/streams/{id}", viewer_stream_page, "Web viewer on one stream", _HTML,
+          public=True, tag="viewer"),
+    *(Route("GET", path, _asset_handler(name, kind), f"Web viewer asset {name}",
+            (Reply(200, name, {"type": "string"}, kind),), public=True, tag="viewer")
+      for path, (name, kind) in ASSETS.items()),
+)  # fmt: skip

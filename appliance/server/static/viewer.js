@@ -1,0 +1,345 @@
+// The appliance's web viewer: streams, one stream over WebRTC with its predictions,
+// its per-block latency, profiling windows. Only the /v1 API, with the user's token.
+// No build step, no dependency; text is always set with textContent (ids are data).
+
+const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "appliance.token";
+const STREAMS_EVERY_MS = 3000;
+const LATENCY_EVERY_MS = 2000;
+const ICE_GATHER_MS = 5000; // then the offer goes with the candidates it has
+const RENDER_EVERY_MS = 250; // predictions are redrawn at most this often
+const MAX_ROWS = 20; // detection rows shown per output
+
+let token = sessionStorage.getItem(TOKEN_KEY);
+let view = null; // the open stream: {id, pc, sessionId, timers, counters}
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// -- the API ---------------------------------------------------------------------
+async function api(method, path, body, extra = {}) {
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const init = { method, headers, cache: "no-store", ...extra };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const resp = await fetch(path, init);
+  if (resp.status === 401) {
+    askToken(token ? "The appliance refused this token (401): enter it again."
+      : "This appliance needs its API token.");
+    throw new ApiError(401, "unauthorized");
+  }
+  if (!resp.ok) {
+    const detail = await resp.json().catch(() => null);
+    throw new ApiError(resp.status, detail?.error?.message ?? resp.statusText);
+  }
+  return resp;
+}
+
+const apiJson = async (method, path, body) => (await api(method, path, body)).json();
+const say = (el, text) => { $(el).textContent = text; };
+
+// -- the token -----------------------------------------------------------------------
+function askToken(reason) {
+  say("token-reason", reason);
+  $("token-form").hidden = false;
+  $("token").focus();
+}
+
+function useToken(event) {
+  event.preventDefault();
+  token = $("token").value.trim();
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  $("token-form").hidden = true;
+  say("status", "Token saved for this tab.");
+  refreshStreams();
+  if (view) openStream(view.id);
+}
+
+// -- the stream list -------------------------------------------------------------------
+async function refreshStreams() {
+  let streams;
+  try {
+    streams = (await apiJson("GET", "/v1/streams")).streams;
+  } catch (err) {
+    if (err.status !== 401) say("status", `Streams: ${err.message}`);
+    return;
+  }
+  $("streams").replaceChildren(...streams.map(streamItem));
+  if (!streams.length) $("streams").append(el("li", "No stream runs.", "empty"));
+}
+
+function streamItem(s) {
+  const link = el("a", s.id);
+  link.href = `/streams/${encodeURIComponent(s.id)}`;
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    history.pushState(null, "", link.href);
+    openStream(s.id);
+  });
+  if (view?.id === s.id) link.setAttribute("aria-current", "page");
+  const state = el("span", s.state, `state state-${s.state}`);
+  const figures = el("span", `${s.fps.toFixed(1)} fps · ${s.workflow}`, "note");
+  const item = el("li", "", "stream");
+  item.append(link, " ", state, " ", figures);
+  if (s.last_error) item.title = s.last_error;
+  return item;
+}
+
+// -- one stream --------------------------------------------------------------------------
+function openStream(id) {
+  closeStream();
+  view = { id, pc: null, sessionId: null, timers: [], latest: null, drawn: null,
+    messages: 0, frames: 0, since: performance.now() };
+  $("viewer").hidden = false;
+  say("stream-name", id);
+  document.title = `${id} · appliance viewer`;
+  for (const f of ["e2e", "msg-fps", "video-fps"]) say(f, "–");
+  $("predictions").replaceChildren(el("p", "No prediction yet.", "empty"));
+  $("latency").tBodies[0].replaceChildren();
+  say("latency-summary", "");
+  refreshLatency();
+  view.timers.push(setInterval(refreshLatency, LATENCY_EVERY_MS));
+  view.timers.push(setInterval(tick, 1000));
+  view.timers.push(setInterval(drawPredictions, RENDER_EVERY_MS));
+  const v = view;
+  play(v).catch((err) => {
+    if (view !== v) return; // closed meanwhile: nothing to say
+    if (err.status === 404 || err.status === 405) {
+      say("video-status", "This appliance does not serve WebRTC video for this stream.");
+    } else if (err.status !== 401) {
+      say("video-status", `Video: ${err.message}`);
+    }
+  });
+  refreshStreams();
+}
+
+function closeStream() {
+  if (!view) return;
+  view.timers.forEach(clearInterval);
+  view.pc?.close();
+  if (view.sessionId) {
+    api("DELETE", `/v1/webrtc/${encodeURIComponent(view.sessionId)}`, undefined,
+      { keepalive: true }).catch(() => {});
+  }
+  $("video").srcObject = null;
+  view = null;
+}
+
+function hideViewer() {
+  closeStream();
+  $("viewer").hidden = true;
+  document.title = "appliance viewer";
+  say("video-status", "");
+  refreshStreams();
+}
+
+function stop() {
+  history.pushState(null, "", "/");
+  hideViewer();
+}
+
+// -- WebRTC: the browser offers, with every ICE candidate (no trickle) ----------------------
+async function play(v) {
+  say("video-status", "Connecting…");
+  const pc = new RTCPeerConnection({ iceServers: [] });
+  v.pc = pc;
+  pc.addTransceiver("video", { direction: "recvonly" });
+  const channel = pc.createDataChannel("predictions");
+  channel.addEventListener("message", (event) => onPrediction(v, event.data));
+  pc.addEventListener("track", (event) => {
+    $("video").srcObject = event.streams[0] ?? new MediaStream([event.track]);
+    countVideoFrames(v);
+  });
+  pc.addEventListener("connectionstatechange", () => {
+    if (view === v) say("video-status", `Video ${pc.connectionState}.`);
+  });
+  await pc.setLocalDescription(await pc.createOffer());
+  await iceGathered(pc);
+  const offer = { sdp: pc.localDescription.sdp, type: "offer" };
+  const answer = await apiJson("POST", `/v1/streams/${encodeURIComponent(v.id)}/webrtc`, offer);
+  if (view !== v) { // closed while we waited: end the server's session too
+    api("DELETE", `/v1/webrtc/${encodeURIComponent(answer.session_id)}`).catch(() => {});
+    return;
+  }
+  v.sessionId = answer.session_id;
+  await pc.setRemoteDescription({ type: "answer", sdp: answer.sdp });
+}
+
+function iceGathered(pc) {
+  return new Promise((resolve) => {
+    const check = () => { if (pc.iceGatheringState === "complete") resolve(); };
+    pc.addEventListener("icegatheringstatechange", check);
+    setTimeout(resolve, ICE_GATHER_MS);
+    check();
+  });
+}
+
+function countVideoFrames(v) {
+  const video = $("video");
+  if (!("requestVideoFrameCallback" in video)) return; // tick() reads playback quality
+  const frame = () => {
+    if (view !== v) return;
+    v.frames += 1;
+    video.requestVideoFrameCallback(frame);
+  };
+  video.requestVideoFrameCallback(frame);
+}
+
+function onPrediction(v, data) {
+  const message = JSON.parse(data);
+  v.latest = message;
+  v.messages += 1;
+  v.latencyMs = Date.now() - message.capture_time * 1000;
+}
+
+// Once a second: the rates since the last tick, and the newest end-to-end latency.
+function tick() {
+  const v = view;
+  const now = performance.now();
+  const seconds = (now - v.since) / 1000;
+  const video = $("video");
+  if (!("requestVideoFrameCallback" in video) && video.getVideoPlaybackQuality) {
+    const total = video.getVideoPlaybackQuality().totalVideoFrames;
+    v.frames += total - (v.totalFrames ?? total);
+    v.totalFrames = total;
+  }
+  if (v.latest) say("msg-fps", `${(v.messages / seconds).toFixed(1)} msg/s`);
+  if (v.latencyMs !== undefined) say("e2e", `${Math.round(v.latencyMs)} ms`);
+  if (video.videoWidth) {
+    say("video-fps", `${(v.frames / seconds).toFixed(1)} fps · ${video.videoWidth}×${video.videoHeight}`);
+  }
+  v.messages = 0;
+  v.frames = 0;
+  v.since = now;
+}
+
+// -- predictions, drawn generically: lists of rows as tables, the rest as values -------------
+function drawPredictions() {
+  const message = view?.latest;
+  if (!message || message === view.drawn) return;
+  view.drawn = message;
+  const parts = Object.entries(message.outputs).map(([name, value]) => output(name, value));
+  $("predictions").replaceChildren(el("p", `frame ${message.seq}`, "note"), ...parts);
+}
+
+function output(name, value) {
+  if (Array.isArray(value) && value.every(isRow)) return rowsTable(name, value);
+  const box = el("div", "", "output");
+  box.append(el("strong", `${name}: `), el("span", format(value)));
+  return box;
+}
+
+const isRow = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+
+function rowsTable(name, rows) {
+  const table = el("table", "", "rows");
+  table.createCaption().textContent = `${name} (${rows.length})`;
+  const columns = [...new Set(rows.slice(0, MAX_ROWS).flatMap(Object.keys))];
+  const head = table.createTHead().insertRow();
+  for (const c of columns) head.append(el("th", c));
+  const body = table.createTBody();
+  for (const row of rows.slice(0, MAX_ROWS)) {
+    const tr = body.insertRow();
+    for (const c of columns) tr.insertCell().textContent = format(row[c]);
+  }
+  return table;
+}
+
+function format(value) {
+  if (typeof value === "number") return `${Number(value.toFixed(3))}`; // 0.412, 205.9
+  if (Array.isArray(value)) return value.map(format).join(", ");
+  if (isRow(value)) return Object.entries(value).map(([k, v]) => `${k} ${format(v)}`).join(" · ");
+  return value === null || value === undefined ? "–" : `${value}`;
+}
+
+// -- per-block latency ---------------------------------------------------------------------
+async function refreshLatency() {
+  const v = view;
+  let report;
+  try {
+    report = await apiJson("GET", `/v1/streams/${encodeURIComponent(v.id)}/latency`);
+  } catch (err) {
+    if (err.status !== 401 && view === v) say("latency-summary", `Latency: ${err.message}`);
+    return;
+  }
+  if (view !== v) return;
+  const ms = (x) => (x === null ? "–" : x.toFixed(2));
+  const rows = [{ id: "workflow", type: "(whole run)", ...report.workflow }, ...report.blocks];
+  $("latency").tBodies[0].replaceChildren(...rows.map((b) => {
+    const tr = document.createElement("tr");
+    for (const [text, cls] of [[b.id, ""], [b.type, ""], [ms(b.p50_ms), "num"], [ms(b.p99_ms), "num"]]) {
+      tr.append(el("td", text, cls));
+    }
+    return tr;
+  }));
+  const fps = report.fps === null ? "–" : report.fps.toFixed(1);
+  say("latency-summary", `Last ${report.frames} frames, ${fps} fps.`);
+}
+
+// -- profiling windows -----------------------------------------------------------------------
+async function profile(event) {
+  event.preventDefault();
+  const v = view;
+  const body = { duration_s: Number($("profile-duration").value), streams: [v.id],
+    ort_operators: $("profile-ort").checked };
+  $("profile-start").disabled = true;
+  $("profile-result").hidden = true;
+  try {
+    await followWindow(await apiJson("POST", "/v1/profiling", body));
+  } catch (err) {
+    if (err.status !== 401) say("profile-status", `Profiling: ${err.message}`);
+  } finally {
+    $("profile-start").disabled = false;
+    $("profile-progress").hidden = true;
+  }
+}
+
+async function followWindow(win) {
+  const started = performance.now();
+  const bar = $("profile-progress");
+  bar.hidden = false;
+  let status = win;
+  say("profile-status", `Profiling window ${win.id} runs for ${win.duration_s} s…`);
+  while (status.state === "running") {
+    bar.value = Math.min(1, (performance.now() - started) / 1000 / win.duration_s);
+    await new Promise((r) => setTimeout(r, 250));
+    status = await apiJson("GET", `/v1/profiling/${encodeURIComponent(win.id)}`);
+  }
+  if (status.state === "failed") throw new ApiError(0, status.error ?? "failed");
+  const blob = await (await api("GET", status.trace)).blob();
+  const link = $("profile-link");
+  if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
+  link.href = URL.createObjectURL(blob);
+  link.download = `appliance-${win.id}.json`;
+  $("profile-result").hidden = false;
+  say("profile-status", `Window ${win.id} done: its trace is ready.`);
+}
+
+// -- start -------------------------------------------------------------------------------------
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text) node.textContent = text;
+  if (cls) node.className = cls;
+  return node;
+}
+
+function route() {
+  const match = location.pathname.match(/^\/streams\/([^/]+)$/);
+  if (match) openStream(decodeURIComponent(match[1]));
+  else if (view) hideViewer();
+}
+
+$("token-form").addEventListener("submit", useToken);
+$("change-token").addEventListener("click", () => askToken("Enter the appliance's API token."));
+$("stop").addEventListener("click", stop);
+$("profile-form").addEventListener("submit", profile);
+window.addEventListener("popstate", route);
+window.addEventListener("pagehide", closeStream);
+refreshStreams();
+setInterval(refreshStreams, STREAMS_EVERY_MS);
+route();

@@ -1,0 +1,232 @@
+"""The web viewer: its page and assets over HTTP (open without a token, strict headers,
+nothing served by name from the request), then the page itself in Debian's Chromium,
+driven by Playwright, against a live server running the bundled clip: the token, the
+stream list, the per-block latency table, a profiling window and its trace download,
+and, once the server has its WebRTC route, the video and its live predictions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.server.routes.viewer import CSP
+from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, config_doc, demo_stream
+from tests.server.live import LiveServer, wait_for
+from tests.support.appliance import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+# ../shared/TESTBED.md, "WebRTC on loopback"; the profile dir is launch_persistent_context's.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--allow-loopback-in-peer-connection",
+    "--disable-features=WebRtcHideLocalIpsWithMdns",
+]
+SCREENSHOTS = ROOT / "tests" / "artifacts"  # viewer.png, viewer-webrtc.png (gitignored)
+UI_WAIT_MS = WAIT_S * 1000
+PAGES = {"/": "text/html", "/streams/cam": "text/html", "/streams/no-such-cam": "text/html"}
+ASSETS = {"/static/viewer.js": "text/javascript", "/static/viewer.css": "text/css"}
+STATIC = ROOT / "appliance" / "server" / "static"
+NOT_ASSETS = (
+    "/static/index.html",
+    "/static/nope.js",
+    "/static/../routes/viewer.py",
+    "/static/%2e%2e/routes/viewer.py",
+    "/streams/cam/extra",
+    "/viewer.js",
+)
+
+
+@pytest.fixture(scope="module")
+def server(module_server: LiveFactory) -> LiveServer:
+    doc = config_doc(demo_stream("cam"))
+    doc["webrtc"] = {"host_addresses": ["127.0.0.1"]}  # loopback only (TESTBED.md)
+    live = module_server(doc)
+    wait_for(lambda: live.stream("cam")["frames_processed"] > 0, WAIT_S, "cam processing")
+    return live
+
+
+# -- over HTTP ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("path", "kind"), [*PAGES.items(), *ASSETS.items()])
+def test_the_page_and_assets_need_no_token(server: LiveServer, path: str, kind: str) -> None:
+    reply = server.call("GET", path, token=False)
+    assert reply.status == 200, reply.body[:300]
+    assert reply.headers["content-type"] == f"{kind}; charset=utf-8"
+    assert reply.headers["content-security-policy"] == CSP
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    assert reply.headers["cache-control"] == "no-cache"
+    name = "index.html" if kind == "text/html" else path.removeprefix("/static/")
+    assert reply.body == (STATIC / name).read_bytes()
+
+
+def test_the_policy_is_strict() -> None:
+    directives = dict(d.strip().split(" ", 1) for d in CSP.split(";"))
+    assert directives["default-src"] == "'self'" and directives["script-src"] == "'self'"
+    assert directives["style-src"] == "'self'" and directives["connect-src"] == "'self'"
+    assert "unsafe" not in CSP
+
+
+def test_only_the_listed_assets_are_served(server: LiveServer) -> None:
+    for path in NOT_ASSETS:
+        assert server.call("GET", path, token=False).status == 401, path  # unknown: no probing
+        assert server.call("GET", path).status == 404, path
+    assert server.call("GET", "/v1/streams", token=False).status == 401  # the API still needs it
+
+
+def test_the_viewer_stays_open_when_probes_are_closed(live_server: LiveFactory) -> None:
+    live = live_server(config_doc(open_probes=False))
+    assert live.call("GET", "/health", token=False).status == 401
+    assert live.call("GET", "/streams/x", token=False).status == 200
+    document = live.get_json("/openapi.json")
+    assert document["paths"]["/"]["get"]["security"] == []
+    assert document["paths"]["/v1/streams/{id}/latency"]["get"]["security"] == [{"bearer": []}]
+
+
+# -- in Chromium -----------------------------------------------------------------------------
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A fresh Chromium profile (Debian's binary: Playwright downloads nothing)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists() or shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed: run sh tests/install_deps.sh")
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_FLAGS,
+            accept_downloads=True,
+            viewport={"width": 1100, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+class Page:
+    """One tab, with every script error and console error it reports."""
+
+    def __init__(self, context: Any) -> None:
+        self.tab = context.new_page()
+        self.tab.set_default_timeout(UI_WAIT_MS)
+        self.errors: list[str] = []
+        self.tab.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
+        self.tab.on("console", self._console)
+
+    def _console(self, message: Any) -> None:
+        # Refused API calls (401 before the token, 404 without WebRTC) are logged by
+        # Chromium as failed resources: expected. Anything else is a fault of the page.
+        if message.type == "error" and "Failed to load resource" not in message.text:
+            self.errors.append(message.text)
+
+    def text(self, selector: str) -> str:
+        return str(self.tab.locator(selector).inner_text())
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.tab.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+def enter_token(page: Page) -> None:
+    form = page.tab.locator("#token-form")
+    form.wait_for(state="visible")
+    page.tab.get_by_label("API token").fill(TOKEN)
+    page.tab.get_by_role("button", name="Use token").click()
+    form.wait_for(state="hidden")
+
+
+def test_the_viewer_lists_streams_shows_latency_and_profiles(
+    server: LiveServer, browser: Any, tmp_path: Path
+) -> None:
+    page = Page(browser)
+    page.tab.goto(server.url + "/")
+    assert "needs its API token" in page.text("#token-reason")
+    enter_token(page)
+
+    item = page.tab.locator("#streams li.stream", has_text="cam")
+    item.locator(".state", has_text="running").wait_for()
+    item.get_by_role("link", name="cam").click()
+    assert page.tab.url == server.url + "/streams/cam"
+    assert page.text("#stream-name") == "cam"
+
+    # The per-block latency table: the whole run, then the workflow's one block.
+    rows = page.tab.locator("#latency tbody tr")
+    rows.nth(1).wait_for()
+    cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(rows.count())]
+    assert [c[:2] for c in cells] == [["workflow", "(whole run)"], ["people", "detect"]]
+    for _, _, p50, p99 in cells:
+        assert 0 <= float(p50) <= float(p99), cells
+    assert "frames" in page.text("#latency-summary")
+
+    # A 1 s profiling window from the page, followed to its trace.
+    page.tab.get_by_label("Duration (s)").fill("1")
+    page.tab.get_by_role("button", name="Profile").click()
+    link = page.tab.get_by_role("link", name="Download trace")
+    link.wait_for(state="visible")
+    assert "ui.perfetto.dev (Open trace file)" in page.text("#profile-result")
+    assert "done" in page.text("#profile-status")
+    with page.tab.expect_download() as download:
+        link.click()
+    trace = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+    runs = [e for e in trace["traceEvents"] if e.get("name") == "workflow.run"]
+    assert runs and {e["args"]["stream"] for e in runs} == {"cam"}
+
+    screenshot(page, "viewer.png")
+
+    # A token the appliance refuses: the page asks again, and says why.
+    page.tab.evaluate("() => sessionStorage.setItem('appliance.token', 'wrong')")
+    page.tab.reload()
+    page.tab.locator("#token-form").wait_for(state="visible")
+    assert "refused this token (401)" in page.text("#token-reason")
+    assert page.errors == []
+
+
+def webrtc_present(server: LiveServer) -> bool:
+    """Whether the server answers `POST /v1/streams/{id}/webrtc` for a known stream (a
+    refused offer is fine: the route is there)."""
+    reply = server.call("POST", "/v1/streams/cam/webrtc", json_body={"sdp": "", "type": "offer"})
+    return reply.status not in (404, 405)
+
+
+def test_the_viewer_plays_a_stream_over_webrtc(server: LiveServer, browser: Any) -> None:
+    if not webrtc_present(server):
+        pytest.skip("webrtc route not present")
+    page = Page(browser)
+    page.tab.add_init_script(f"sessionStorage.setItem('appliance.token', {json.dumps(TOKEN)})")
+    page.tab.goto(server.url + "/streams/cam")  # opened by its address, no click
+
+    page.tab.wait_for_function(
+        """() => {
+            const v = document.getElementById("video");
+            return v.videoWidth > 0 && v.getVideoPlaybackQuality().totalVideoFrames > 0;
+        }"""
+    )
+    page.tab.locator("#predictions table caption", has_text="people").wait_for()
+    # Functions, not expressions: Playwright evaluates an expression with eval, which the
+    # page's Content-Security-Policy forbids (as it should).
+    page.tab.wait_for_function("() => document.getElementById('e2e').textContent.endsWith(' ms')")
+    page.tab.wait_for_function(
+        "() => document.getElementById('video-fps').textContent.includes('fps')"
+    )
+    e2e_ms = float(page.text("#e2e").removesuffix(" ms"))
+    assert 0 <= e2e_ms < 5000
+    screenshot(page, "viewer-webrtc.png")
+
+    # Stop closes the server's session (DELETE /v1/webrtc/{session_id}).
+    with page.tab.expect_request(lambda r: r.method == "DELETE" and "/v1/webrtc/" in r.url):
+        page.tab.get_by_role("button", name="Stop").click()
+    assert page.tab.url == server.url + "/"
+    assert page.tab.locator("#viewer").is_hidden()
+    assert page.errors == []
