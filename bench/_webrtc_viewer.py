@@ -1,6 +1,10 @@
 """WebRTC viewers in a process of their own, for bench/webrtc.py: N aiortc peers watch one
 stream of an appliance over HTTP signalling on loopback; for each decoded frame, each
-viewer records its arrival (wall time) and the clock camera's stamp read from its pixels.
+viewer records when it was decoded and when its last RTP packet (the marker) arrived
+(wall time), and the clock camera's stamp read from its pixels. aiortc's jitter buffer
+hands a frame to the decoder only when the next frame's first packet arrives (it ignores
+the marker bit), so "decoded" includes one frame interval that a browser does not add;
+the marker's arrival is taken by wrapping aiortc's packet handler (bench only).
 
     python bench/_webrtc_viewer.py URL TOKEN STREAM VIEWERS SECONDS OUT.json
 
@@ -19,6 +23,7 @@ from typing import Any
 
 import aioice.ice
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -26,6 +31,18 @@ from tests.support.clock_camera import read_stamp
 
 # Loopback only (../shared/TESTBED.md): aioice offers no loopback candidates by itself.
 aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
+
+COMPLETE: dict[int, float] = {}  # RTP timestamp -> wall time its marker packet arrived
+_handle = RTCRtpReceiver._handle_rtp_packet
+
+
+async def _timed(self: RTCRtpReceiver, packet: Any, arrival_time_ms: int) -> None:
+    if packet.marker:
+        COMPLETE[packet.timestamp] = time.time()
+    await _handle(self, packet, arrival_time_ms)
+
+
+RTCRtpReceiver._handle_rtp_packet = _timed  # type: ignore[method-assign]
 
 
 def post(url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +58,7 @@ def post(url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
 PUMPS: set[asyncio.Task[None]] = set()
 
 
-async def viewer(url: str, token: str, stream: str, record: list[tuple[float, int]],
+async def viewer(url: str, token: str, stream: str, record: list[tuple[float, float, int]],
                  first: asyncio.Event, recording: asyncio.Event) -> RTCPeerConnection:  # fmt: skip
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     pc.addTransceiver("video", direction="recvonly")
@@ -53,10 +70,11 @@ async def viewer(url: str, token: str, stream: str, record: list[tuple[float, in
                 frame = await track.recv()
                 arrived = time.time()
                 first.set()
+                complete = COMPLETE.pop(frame.pts, arrived)  # pts: the RTP timestamp
                 if recording.is_set():
                     stamp = read_stamp(frame.to_ndarray(format="bgr24"))
                     if stamp is not None:
-                        record.append((arrived, stamp))
+                        record.append((arrived, complete, stamp))
 
         PUMPS.add(asyncio.ensure_future(pump()))
 
@@ -68,7 +86,7 @@ async def viewer(url: str, token: str, stream: str, record: list[tuple[float, in
 
 
 async def main(url: str, token: str, stream: str, count: int, seconds: float, out: str) -> None:
-    records: list[list[tuple[float, int]]] = [[] for _ in range(count)]
+    records: list[list[tuple[float, float, int]]] = [[] for _ in range(count)]
     firsts = [asyncio.Event() for _ in range(count)]
     recording = asyncio.Event()
     pcs = [await viewer(url, token, stream, records[i], firsts[i], recording)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -44,7 +45,8 @@ def annotated_stream(stream_id: str) -> dict[str, Any]:
 def rtc_server(module_server: LiveFactory) -> LiveServer:
     doc = config_doc(annotated_stream("cam"), demo_stream("door"), demo_stream("gone"))
     doc["webrtc"] = {"host_addresses": ["127.0.0.1"], "max_sessions": 3,
-                     "max_sessions_per_stream": 2, "connect_timeout_s": 3}  # fmt: skip
+                     "max_sessions_per_stream": 2, "connect_timeout_s": 3,
+                     "max_buffered_bytes": 1024}  # fmt: skip
     live = module_server(doc)
     wait_for(lambda: live.stream("cam")["frames_processed"] > 0, 30.0, "cam processing")
     return live
@@ -227,11 +229,13 @@ import asyncio, json, sys, urllib.request
 import aioice.ice
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
-url, token = sys.argv[1:3]
+url, token, channel = sys.argv[1:4]
 
 async def main():
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     pc.addTransceiver("video", direction="recvonly")
+    if channel == "predictions":
+        pc.createDataChannel("predictions")
     got = asyncio.Event()
 
     @pc.on("track")
@@ -267,7 +271,7 @@ def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(rtc_server: LiveSer
     threads = own_threads()
     tasks = rtc_server.call_in_loop(lambda: len(asyncio.all_tasks()))
     url = f"{rtc_server.url}/v1/streams/door/webrtc"
-    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN],
+    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN, "-"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stderr is not None
@@ -282,3 +286,44 @@ def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(rtc_server: LiveSer
     # No session task left on the server's loop (the count includes the probe's own).
     wait_for(lambda: rtc_server.call_in_loop(lambda: len(asyncio.all_tasks())) <= tasks,
              10.0, "tasks back")  # fmt: skip
+
+
+def test_a_viewer_that_stops_reading_gets_predictions_skipped(rtc_server: LiveServer) -> None:
+    """A viewer whose process is frozen (SIGSTOP) acknowledges nothing: its data channel's
+    buffer passes webrtc.max_buffered_bytes (1 KiB here) and predictions are skipped and
+    counted instead of queued; the stream and the other viewers are not held up."""
+
+    def skipped() -> float:
+        value = rtc_server.runtime.metrics.registry.get_sample_value(
+            "appliance_webrtc_datachannel_skipped_total", {"stream": "door"}
+        )
+        return value or 0.0
+
+    before, frames = skipped(), rtc_server.stream("door")["frames_processed"]
+    url = f"{rtc_server.url}/v1/streams/door/webrtc"
+    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN, "predictions"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline().strip()
+        assert line == "WATCHING", proc.stderr.read()[-2000:]
+        proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: skipped() > before, 20.0, "predictions skipped")
+        later = rtc_server.stream("door")["frames_processed"]
+        wait_for(lambda: rtc_server.stream("door")["frames_processed"] > later + 5, 10.0,
+                 "the stream going on")  # fmt: skip
+        assert later > frames
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    for session_id in rtc_server.call_in_loop(lambda: webrtc_sessions(rtc_server)):
+        rtc_server.call("DELETE", f"/v1/webrtc/{session_id}")
+    wait_for(lambda: sessions(rtc_server, "door") == 0, 10.0, "sessions closed")
+
+
+def webrtc_sessions(live: LiveServer) -> list[str]:
+    """The ids of the server's open WebRTC sessions (read on its loop)."""
+    from appliance.server.routes.webrtc import WEBRTC
+
+    assert live.app is not None
+    return live.app[WEBRTC].session_ids()

@@ -69,6 +69,9 @@ class WebRtcSessions:
         self._sweeper: asyncio.Task[None] | None = None
         offer_host_addresses(config.host_addresses)
 
+    def session_ids(self) -> list[str]:
+        return list(self._sessions)
+
     def count(self, stream_id: str | None = None) -> int:
         return sum(1 for s in self._sessions.values() if stream_id in (None, s.stream_id))
 
