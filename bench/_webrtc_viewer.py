@@ -32,13 +32,18 @@ from tests.support.clock_camera import read_stamp
 # Loopback only (../shared/TESTBED.md): aioice offers no loopback candidates by itself.
 aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
 
-COMPLETE: dict[int, float] = {}  # RTP timestamp -> wall time its marker packet arrived
+# Per receiver: a frame's RTP timestamp, counted from the first one (aiortc's decoded
+# frames carry that as their pts) -> the wall time its marker packet arrived.
+COMPLETE: dict[RTCRtpReceiver, dict[int, float]] = {}
+ORIGIN: dict[RTCRtpReceiver, int] = {}
 _handle = RTCRtpReceiver._handle_rtp_packet
 
 
 async def _timed(self: RTCRtpReceiver, packet: Any, arrival_time_ms: int) -> None:
     if packet.marker:
-        COMPLETE[packet.timestamp] = time.time()
+        origin = ORIGIN.setdefault(self, packet.timestamp)
+        relative = (packet.timestamp - origin) & 0xFFFFFFFF
+        COMPLETE.setdefault(self, {})[relative] = time.time()
     await _handle(self, packet, arrival_time_ms)
 
 
@@ -65,12 +70,16 @@ async def viewer(url: str, token: str, stream: str, record: list[tuple[float, fl
 
     @pc.on("track")
     def on_track(track: Any) -> None:
+        receiver = next(r for r in pc.getReceivers() if r.track is track)
+
         async def pump() -> None:
             while True:
                 frame = await track.recv()
                 arrived = time.time()
                 first.set()
-                complete = COMPLETE.pop(frame.pts, arrived)  # pts: the RTP timestamp
+                complete = COMPLETE.get(receiver, {}).pop(frame.pts, None)
+                if complete is None:
+                    continue  # its first packet's timing lost (the first frame)
                 if recording.is_set():
                     stamp = read_stamp(frame.to_ndarray(format="bgr24"))
                     if stamp is not None:
