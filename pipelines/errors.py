@@ -17,15 +17,26 @@ def format_location(loc: Iterable[int | str]) -> str:
     return out or "(top)"
 
 
+# A field whose name holds one of these keeps its value out of messages (a password, a
+# token, a TURN credential, an API key): the error says how long it was instead.
+SECRET_FIELD_WORDS = ("pass", "pwd", "token", "secret", "credential", "auth", "key")
+
+
 def pydantic_message(error: Mapping[str, Any]) -> str:
     """Pydantic's message for one error, with the value it got (expected vs got), and
-    without pydantic's own prefixes."""
+    without pydantic's own prefixes. A secret field's value is not shown."""
     kind = error.get("type")
     if kind == "extra_forbidden":
         return "unknown parameter"
     msg = str(error["msg"]).removeprefix("Value error, ")
     if kind not in ("missing", "value_error") and "input" in error:
-        msg += f" (got {error['input']!r})"
+        field = str((error.get("loc") or ("",))[-1]).lower()
+        if any(word in field for word in SECRET_FIELD_WORDS):
+            value = error["input"]
+            size = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
+            msg += f" (got a value of {size}, not shown)"
+        else:
+            msg += f" (got {error['input']!r})"
     return msg
 
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from appliance.client import ApplianceClient
+from appliance.config import ConfigError, parse_config
 from appliance.server.routes import ROUTES
 from tests.server.conftest import WAIT_S, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
@@ -62,6 +63,9 @@ def secret_server(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[
     caplog.set_level(logging.DEBUG)
     doc = config_doc(demo_stream("clip"), secret_stream("cam", rtsp_url(free_port())), token=SECRET)
     doc["profiling"] = {"dir": str(tmp_path / "traces"), "rotate_s": 0.5, "max_window_s": 5}
+    # A TURN server's credential: config only (no session uses it in this test).
+    doc["webrtc"] = {"ice_servers": [{"urls": ["turn:127.0.0.1:3478"], "username": "viewer",
+                                      "credential": SECRET}]}  # fmt: skip
     live = LiveServer(write_yaml(tmp_path, doc, "config.yaml"), token=SECRET).start()
     try:
         yield live
@@ -236,3 +240,22 @@ def _cli_runs(secret_url: str, url: str) -> Iterable[tuple[str, str, str]]:
         done = appliance(*args, "--url", target, "--token", SECRET)
         assert done.returncode == code, (args[:2], done.stdout, done.stderr)
         yield f"appliance {' '.join(args[:2])}", done.stdout + done.stderr, mention
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"webrtc": {"ice_servers": [{"urls": ["turn:x"], "credential": SECRET * 10}]}},
+        {"server": {"token": ["not", "a", "string", SECRET]}},
+    ],
+)
+def test_a_config_error_does_not_echo_a_secret_field(doc: dict[str, Any], tmp_path: Path) -> None:
+    """A secret too long, or of the wrong type: the error names the field and the
+    problem, not the value."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(doc, tmp_path)
+    text = str(refused.value)
+    assert SECRET not in text and "not shown" in text, text
+    # Other fields' values are still shown: they are what a user needs to fix them.
+    with pytest.raises(ConfigError, match="got 'fast'"):
+        parse_config({"webrtc": {"max_fps": "fast"}}, tmp_path)
