@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from appliance.errors import FileAccessError, LimitError
 from appliance.masking import mask_url
 from appliance.models import ModelLoadError
 from appliance.runtime import Runtime
+from appliance.sharding import ENV, Shard, shard_from_env
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance")
@@ -59,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow a non-loopback bind without an API token (trusted networks only)",
     )
+    serve.add_argument(
+        "--shard",
+        type=_shard_arg,
+        metavar="INDEX/COUNT",
+        help=f"run only shard INDEX (0-based) of COUNT of the config's streams; "
+        f"auto/COUNT takes INDEX from the hostname's -N; default: ${ENV}",
+    )
     serve.set_defaults(func=cmd_serve)
 
     from appliance.headless import add_run_command
@@ -84,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _shard_arg(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _setup_logging(level: str) -> None:
     from appliance.masking import install
 
@@ -101,10 +117,16 @@ def _setup_logging(level: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from appliance.server.serve import serve
 
+    try:
+        shard = args.shard or shard_from_env(os.environ)
+    except ValueError as exc:
+        raise ConfigError([str(exc)], ENV) from None
     config = load_config(args.config)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    runtime = Runtime(config, config_path=args.config)
+    runtime = Runtime(config, config_path=args.config, shard=shard)
+    if shard is not None:
+        log.info("shard %s: streams %s", shard, [s.id for s in runtime.config.streams])
     clean = asyncio.run(
         serve(runtime, host, port, stats_interval_s=args.stats_interval, insecure=args.insecure)
     )

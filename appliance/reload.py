@@ -14,6 +14,7 @@ from pathlib import Path
 from appliance.config import AppConfig, StreamConfig, load_config
 from appliance.errors import FileAccessError, LimitError, ReloadError
 from appliance.files import FilePolicy
+from appliance.sharding import Shard
 from appliance.workflows import workflow_document
 from pipelines.compiler import parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
@@ -36,11 +37,17 @@ class ReloadPlan:
 
 
 def plan_file_reload(
-    path: Path, old: AppConfig, files: FilePolicy, running: Mapping[str, str]
+    path: Path,
+    old: AppConfig,
+    files: FilePolicy,
+    running: Mapping[str, str],
+    shard: Shard | None = None,
 ) -> tuple[AppConfig, ReloadPlan]:
-    """The config file at `path` read again and diffed against `old`; ReloadError for what
-    a reload cannot apply. `running`: every running stream's id -> its workflow digest."""
+    """The config file at `path` read again (only `shard`'s streams, if given) and diffed
+    against `old`; ReloadError for what a reload cannot apply. `running`: every running
+    stream's id -> its workflow digest."""
     new = load_config(path)
+    new = new if shard is None else shard.apply(new)
     if new.sinks != old.sinks:
         raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
     plan = plan_reload(old, new, changed_workflows(new, files, running))

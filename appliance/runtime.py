@@ -37,6 +37,7 @@ from appliance.outputs import Outputs, Subscriber
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
 from appliance.reload import ReloadPlan, plan_file_reload
+from appliance.sharding import Shard
 from appliance.status import (
     ModelStatus,
     ProfilingStatus,
@@ -63,8 +64,10 @@ class Runtime:
         *,
         max_frames: int | None = None,
         config_path: Path | None = None,
+        shard: Shard | None = None,
     ) -> None:
-        self.config = config
+        self.shard = shard  # runs only its share of the config's streams (and on reload)
+        self.config = config if shard is None else shard.apply(config)
         self.config_path = config_path  # re-read by reload()
         prof = config.profiling
         self.metrics = Metrics(*([prof.buckets] if prof.buckets else []))
@@ -266,7 +269,7 @@ class Runtime:
         if self.config_path is None:
             raise ReloadError("this runtime was not started from a config file")
         digests = {i: s.workflow.digest for i, s in list(self.streams.items())}
-        new, plan = plan_file_reload(self.config_path, self.config, self.files, digests)
+        new, plan = plan_file_reload(self.config_path, self.config, self.files, digests, self.shard)
         old_config, self.config = self.config, new
         compiled: dict[str, CompiledWorkflow] = {}
         try:
@@ -319,6 +322,7 @@ class Runtime:
             sinks=sinks,
             profiling=self.profiling_status(),
             stalled=self.stalled(),
+            shard=None if self.shard is None else str(self.shard),
         )
 
     def has_stream(self, stream_id: str) -> bool:

@@ -158,6 +158,8 @@ class RuntimeStatus:
     profiling: ProfilingStatus
     stalled: dict[str, str]
     """Stream id -> why, until its restarted stream processes."""
+    shard: str | None = None
+    """`INDEX/COUNT` when serving one shard of the config's streams (--shard)."""
 
     @property
     def waiting(self) -> list[str]:
@@ -185,6 +187,9 @@ class Readiness:
     sinks: dict[str, str]
     """Sink name -> state; informational: a sink that is down does not make it unready."""
     profiling: ProfilingStatus
+    shard: str | None = None
+    """`INDEX/COUNT` (appliance/sharding.py) when this process runs one shard of the
+    config's streams; null when it runs them all."""
 
     @classmethod
     def of(cls, status: RuntimeStatus, insecure: bool) -> Readiness:
@@ -196,6 +201,7 @@ class Readiness:
             insecure=insecure,
             sinks={s.name: s.state for s in status.sinks},
             profiling=status.profiling,
+            shard=status.shard,
         )
 
 

@@ -181,7 +181,7 @@ def test_probes_and_metrics(cam_server: LiveServer) -> None:
     ready = cam_server.get_json("/ready")
     profiling = ready.pop("profiling")
     assert ready == {"ready": True, "models": ["person"], "waiting": [], "stalled": {},
-                     "insecure": False, "sinks": {}}  # fmt: skip
+                     "insecure": False, "sinks": {}, "shard": None}  # fmt: skip
     assert profiling["enabled"] is True and profiling["window_active"] is False
     assert profiling["last_write_error"] is None
     assert profiling["trace_dir"] == str(cam_server.runtime.profiler.writer.directory)
