@@ -39,6 +39,7 @@ UNSAFE_FFMPEG_OPTIONS = frozenset({
 
 
 CERTIFICATE_BYTES = 1024 * 1024  # a PEM bundle of every public CA is about 200 KB
+SECRET_BYTES = 4096  # a password or a token, with room to spare
 
 
 class FileKind(StrEnum):
@@ -49,6 +50,7 @@ class FileKind(StrEnum):
     MODEL = "model"
     VIDEO = "video"  # streamed by FFmpeg, never read whole: no cap
     CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key
+    SECRET = "secret"  # a password read from a file (a mounted secret)
 
 
 def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
@@ -57,6 +59,7 @@ def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
         FileKind.LABELS: limits.max_labels_bytes,
         FileKind.MODEL: limits.max_model_bytes,
         FileKind.CERTIFICATE: CERTIFICATE_BYTES,
+        FileKind.SECRET: SECRET_BYTES,
     }
 
 

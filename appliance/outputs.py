@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from appliance.config import ConfigError, OutputConfig, unknown_sink
 from appliance.files import FileKind, FilePolicy
@@ -239,7 +239,14 @@ class Outputs:
 
 def _with_checked_files(name: str, cfg: BaseModel, files: FilePolicy | None) -> BaseModel:
     """The sink's config with its TLS files checked by the access policy and made
-    absolute (relative to the config file, like every path of the config)."""
+    absolute (relative to the config file, like every path of the config), and a
+    `password_file` read through the policy into `password`."""
+    secret_file = getattr(cfg, "password_file", None)
+    if secret_file is not None and files is not None:
+        text = files.read_text(secret_file, FileKind.SECRET, f"sinks.{name}.password_file")
+        # One line: the value, without the newline an editor or `echo` adds.
+        secret = SecretStr(text.strip("\r\n"))
+        cfg = cfg.model_copy(update={"password": secret, "password_file": None})
     tls = getattr(cfg, "tls", None)
     if tls is None or files is None:
         return cfg

@@ -108,6 +108,9 @@ class MqttConfig(_Frozen):
     topic_prefix: str = "appliance"
     username: str | None = None
     password: SecretStr | None = Field(default=None, repr=False)
+    # The password read from a file instead (a mounted Kubernetes Secret, a Docker
+    # secret): the appliance reads it through its file policy when the sink starts.
+    password_file: Path | None = None
     tls: MqttTls | None = None
     queue: MqttQueue = MqttQueue()
     reconnect: MqttBackoff = MqttBackoff()
@@ -126,6 +129,8 @@ class MqttConfig(_Frozen):
 
     @model_validator(mode="after")
     def _password_needs_user(self) -> MqttConfig:
-        if self.password is not None and self.username is None:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("password and password_file: give one")
+        if (self.password or self.password_file) is not None and self.username is None:
             raise ValueError("password needs username")
         return self

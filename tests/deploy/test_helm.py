@@ -94,6 +94,18 @@ def test_the_pod_is_locked_down_and_probed(tmp_path: Path) -> None:
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
 
 
+def test_the_mqtt_password_is_a_mounted_secret(tmp_path: Path) -> None:
+    docs = render(tmp_path, "mqtt.password=mq-pw")
+    assert one(docs, "Secret")["stringData"]["mqtt-password"] == "mq-pw"
+    assert "mq-pw" not in yaml.safe_dump(one(docs, "ConfigMap"))
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["secrets"]["mountPath"] == "/etc/appliance-secrets"
+    assert mounts["secrets"]["readOnly"] is True
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
 def test_gpus_and_persistence_when_asked(tmp_path: Path) -> None:
     docs = render(tmp_path, "gpu.enabled=true", "gpu.count=2", "persistence.enabled=true")
     sts = one(docs, "StatefulSet")

@@ -5,6 +5,7 @@ runtime; a bad command is refused with a reply and changes nothing."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -106,3 +107,34 @@ def test_tls_files_go_through_the_file_policy(tmp_path: Path) -> None:
     sink = rt.outputs._build("bus", sink_configs(rt.config)["bus"])  # built, not started
     assert isinstance(sink, MqttSink) and sink.config.tls is not None
     assert sink.config.tls.ca_file == tmp_path / "ca.pem"
+
+
+def test_a_password_file_is_read_through_the_file_policy(start_broker: Any, tmp_path: Path) -> None:
+    """`password_file` (a mounted secret): read at start through the file policy, its
+    trailing newline dropped; the sink connects with it and shows it nowhere. A file
+    that is not a small regular file is refused, naming the field."""
+    from appliance.errors import FileAccessError, LimitError
+
+    broker: Broker = start_broker(users={"cam": "right-password"})
+    (tmp_path / "mqtt-password").write_text("right-password\n")
+    bus = {"type": "mqtt", "port": broker.port, "username": "cam",
+           "password_file": "mqtt-password", "client_id": "appliance-pwfile"}  # fmt: skip
+    doc = {"models": {"person": person_model()}, "sinks": {"bus": bus}, "streams": []}
+    rt = Runtime(parse_config(doc, tmp_path))
+    rt.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not rt.sinks_status()[0].up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = rt.sinks_status()[0]
+        assert status.up, status
+        assert "right-password" not in repr(status)
+    finally:
+        rt.stop()
+    (tmp_path / "huge").write_text("x" * 10_000)  # over limits: a password is small
+    for name, refused in (("huge", LimitError), (".", FileAccessError)):
+        rt = Runtime(parse_config({**doc, "sinks": {"bus": dict(bus, password_file=name)}},
+                                  tmp_path))  # fmt: skip
+        with pytest.raises(refused, match=r"password_file|secret"):
+            rt.start()
+        rt.stop()
