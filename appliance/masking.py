@@ -33,13 +33,15 @@ import logging
 import re
 from collections.abc import Iterable
 
+from pipelines.errors import SECRET_WORDS
+
 MASK = "***"
 
 # scheme://user:pass@host -> scheme://***:***@host. \s and the characters a URL cannot
 # hold unencoded keep the match inside one URL of a text.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s\"<>]*@")
 
-_SECRET_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "signature", "credential")
+_SECRET_WORDS = SECRET_WORDS  # shared with config errors (pipelines/errors.py)
 _SECRET_NAMES = ("pw", "sig")  # too short to match inside other names
 _NAME = r"[^=&;#?\s/\"<>]"  # a parameter name's characters
 _VALUE = r"[^&;#\s\"<>]"  # a value ends at the next parameter, or where its URL ends

@@ -17,9 +17,10 @@ def format_location(loc: Iterable[int | str]) -> str:
     return out or "(top)"
 
 
-# A field whose name holds one of these keeps its value out of messages (a password, a
-# token, a TURN credential, an API key): the error says how long it was instead.
-SECRET_FIELD_WORDS = ("pass", "pwd", "token", "secret", "credential", "auth", "key")
+# Names that hold secrets, lower-cased, matched as substrings: a config field so named
+# keeps its value out of error messages (its length is said instead), and
+# appliance/masking.py masks URL parameters so named.
+SECRET_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "signature", "credential")
 
 
 def pydantic_message(error: Mapping[str, Any]) -> str:
@@ -31,7 +32,7 @@ def pydantic_message(error: Mapping[str, Any]) -> str:
     msg = str(error["msg"]).removeprefix("Value error, ")
     if kind not in ("missing", "value_error") and "input" in error:
         field = str((error.get("loc") or ("",))[-1]).lower()
-        if any(word in field for word in SECRET_FIELD_WORDS):
+        if any(word in field for word in SECRET_WORDS):
             value = error["input"]
             size = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
             msg += f" (got a value of {size}, not shown)"

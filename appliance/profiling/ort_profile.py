@@ -33,8 +33,7 @@ def read_profile(session: ort.InferenceSession) -> list[dict[str, Any]]:
     """End the session's profile (once per session) and return its events with `ts` in
     wall-clock µs (ORT writes µs since its profiler started, which began at
     get_profiling_start_time_ns(), epoch time); ORT's file is deleted."""
-    path = Path(session.end_profiling())
-    start_us = session.get_profiling_start_time_ns() // 1000
+    path, start_us = _ended(session)
     events: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
     path.unlink(missing_ok=True)
     return [{**e, "ts": start_us + int(e["ts"]), "dur": int(e.get("dur", 0))} for e in events]
@@ -50,8 +49,7 @@ def read_operators(session: ort.InferenceSession) -> list[dict[str, Any]]:
     args in OPERATOR_ARGS. ORT writes one event per line; parsing line by line (never
     the whole file in one `json.loads`, which holds the GIL for the whole parse: over a
     second for a few hundred runs) leaves the streams' threads their turns."""
-    path = Path(session.end_profiling())
-    start_us = session.get_profiling_start_time_ns() // 1000
+    path, start_us = _ended(session)
     events: list[dict[str, Any]] = []
     try:
         with path.open(encoding="utf-8") as lines:
@@ -70,6 +68,11 @@ def read_operators(session: ort.InferenceSession) -> list[dict[str, Any]]:
     finally:
         path.unlink(missing_ok=True)
     return events
+
+
+def _ended(session: ort.InferenceSession) -> tuple[Path, int]:
+    """End the session's profile: ORT's file, and when its clock started (epoch µs)."""
+    return Path(session.end_profiling()), session.get_profiling_start_time_ns() // 1000
 
 
 def is_model_run(event: dict[str, Any]) -> bool:

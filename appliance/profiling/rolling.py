@@ -162,15 +162,19 @@ class RollingWriter:
             self._period_start, self._failed = time.monotonic(), False
         if self._failed:
             return
-        path = self._next_path()
+        trace = self._file
         try:
-            if self._file is None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                other = {"source": "appliance rolling trace", "pid": self._tracer.pid}
-                self._file = TraceFile(path, self._compress, other)
-            self._file.write(events)
+            if trace is None:  # the period's first events: its file, named by its start
+                trace = self._file = self._open()
+            trace.write(events)
         except OSError as exc:
-            self._fail(self._file.path if self._file else path, exc)
+            self._fail(exc, trace, self.directory / "rolling")
+
+    def _open(self) -> TraceFile:
+        path = self._next_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        other = {"source": "appliance rolling trace", "pid": self._tracer.pid}
+        return TraceFile(path, self._compress, other)
 
     def _next_path(self) -> Path:
         name = datetime.now(UTC).strftime("trace-%Y%m%dT%H%M%S.%fZ.json")
@@ -184,20 +188,21 @@ class RollingWriter:
             path = trace.close()
             self._retain(path.parent)
         except OSError as exc:
-            self._fail(trace.path, exc, trace)
+            self._fail(exc, trace)
             return None
         self.last_error = None  # written again: the condition has cleared
         if self._written is not None:
             self._written.inc()
         return path
 
-    def _fail(self, path: Path, exc: OSError, trace: TraceFile | None = None) -> None:
-        """This period's file is lost: counted once, its events dropped until the next."""
-        trace = trace or self._file
+    def _fail(self, exc: OSError, trace: TraceFile | None, folder: Path | None = None) -> None:
+        """This period's file (`trace`, or one not opened in `folder`) is lost: counted
+        once, its events dropped until the next period."""
         self._file, self._failed = None, True
         if trace is not None:
             trace.discard()
-        self.last_error = f"cannot write {path}: {exc.strerror or exc}"
+        where = trace.path if trace is not None else folder
+        self.last_error = f"cannot write {where}: {exc.strerror or exc}"
         log.error("trace not written: %s", self.last_error)
         if self._errors is not None:
             self._errors.inc()

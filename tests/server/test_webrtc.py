@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import numpy as np
@@ -52,11 +52,13 @@ def rtc_server(module_server: LiveFactory) -> LiveServer:
     return live
 
 
-def sessions(live: LiveServer, stream: str) -> float:
-    value = live.runtime.metrics.registry.get_sample_value(
-        "appliance_webrtc_sessions", {"stream": stream}
-    )
+def metric(live: LiveServer, name: str, stream: str) -> float:
+    value = live.runtime.metrics.registry.get_sample_value(name, {"stream": stream})
     return value or 0.0
+
+
+def sessions(live: LiveServer, stream: str) -> float:
+    return metric(live, "appliance_webrtc_sessions", stream)
 
 
 async def offer(pc: RTCPeerConnection, predictions: bool = True) -> tuple[dict[str, str], Any]:
@@ -259,6 +261,23 @@ asyncio.run(main())
 """
 
 
+@contextmanager
+def viewer_process(live: LiveServer, stream: str, channel: str) -> Iterator[Any]:
+    """VANISHING_VIEWER in a process of its own, watching `stream` (with the predictions
+    channel if `channel` is "predictions"); killed without a word at the end."""
+    url = f"{live.url}/v1/streams/{stream}/webrtc"
+    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN, channel],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline().strip()
+        assert line == "WATCHING", proc.stderr.read()[-2000:]
+        yield proc
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
 def own_threads() -> set[str]:
     """Threads other than the event loops' default executors (a bounded pool that keeps
     idle workers: aiortc encodes there)."""
@@ -270,17 +289,8 @@ def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(rtc_server: LiveSer
     (aioice: 6 checks, ~5 s apart) and the session is closed with what it held."""
     threads = own_threads()
     tasks = rtc_server.call_in_loop(lambda: len(asyncio.all_tasks()))
-    url = f"{rtc_server.url}/v1/streams/door/webrtc"
-    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN, "-"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        line = proc.stdout.readline().strip()
-        assert line == "WATCHING", proc.stderr.read()[-2000:]
+    with viewer_process(rtc_server, "door", "-"):
         assert sessions(rtc_server, "door") == 1
-    finally:
-        proc.kill()
-        proc.communicate(timeout=10)
     wait_for(lambda: sessions(rtc_server, "door") == 0, 60.0, "the vanished viewer closed")
     wait_for(lambda: own_threads() <= threads, 10.0, f"threads back to {threads}")
     # No session task left on the server's loop (the count includes the probe's own).
@@ -294,28 +304,16 @@ def test_a_viewer_that_stops_reading_gets_predictions_skipped(rtc_server: LiveSe
     counted instead of queued; the stream and the other viewers are not held up."""
 
     def skipped() -> float:
-        value = rtc_server.runtime.metrics.registry.get_sample_value(
-            "appliance_webrtc_datachannel_skipped_total", {"stream": "door"}
-        )
-        return value or 0.0
+        return metric(rtc_server, "appliance_webrtc_datachannel_skipped_total", "door")
 
     before, frames = skipped(), rtc_server.stream("door")["frames_processed"]
-    url = f"{rtc_server.url}/v1/streams/door/webrtc"
-    proc = subprocess.Popen([sys.executable, "-c", VANISHING_VIEWER, url, TOKEN, "predictions"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        line = proc.stdout.readline().strip()
-        assert line == "WATCHING", proc.stderr.read()[-2000:]
+    with viewer_process(rtc_server, "door", "predictions") as proc:
         proc.send_signal(signal.SIGSTOP)
         wait_for(lambda: skipped() > before, 20.0, "predictions skipped")
         later = rtc_server.stream("door")["frames_processed"]
         wait_for(lambda: rtc_server.stream("door")["frames_processed"] > later + 5, 10.0,
                  "the stream going on")  # fmt: skip
         assert later > frames
-    finally:
-        proc.kill()
-        proc.communicate(timeout=10)
     for session_id in rtc_server.call_in_loop(lambda: webrtc_sessions(rtc_server)):
         rtc_server.call("DELETE", f"/v1/webrtc/{session_id}")
     wait_for(lambda: sessions(rtc_server, "door") == 0, 10.0, "sessions closed")

@@ -111,9 +111,10 @@ class WebRtcSessions:
             raise LimitError("webrtc.max_sessions", cfg.max_sessions,
                              f"{len(self._sessions)} sessions are open", status=429,
                              retry_after_s=RETRY_AFTER_S)  # fmt: skip
-        if self.count(stream_id) >= cfg.max_sessions_per_stream:
+        watching = self.count(stream_id)
+        if watching >= cfg.max_sessions_per_stream:
             raise LimitError("webrtc.max_sessions_per_stream", cfg.max_sessions_per_stream,
-                             f"{self.count(stream_id)} sessions watch {stream_id}",
+                             f"{watching} sessions watch {stream_id}",
                              status=429, retry_after_s=RETRY_AFTER_S)  # fmt: skip
 
     async def _answer(
