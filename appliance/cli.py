@@ -35,7 +35,7 @@ BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError, FileAccessError, LimitE
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, getattr(args, "worker", None))
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)
@@ -68,6 +68,17 @@ def _parser() -> argparse.ArgumentParser:
         help=f"run only shard INDEX (0-based) of COUNT of the config's streams; "
         f"auto/COUNT takes INDEX from the hostname's -N; default: ${ENV}",
     )
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="run the streams in N processes (each its share, by the --shard rule) behind "
+        "one API and one /metrics; default 1: this process runs them",
+    )
+    # Set by `--workers` on the processes it starts, not by people.
+    serve.add_argument("--worker", type=_shard_arg, help=argparse.SUPPRESS)
+    serve.add_argument("--unix", type=Path, help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
     from appliance.headless import add_run_command
@@ -100,13 +111,20 @@ def _shard_arg(text: str) -> Shard:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _setup_logging(level: str) -> None:
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number, at least 1")
+    return int(text)
+
+
+def _setup_logging(level: str, worker: Shard | None = None) -> None:
     from appliance.masking import install
 
+    who = "" if worker is None else f"[worker {worker.index}] "  # --workers: whose line
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)-7s {who}%(name)s: %(message)s",
     )
     # The last guard: whatever a record carries (a URL in an FFmpeg error, a traceback,
     # an access log line's query) reaches stderr with its credentials masked.
@@ -124,13 +142,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    runtime = Runtime(config, config_path=args.config, shard=shard)
+    if args.workers > 1:
+        from appliance.workers.serve import WorkerOptions, serve_workers
+
+        options = WorkerOptions(
+            args.config.resolve(), args.workers, args.log_level, args.stats_interval
+        )
+        return asyncio.run(serve_workers(config, options, host, port, shard, args.insecure))
+    worker: Shard | None = args.worker
+    if worker is not None:
+        shard = _become_worker(worker, shard)
+    index = None if worker is None else worker.index
+    runtime = Runtime(config, config_path=args.config, shard=shard, worker=index)
     if shard is not None:
         log.info("shard %s: streams %s", shard, [s.id for s in runtime.config.streams])
     clean = asyncio.run(
-        serve(runtime, host, port, stats_interval_s=args.stats_interval, insecure=args.insecure)
+        serve(
+            runtime,
+            host,
+            port,
+            stats_interval_s=args.stats_interval,
+            insecure=args.insecure,
+            unix=args.unix,
+        )
     )
     return 0 if clean else 1
+
+
+def _become_worker(worker: Shard, shard: Shard | None) -> Shard:
+    """This process is worker `worker` of `serve --workers`: it dies with its supervisor,
+    takes its share of the cores, and runs its share of `shard`'s (or all) streams."""
+    from appliance.models.session import share_cores
+    from appliance.workers.procs import die_with_parent
+
+    die_with_parent()
+    log.info("worker %s: %d intra-op thread(s) per model", worker, share_cores(worker.count))
+    return Shard(worker.index, worker.count, within=shard)
 
 
 # -- blocks -----------------------------------------------------------------------------

@@ -271,13 +271,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     waiting = f" (waiting for {', '.join(ready.waiting)})" if ready.waiting else ""
     readiness = "ready" if ready.ready else "not ready"
-    print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}")
+    shard = f" (shard {ready.shard})" if ready.shard else ""
+    print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}{shard}")
+    _print_workers(health.get("workers", []))
     _print_models(models)
     _print_sinks(sinks)
     states = Counter(s.state for s in streams)
     print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
     _print_streams(streams)
     return 0
+
+
+def _print_workers(workers: Sequence[dict[str, Any]]) -> None:
+    """`serve --workers N`'s processes (its /health lists them); nothing for one process."""
+    if not workers:
+        return
+    print(f"workers: {len(workers)}")
+    for w in workers:
+        print(f"  {w['index']}: {w['state']}, pid {w['pid']}, {w['restarts']} restart(s)")
 
 
 def _print_models(models: Sequence[ModelStatus]) -> None:

@@ -116,8 +116,10 @@ class Outputs:
         data_dir: Path,
         on_command: CommandHandler | None = None,
         files: FilePolicy | None = None,
+        client_suffix: str = "",
     ) -> None:
         self._configs = dict(configs)
+        self._client_suffix = client_suffix  # appended to MQTT client ids: one per process
         self._files = files  # the config's paths (TLS files) go through it
         self._on_command = on_command  # the runtime's: sinks that take commands call it
         self._metrics = metrics
@@ -165,6 +167,9 @@ class Outputs:
         if kind == "mqtt":
             options["on_command"] = self._on_command
             cfg = _with_checked_files(name, cfg, self._files)
+            if self._client_suffix:
+                client_id = getattr(cfg, "client_id", "") + self._client_suffix
+                cfg = cfg.model_copy(update={"client_id": client_id})
         sink: Sink = sink_class(kind)(name, cfg, **options)
         return sink
 

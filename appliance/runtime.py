@@ -65,13 +65,18 @@ class Runtime:
         max_frames: int | None = None,
         config_path: Path | None = None,
         shard: Shard | None = None,
+        worker: int | None = None,
     ) -> None:
         self.shard = shard  # runs only its share of the config's streams (and on reload)
         self.config = config if shard is None else shard.apply(config)
         self.config_path = config_path  # re-read by reload()
         prof = config.profiling
+        # A worker of `serve --workers` (appliance/workers/) writes its own files, and its
+        # MQTT sessions take their own client ids (the broker drops a duplicate's).
+        trace_dir = config.resolve(prof.dir)
+        trace_dir = trace_dir if worker is None else trace_dir / f"worker-{worker}"
         self.metrics = Metrics(*([prof.buckets] if prof.buckets else []))
-        self.profiler = Profiler(prof, config.resolve(prof.dir), self.metrics)
+        self.profiler = Profiler(prof, trace_dir, self.metrics)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
@@ -80,9 +85,10 @@ class Runtime:
         self.outputs = Outputs(
             sink_configs(config),
             self.metrics,
-            config.resolve(prof.dir),
+            trace_dir,
             partial(command, self),
             self.files,
+            client_suffix="" if worker is None else f"-w{worker}",
         )
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)

@@ -72,10 +72,12 @@ def streams_for(stream_ids: Iterable[str], index: int, count: int) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Shard `index` (0-based) of `count`."""
+    """Shard `index` (0-based) of `count`; `within` another shard's streams when given
+    (a worker process of `serve --workers` inside a replica's shard)."""
 
     index: int
     count: int
+    within: Shard | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -84,7 +86,8 @@ class Shard:
             raise ValueError(f"shard {self}: INDEX must be 0 to {self.count - 1} (0-based)")
 
     def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
+        own = f"{self.index}/{self.count}"
+        return own if self.within is None else f"{self.within}:{own}"
 
     @classmethod
     def parse(cls, text: str, hostname: Callable[[], str] = socket.gethostname) -> Shard:
@@ -106,6 +109,8 @@ class Shard:
 
     def apply(self, config: AppConfig) -> AppConfig:
         """The config with only this shard's streams (the rest left to other shards)."""
+        if self.within is not None:
+            config = self.within.apply(config)
         mine = set(self.select(s.id for s in config.streams))
         return config.model_copy(update={"streams": [s for s in config.streams if s.id in mine]})
 

@@ -161,3 +161,30 @@ def test_serve_runs_only_its_shard(tmp_path: Path, serve: Callable[..., Served])
     assert listed == set(mine)
     status, body = served.get("/ready")
     assert json.loads(body)["shard"] == "1/2", (status, body)
+
+
+def test_a_shard_within_a_shard_splits_only_its_streams(tmp_path: Path) -> None:
+    """`serve --workers 2 --shard 1/3`: each worker runs half of replica 1's streams, and a
+    reload keeps both rules."""
+    ids = [f"cam{i}" for i in range(12)]
+    replica = streams_for(ids, 1, 3)
+    halves = [streams_for(replica, w, 2) for w in (0, 1)]
+    assert sorted(halves[0] + halves[1]) == sorted(replica) and all(halves)
+    path = _write(tmp_path / "config.yaml", ids)
+    config = load_config(path)
+    for w in (0, 1):
+        inner = Shard(w, 2, within=Shard(1, 3))
+        assert [s.id for s in inner.apply(config).streams] == halves[w]
+        assert str(inner) == f"1/3:{w}/2"
+    runtime = Runtime(config, config_path=path, shard=Shard(1, 2, within=Shard(1, 3)), worker=1)
+    try:
+        runtime.start()
+        assert sorted(runtime.streams) == sorted(halves[1])
+        more = [*ids, *(f"new{i}" for i in range(6))]
+        _write(path, more)
+        runtime.reload()
+        assert sorted(runtime.streams) == sorted(streams_for(streams_for(more, 1, 3), 1, 2))
+        # A worker's files are its own: traces under worker-N.
+        assert runtime.profiling_status().trace_dir.endswith("worker-1")
+    finally:
+        assert runtime.stop()

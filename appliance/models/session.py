@@ -13,6 +13,7 @@ import ast
 import ctypes
 import json
 import logging
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -119,10 +120,32 @@ def requested_providers(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(PROVIDERS[n] for n in names), PROVIDERS["cpu"]]))
 
 
+@dataclass
+class _ProcessDefaults:
+    # Intra-op threads of a model that leaves it to us (0): ORT's default (one per core),
+    # unless this process is one of `serve --workers N` (share_cores).
+    intra_op_threads: int = 0
+
+
+PROCESS = _ProcessDefaults()
+
+
+def share_cores(processes: int) -> int:
+    """This process is one of `processes` on this machine: models that leave their
+    intra-op threads to us get this process's share of the cores (at least 1), not one
+    thread per core each. N processes × all cores of threads fight over the cores:
+    bench/workers.py (2 cores, 16 cameras) ran 2 workers at 0.73x one process's fps with
+    2 threads each, and at 1.14-1.22x with 1. Returns the share."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    PROCESS.intra_op_threads = max(1, (cores or 1) // processes)
+    return PROCESS.intra_op_threads
+
+
 def session_options(cfg: SessionConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = _ORT_ERROR
-    options.intra_op_num_threads = cfg.intra_op_threads  # 0: ORT picks (one per core)
+    # 0: ORT picks (one per core), or this process's share (share_cores)
+    options.intra_op_num_threads = cfg.intra_op_threads or PROCESS.intra_op_threads
     options.inter_op_num_threads = cfg.inter_op_threads
     options.graph_optimization_level = _OPTIMIZATION[cfg.graph_optimization]
     # Idle intra-op threads spin for a while before sleeping: lowest latency on a

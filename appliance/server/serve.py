@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from aiohttp import web
 
@@ -53,11 +54,14 @@ class Server:
         *,
         insecure: bool = False,
         environ: Mapping[str, str] = os.environ,
+        unix: Path | None = None,
     ) -> None:
         self.runtime = runtime
         self.host = host
+        self.unix = unix  # a Unix socket instead of host:port (a `--workers` worker's)
+        bind = "localhost" if unix is not None else host  # a private socket: loopback's rule
         policy = AuthPolicy.for_bind(
-            runtime.config.server, host, insecure=insecure, environ=environ
+            runtime.config.server, bind, insecure=insecure, environ=environ
         )
         if policy.insecure:
             log.warning(
@@ -85,13 +89,21 @@ class Server:
         """Models and streams first (fail fast, nothing served), then the HTTP site."""
         await asyncio.get_running_loop().run_in_executor(None, self.runtime.start)
         await self._runner.setup()
+        site: web.BaseSite
+        if self.unix is not None:
+            site, where = web.UnixSite(self._runner, self.unix), f"unix:{self.unix}"
+        else:
+            site, where = web.TCPSite(self._runner, self.host, self._port), None
         try:
-            await web.TCPSite(self._runner, self.host, self._port).start()
+            await site.start()
         except OSError as exc:  # port in use, address not ours: the CLI prints it, exit 1
-            where = f"{self.host}:{self._port}"
+            where = where or f"{self.host}:{self._port}"
             raise ConfigError([f"server: cannot listen on {where}: {exc.strerror or exc}"],
                               "server") from exc  # fmt: skip
-        log.info("serving on http://%s:%d (/docs lists the API)", self.host, self.port)
+        if where is not None:
+            log.info("serving on %s", where)
+        else:
+            log.info("serving on http://%s:%d (/docs lists the API)", self.host, self.port)
 
     async def shutdown(self) -> bool:
         """No new connections; streams stop at once while the requests in flight get up
@@ -143,6 +155,7 @@ async def serve(
     stats_interval_s: float = 5.0,
     stop: asyncio.Event | None = None,
     insecure: bool = False,
+    unix: Path | None = None,
 ) -> bool:
     """Run until `stop` is set or a signal arrives; True when shutdown was clean.
 
@@ -150,7 +163,7 @@ async def serve(
     token, unless `insecure`. This is the `appliance serve` process's lifecycle: once
     shutdown begins, an ExitDeadline ends the process by drain + EXIT_MARGIN_S even if a
     thread still holds it; embed `Server` instead."""
-    server = Server(runtime, host, port, insecure=insecure)
+    server = Server(runtime, host, port, insecure=insecure, unix=unix)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     reload_wanted = asyncio.Event()

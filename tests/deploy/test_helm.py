@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from appliance.cli import _parser
 from appliance.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +74,16 @@ def test_rendered_manifests_are_valid_kubernetes(tmp_path: Path, replicas: int) 
     assert sts["spec"]["replicas"] == replicas
     env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["APPLIANCE_SHARD"]["value"] == f"auto/{replicas}"
+
+
+def test_worker_processes_per_pod(tmp_path: Path) -> None:
+    for workers in (1, 4):
+        docs = render(tmp_path, f"workers={workers}")
+        args = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--workers") + 1] == str(workers)
+        # What the container runs parses: the CLI accepts these arguments.
+        parsed = _parser().parse_args(["serve", *args[1:]])
+        assert parsed.workers == workers
 
 
 def test_the_pod_is_locked_down_and_probed(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,18 @@ def test_text_file_is_not_an_onnx_model(tmp_path: Path) -> None:
 def test_more_than_one_input_is_refused(two_input_model_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"'sum'.*add_two_inputs\.onnx has 2 inputs \(a, b\)"):
         _load("sum", two_input_model_path, providers=["cpu"])
+
+
+def test_a_worker_process_takes_its_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve --workers N`: models that leave intra-op threads at 0 get cores // N (at
+    least 1) in each worker, not one thread per core in every process."""
+    from appliance.models.session import PROCESS, session_options, share_cores
+
+    monkeypatch.setattr(PROCESS, "intra_op_threads", 0)
+    assert session_options(SessionConfig()).intra_op_num_threads == 0  # ORT's default
+    cores = len(os.sched_getaffinity(0))
+    assert share_cores(2) == max(1, cores // 2)
+    assert session_options(SessionConfig()).intra_op_num_threads == max(1, cores // 2)
+    assert share_cores(10 * cores) == 1
+    explicit = SessionConfig(intra_op_threads=3)  # a model that says: kept
+    assert session_options(explicit).intra_op_num_threads == 3

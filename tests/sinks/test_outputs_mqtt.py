@@ -138,3 +138,22 @@ def test_a_password_file_is_read_through_the_file_policy(start_broker: Any, tmp_
         with pytest.raises(refused, match=r"password_file|secret"):
             rt.start()
         rt.stop()
+
+
+def test_two_workers_keep_their_own_broker_sessions(mosquitto: Broker, tmp_path: Path) -> None:
+    """`serve --workers 2`: both processes' MQTT sinks share one config (one client id);
+    each connects as `<id>-w<N>`, so the broker does not drop one for the other."""
+    bus = {"type": "mqtt", "port": mosquitto.port, "client_id": "appliance-test"}
+    doc = {"sinks": {"bus": bus}, "profiling": {"dir": str(tmp_path / "traces")}}
+    workers = [Runtime(parse_config(doc, tmp_path), worker=i) for i in (0, 1)]
+    for rt in workers:
+        rt.start()
+    try:
+        sinks = [rt.outputs.sinks["bus"] for rt in workers]
+        assert [s.config.client_id for s in sinks] == ["appliance-test-w0", "appliance-test-w1"]
+        time.sleep(2.0)  # a duplicate id would have been taken over by now, and flap
+        assert [s.status().state for s in sinks] == ["connected", "connected"]
+        assert all(s.status().last_error is None for s in sinks)
+    finally:
+        for rt in workers:
+            rt.stop()

@@ -1,0 +1,282 @@
+"""The one API in front of `serve --workers N`: the same routes as a single process
+(routes/), each answered by the worker that runs its stream, by all of them merged, or
+by any one of them.
+
+- `/v1/streams/{id}...`: the stream's worker (found by listing the workers, remembered);
+- `/metrics`, `/ready`, `GET /v1/streams|models|sinks`, `POST /v1/config/reload`: every
+  worker, merged (merge.py);
+- `POST /v1/streams`: the least loaded worker, unless the id is taken;
+- `/v1/profiling...`: a window in every worker, one merged trace (windows.py);
+- `DELETE /v1/webrtc/{session_id}`: the worker that holds the session;
+- the rest (viewer, docs, one-image workflow runs): any live worker, in turn.
+
+Auth is checked here, by the same policy as a single process's, before anything is
+forwarded; errors leave in the same JSON shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from appliance.errors import UnknownStreamError
+from appliance.server.auth import AuthPolicy, auth_middleware
+from appliance.server.context import in_thread
+from appliance.server.errors import error_middleware
+from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.sharding import _weight
+from appliance.workers.clients import WorkerClients, WorkerUnavailableError
+from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness
+from appliance.workers.windows import WindowFanOut
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway")
+PROBE_TIMEOUT_S = 5.0  # a worker slower than this to say it is alive is left out
+
+
+class Gateway:
+    """What the handlers share: the worker clients, who runs which stream, the windows."""
+
+    def __init__(
+        self,
+        clients: WorkerClients,
+        policy: AuthPolicy,
+        shard: str | None,
+        owners: dict[str, int] | None = None,
+    ) -> None:
+        self.clients = clients
+        self.policy = policy
+        self.shard = shard
+        # Stream id -> worker index: the config's rule at first (so a worker that is
+        # still starting owns its streams: 503, not 404), then what the workers list.
+        self.owners: dict[str, int] = dict(owners or {})
+        self.windows = WindowFanOut(clients, self)
+        self._turn = itertools.count()
+
+    def workers_view(self) -> list[dict[str, Any]]:
+        return [
+            {"index": w.index, "state": w.state, "pid": w.pid, "restarts": w.restarts,
+             "last_exit": w.last_exit}
+            for w in self.clients.workers.workers
+        ]  # fmt: skip
+
+    async def refresh_owners(self) -> dict[int, tuple[int, Any]]:
+        answers = await self.clients.fan_out("GET", "/v1/streams", timeout_s=PROBE_TIMEOUT_S)
+        owners = {}
+        for index, (status, body) in answers.items():
+            if status == 200:
+                owners.update({s["id"]: index for s in body["streams"]})
+        # A worker that did not answer keeps its streams here: it is restarting.
+        missing = set(range(self.clients.count)) - set(answers)
+        owners.update({k: v for k, v in self.owners.items() if v in missing})
+        self.owners = owners
+        return answers
+
+    async def owner(self, stream_id: str, refresh: bool = False) -> int:
+        if refresh or stream_id not in self.owners:
+            await self.refresh_owners()
+        if stream_id not in self.owners:
+            raise UnknownStreamError(stream_id)
+        return self.owners[stream_id]
+
+    def any_worker(self) -> int:
+        """The next worker that is up, in turn (worker 0 when none is: its 503 says so)."""
+        workers = self.clients.workers.workers
+        for _ in range(len(workers)):
+            worker = workers[next(self._turn) % len(workers)]
+            if worker.state == "up":
+                return worker.index
+        return 0
+
+    def placement(self, stream_id: str) -> int:
+        """A new stream's worker: the least loaded; ties by the sharding rule's weight."""
+        loads = [0] * self.clients.count
+        for index in self.owners.values():
+            loads[index] += 1
+        return min(range(self.clients.count), key=lambda i: (loads[i], -_weight(i, stream_id)))
+
+
+def gateway_of(request: web.Request) -> Gateway:
+    return request.app[GATEWAY]
+
+
+# -- handlers ---------------------------------------------------------------------------
+async def health(request: web.Request) -> web.Response:
+    """Alive while the supervisor watches its workers (a dead worker is restarted)."""
+    gw = gateway_of(request)
+    workers = gw.workers_view()
+    problem = gw.clients.workers.fatal
+    if problem is None and not gw.clients.workers.monitoring:
+        problem = "the worker supervisor stopped"
+    if problem is None:
+        return web.json_response({"status": "ok", "workers": workers})
+    return web.json_response({"status": "down", "reason": problem, "workers": workers}, status=503)
+
+
+async def ready(request: web.Request) -> web.Response:
+    gw = gateway_of(request)
+    answers = await gw.clients.fan_out("GET", "/ready", timeout_s=PROBE_TIMEOUT_S)
+    bodies = {i: body for i, (_, body) in answers.items() if isinstance(body, dict)}
+    merged = merge_readiness(bodies, gw.workers_view(), insecure=gw.policy.insecure, shard=gw.shard)
+    return web.json_response(merged, status=200 if merged["ready"] else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    gw = gateway_of(request)
+    answers = await gw.clients.fan_out("GET", "/metrics", timeout_s=PROBE_TIMEOUT_S)
+    texts = {i: body for i, (status, body) in answers.items() if status == 200}
+    up = GaugeMetricFamily("appliance_worker_up", "1 while the worker process answers.",
+                           labels=["worker"])  # fmt: skip
+    restarts = CounterMetricFamily("appliance_worker_restarts", "Worker processes started "
+                                   "again after they died.", labels=["worker"])  # fmt: skip
+    for w in gw.clients.workers.workers:
+        up.add_metric([str(w.index)], 1.0 if w.index in texts else 0.0)
+        restarts.add_metric([str(w.index)], float(w.restarts))
+    body = await in_thread(merge_metrics, texts, [up, restarts])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def merged_list(key: str, path: str) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        gw = gateway_of(request)
+        answers = await (
+            gw.refresh_owners() if key == "streams" else gw.clients.fan_out("GET", path)
+        )
+        return web.json_response(
+            merge_lists(key, {i: b for i, (s, b) in answers.items() if s == 200})
+        )
+
+    return handler
+
+
+async def add_stream(request: web.Request) -> web.StreamResponse:
+    gw = gateway_of(request)
+    body = await request.read()
+    try:
+        stream_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        stream_id = None  # not a stream: a worker answers what is wrong with it
+    if not isinstance(stream_id, str):
+        return await gw.clients.forward(gw.any_worker(), request, streaming=False, body=body)
+    await gw.refresh_owners()
+    index = gw.owners.get(stream_id)  # taken: its worker answers 409
+    index = gw.placement(stream_id) if index is None else index
+    response = await gw.clients.forward(index, request, streaming=False, body=body)
+    if response.status == 201:
+        gw.owners[stream_id] = index
+    return response
+
+
+async def by_stream(request: web.Request) -> web.StreamResponse:
+    """The stream's worker; once more after a fresh look if that worker no longer has it
+    (moved by a reload, or the worker restarted)."""
+    gw = gateway_of(request)
+    stream_id = request.match_info["id"]
+    streaming = request.match_info.route.resource.canonical in STREAMING  # type: ignore[union-attr]
+    body = await request.read()
+    index = await gw.owner(stream_id)
+    response = await gw.clients.forward(index, request, streaming=streaming, body=body)
+    if response.status == 404 and (await gw.owner(stream_id, refresh=True)) != index:
+        response = await gw.clients.forward(gw.owners[stream_id], request, streaming=streaming,
+                                            body=body)  # fmt: skip
+    if request.method == "DELETE" and response.status == 200:
+        gw.owners.pop(stream_id, None)
+    return response
+
+
+async def any_worker(request: web.Request) -> web.StreamResponse:
+    gw = gateway_of(request)
+    streaming = request.match_info.route.resource.canonical in STREAMING  # type: ignore[union-attr]
+    return await gw.clients.forward(gw.any_worker(), request, streaming=streaming)
+
+
+async def reload(request: web.Request) -> web.Response:
+    """Every worker re-reads the file and applies its share; the first refusal is the
+    answer (workers that accepted have applied it)."""
+    gw = gateway_of(request)
+    answers = await gw.clients.fan_out("POST", "/v1/config/reload")
+    gw.owners.clear()
+    for index in range(gw.clients.count):
+        if index not in answers:
+            raise WorkerUnavailableError(index, "during the reload")
+        status, body = answers[index]
+        if status != 200:
+            return web.json_response(body, status=status)
+    keys = ("added", "removed", "restarted", "unchanged")
+    merged = {k: sorted(s for _, b in answers.values() for s in b[k]) for k in keys}
+    return web.json_response(merged)
+
+
+async def close_webrtc(request: web.Request) -> web.StreamResponse:
+    """The session lives in one worker; the others answer 404."""
+    gw = gateway_of(request)
+    response: web.StreamResponse | None = None
+    for index in range(gw.clients.count):
+        try:
+            response = await gw.clients.forward(index, request, streaming=False)
+        except WorkerUnavailableError:
+            continue
+        if response.status != 404:
+            return response
+    if response is None:
+        raise WorkerUnavailableError(0, "no worker answers")
+    return response
+
+
+async def start_window(request: web.Request) -> web.Response:
+    status, body, headers = await gateway_of(request).windows.start(await request.read())
+    return web.json_response(body, status=status, headers=headers)
+
+
+async def get_window(request: web.Request) -> web.Response:
+    return web.json_response(await gateway_of(request).windows.status(request.match_info["id"]))
+
+
+async def get_window_trace(request: web.Request) -> web.Response:
+    trace = await gateway_of(request).windows.trace(request.match_info["id"])
+    return web.Response(body=trace, content_type="application/json")
+
+
+SPECIAL: dict[tuple[str, str], Handler] = {
+    ("GET", "/health"): health,
+    ("GET", "/ready"): ready,
+    ("GET", "/metrics"): metrics,
+    ("GET", "/v1/streams"): merged_list("streams", "/v1/streams"),
+    ("POST", "/v1/streams"): add_stream,
+    ("GET", "/v1/models"): merged_list("models", "/v1/models"),
+    ("GET", "/v1/sinks"): merged_list("sinks", "/v1/sinks"),
+    ("POST", "/v1/config/reload"): reload,
+    ("POST", "/v1/profiling"): start_window,
+    ("GET", "/v1/profiling/{id}"): get_window,
+    ("GET", "/v1/profiling/{id}/trace"): get_window_trace,
+    ("DELETE", "/v1/webrtc/{session_id}"): close_webrtc,
+}
+
+
+def handler_for(method: str, path: str) -> Handler:
+    """How the gateway answers one route of the single-process table."""
+    special = SPECIAL.get((method, path))
+    if special is not None:
+        return special
+    return by_stream if path.startswith("/v1/streams/{id}") else any_worker
+
+
+def build_gateway(gateway: Gateway, max_body: int) -> web.Application:
+    """The app over `gateway`, behind the same error and auth middlewares as a single
+    process's (server/app.py); request bodies up to `max_body` bytes."""
+    policy = dataclasses.replace(gateway.policy, open_paths=PROBES, public_paths=PUBLIC)
+    app = web.Application(
+        client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
+    )
+    app[GATEWAY] = gateway
+    for route in ROUTES:
+        handler = handler_for(route.method, route.path)
+        app.router.add_route(route.method, route.path, handler, name=route.operation_id)
+    return app

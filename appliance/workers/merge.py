@@ -1,0 +1,106 @@
+"""One answer from N workers' answers: /metrics, /ready, lists and profiling traces.
+
+Metrics: every worker's series with a `worker` label added, one family per name. Each
+stream and sink runs in exactly one worker, so no series is counted twice and every
+stream label is kept; a model loaded by two workers is two series (two sessions), which
+`sum by (model)` adds up. Traces: each worker's events keep their own pid (one process
+track per worker in Perfetto) on the same clock (wall-clock microseconds, tracer.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+WORKER_LABEL = "worker"
+
+
+class _Families:
+    """A collector over already-built families (prometheus_client renders them)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def merge_metrics(texts: Mapping[int, str], own: Iterable[Metric] = ()) -> bytes:
+    """Worker index -> its /metrics text, as one exposition with `worker` labels, plus
+    the supervisor's `own` families. ValueError when a text does not parse."""
+    merged: dict[str, Metric] = {}
+    for index, text in sorted(texts.items()):
+        for family in text_string_to_metric_families(text):
+            into = merged.get(family.name)
+            if into is None:
+                into = merged[family.name] = Metric(
+                    family.name, family.documentation, family.type, family.unit
+                )
+            label = str(index)
+            for s in family.samples:
+                into.add_sample(s.name, {**s.labels, WORKER_LABEL: label}, s.value, s.timestamp)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([*merged.values(), *own]))
+    return generate_latest(registry)
+
+
+def merge_lists(key: str, answers: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """`{"streams": [...]}` from each worker as one list, each item with its `worker`."""
+    items = [
+        {**item, WORKER_LABEL: index}
+        for index, answer in sorted(answers.items())
+        for item in answer.get(key, [])
+    ]
+    return {key: items}
+
+
+def merge_readiness(
+    answers: Mapping[int, Mapping[str, Any]],
+    workers: Sequence[Mapping[str, Any]],
+    *,
+    insecure: bool,
+    shard: str | None,
+) -> dict[str, Any]:
+    """GET /ready's shape over all workers: ready when every worker is up and ready.
+    `workers` is the supervisor's view of each (state, pid, restarts)."""
+    ready = len(answers) == len(workers) and all(a.get("ready") for a in answers.values())
+    sinks: dict[str, set[str]] = {}
+    for answer in answers.values():
+        for name, state in answer.get("sinks", {}).items():
+            sinks.setdefault(name, set()).add(state)
+    first = answers[min(answers)] if answers else {}
+    return {
+        "ready": ready,
+        "models": sorted({m for a in answers.values() for m in a.get("models", [])}),
+        "waiting": [s for a in answers.values() for s in a.get("waiting", [])],
+        "stalled": {k: v for a in answers.values() for k, v in a.get("stalled", {}).items()},
+        "insecure": insecure,
+        # One sink per worker: one state when they agree, else each state seen.
+        "sinks": {name: "/".join(sorted(states)) for name, states in sorted(sinks.items())},
+        "profiling": first.get("profiling", {}),
+        "shard": shard,
+        "workers": list(workers),
+    }
+
+
+def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """Worker index -> its window's Chrome trace, as one trace: each worker's process
+    track named `appliance worker I`, all on one timeline."""
+    events: list[dict[str, Any]] = []
+    pids: dict[str, int] = {}
+    for index, trace in sorted(traces.items()):
+        for event in trace.get("traceEvents", []):
+            if event.get("ph") == "M" and event.get("name") == "process_name":
+                pids[str(index)] = int(event.get("pid", 0))
+                events.append({**event, "args": {"name": f"appliance worker {index}"}})
+            else:
+                events.append(event)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"source": "appliance profiling window", "worker_pids": pids},
+    }

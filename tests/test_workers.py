@@ -1,0 +1,298 @@
+"""`appliance serve --workers N`: real worker processes behind one API.
+
+Every stream runs in exactly one worker (the sharding rule), the API answers for all of
+them, /metrics carries each stream's series once with its `worker`, a profiling window
+is one trace with a process track per worker, a killed worker is started again while
+the other's streams go on, and SIGTERM stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.sharding import assign
+from appliance.workers.merge import merge_metrics, merge_traces
+from tests.support.appliance import (
+    APPLIANCE,
+    DEMO_CLIP,
+    Served,
+    clean_env,
+    detect_workflow,
+    person_model,
+    start_served,
+)
+
+STREAMS = ["cam-a", "cam-b", "cam-c"]
+
+
+def config_doc(tmp_path: Path, **server: Any) -> dict[str, Any]:
+    return {
+        "server": {"drain_timeout_s": 3, "file_roots": [str(tmp_path), str(DEMO_CLIP.parent)],
+                   **server},
+        "profiling": {"dir": str(tmp_path / "traces")},
+        "models": {"person": person_model()},
+        "streams": [
+            {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime"},
+             "workflow": detect_workflow()}
+            for s in STREAMS
+        ],
+    }  # fmt: skip
+
+
+def running(served: Served) -> dict[str, Any]:
+    return {s["id"]: s for s in served.json("/v1/streams")["streams"]}
+
+
+def all_processing(served: Served) -> bool:
+    streams = running(served)
+    return len(streams) == len(STREAMS) and all(s["frames_processed"] > 0 for s in streams.values())
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One appliance with two workers for the read-only tests of this module."""
+    tmp = tmp_path_factory.mktemp("workers")
+    config = tmp / "config.yaml"
+    config.write_text(json.dumps(config_doc(tmp)))
+    # Shard 0 of 1 (every stream): a replica's shard, split again between its workers.
+    served = start_served(config, tmp, "--workers", "2", "--shard", "0/1")
+    try:
+        served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+        yield served
+    finally:
+        served.stop()
+
+
+def test_each_stream_runs_in_the_worker_the_sharding_rule_names(two: Served) -> None:
+    streams = running(two)
+    expected = assign(STREAMS, 2)
+    assert {i: s["worker"] for i, s in streams.items()} == expected
+    assert set(expected.values()) == {0, 1}  # both workers have work: the test means it
+    ready = two.json("/ready")
+    assert ready["ready"] is True
+    pids = [w["pid"] for w in ready["workers"]]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert [w["state"] for w in ready["workers"]] == ["up", "up"]
+    # Each worker's own answer, through the gateway: the stream's worker replies.
+    for stream_id in STREAMS:
+        one = two.json(f"/v1/streams/{stream_id}")
+        assert one["id"] == stream_id and one["state"] == "running"
+        assert two.get(f"/v1/streams/{stream_id}/latest")[0] == 200
+    assert two.get("/v1/streams/nope/latest")[0] == 404
+
+
+def test_metrics_carry_each_stream_once_with_its_worker(two: Served) -> None:
+    status, body = two.get("/metrics")
+    assert status == 200
+    text = body.decode()
+    placed = assign(STREAMS, 2)
+    for stream_id, worker in placed.items():
+        lines = [
+            line for line in text.splitlines()
+            if line.startswith("appliance_frames_total{") and f'stream="{stream_id}"' in line
+            and 'outcome="processed"' in line
+        ]  # fmt: skip
+        assert len(lines) == 1, lines  # not counted twice
+        assert f'worker="{worker}"' in lines[0]
+        assert float(lines[0].rsplit(" ", 1)[1]) > 0
+    assert 'appliance_worker_up{worker="0"} 1.0' in text
+    assert 'appliance_worker_up{worker="1"} 1.0' in text
+    assert text.count("# TYPE appliance_frames_total counter") == 1  # one family
+
+
+def test_events_stream_through_the_gateway(two: Served) -> None:
+    for stream_id in STREAMS:
+        url = f"{two.url}/v1/streams/{stream_id}/events"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            data = b""
+            while b"\n\n" not in data:
+                data += resp.read1(4096)
+        event = json.loads(data.split(b"data: ", 1)[1].split(b"\n", 1)[0])
+        assert event["stream"] == stream_id
+
+
+def test_status_shows_the_shard_and_the_workers(two: Served) -> None:
+    done = subprocess.run(
+        [*APPLIANCE, "status", "--url", two.url], capture_output=True, text=True, timeout=30,
+        env=clean_env(), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("ok, ready (shard 0/1)"), lines[0]
+    assert "workers: 2" in lines
+    assert any(line.strip().startswith("1: up, pid ") for line in lines)
+    assert "streams: 3, 3 running" in lines
+    assert two.json("/ready")["shard"] == "0/1"
+
+
+def test_a_profiling_window_is_one_trace_with_a_track_per_worker(two: Served) -> None:
+    started = request(two, "POST", "/v1/profiling", {"duration_s": 1.5, "ort_operators": True})
+    assert started[0] == 202
+    window = started[1]["id"]
+    two.wait_for(lambda: two.json(f"/v1/profiling/{window}")["state"] == "done", 30, "done")
+    trace = two.json(f"/v1/profiling/{window}/trace")
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert sorted(names.values()) == ["appliance worker 0", "appliance worker 1"]
+    pids = {w["pid"] for w in two.json("/ready")["workers"]}
+    assert set(names) == pids  # each worker's own events, under its own pid
+    spans = [e for e in events if e.get("ph") == "X"]
+    for pid in pids:  # both workers traced their streams and their model's operators
+        assert any(e["pid"] == pid and e.get("cat") == "Node" for e in spans)
+        assert any(e["pid"] == pid and e["name"] == "session.run" for e in spans)
+    # One timeline: the two workers' spans overlap in wall-clock time.
+    ranges = [
+        (min(e["ts"] for e in spans if e["pid"] == p), max(e["ts"] for e in spans if e["pid"] == p))
+        for p in pids
+    ]
+    assert max(r[0] for r in ranges) < min(r[1] for r in ranges)
+    assert request(two, "GET", "/v1/profiling/nope")[0] == 404
+
+
+def request(served: Served, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> tuple[int, Any]:  # fmt: skip
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    req = urllib.request.Request(served.url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def test_an_added_stream_goes_to_the_least_loaded_worker(two: Served) -> None:
+    loads = [0, 0]
+    for worker in assign(STREAMS, 2).values():
+        loads[worker] += 1
+    lighter = loads.index(min(loads))
+    added = {"id": "cam-new", "source": {"url": str(DEMO_CLIP)}, "workflow": detect_workflow()}
+    status, body = request(two, "POST", "/v1/streams", added)
+    assert status == 201, body
+    try:
+        assert running(two)["cam-new"]["worker"] == lighter
+        assert request(two, "POST", "/v1/streams", added)[0] == 409  # the id is taken
+        two.wait_for(lambda: two.get("/v1/streams/cam-new/latest")[0] == 200, 20, "a result")
+    finally:
+        assert request(two, "DELETE", "/v1/streams/cam-new")[0] == 200
+    assert "cam-new" not in running(two)
+    assert request(two, "GET", "/v1/streams/cam-new")[0] == 404
+
+
+def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(config_doc(tmp_path)))
+    served = serve(config, "--workers", "2")
+    served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+    placed = assign(STREAMS, 2)
+    victim = served.json("/ready")["workers"][0]["pid"]
+    mine = [s for s, w in placed.items() if w == 0]
+    others = [s for s, w in placed.items() if w == 1]
+    before = {s: running(served)[s]["frames_processed"] for s in others}
+    os.kill(victim, signal.SIGKILL)
+    served.wait_for(lambda: served.get(f"/v1/streams/{mine[0]}")[0] == 503, 10, "a 503")
+    status, body = served.get(f"/v1/streams/{mine[0]}/latest")
+    if status == 503:  # unless it came back in between: then it answers again
+        assert json.loads(body)["error"]["code"] == "unavailable"
+    for stream_id in others:  # the other worker's streams keep running
+        assert served.get(f"/v1/streams/{stream_id}")[0] == 200
+
+    def back() -> bool:
+        workers = served.json("/ready")["workers"]
+        return (
+            workers[0]["restarts"] == 1 and workers[0]["pid"] != victim and all_processing(served)
+        )
+
+    served.wait_for(back, 30, "worker 0 to be started again")
+    after = running(served)
+    assert all(after[s]["frames_processed"] > before[s] for s in others)
+    assert after[mine[0]]["state"] == "running"
+    assert 'appliance_worker_restarts_total{worker="0"} 1.0' in served.get("/metrics")[1].decode()
+    assert "worker 0 exited (signal SIGKILL)" in served.log_path.read_text()
+
+
+def test_sigterm_stops_every_worker(tmp_path: Path, serve: Callable[..., Served]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(config_doc(tmp_path)))
+    served = serve(config, "--workers", "2")
+    served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+    pids = [w["pid"] for w in served.json("/ready")["workers"]]
+    asked = time.monotonic()
+    assert served.terminate(timeout=15) == 0
+    assert time.monotonic() - asked < 3 + 2 + 1  # drain_timeout_s + EXIT_MARGIN_S + slack
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in _state(pid)
+    assert served.log_path.read_text().count("runtime stopped") == 2
+    # Each worker wrote its rolling traces in its own folder: no two writers share one.
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["worker-0", "worker-1"]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+
+
+def test_a_token_is_asked_by_the_gateway(tmp_path: Path, serve: Callable[..., Served]) -> None:
+    config = tmp_path / "config.yaml"
+    doc = config_doc(tmp_path, token="s3cret-token")
+    doc["streams"] = doc["streams"][:2]
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2", env=clean_env())
+    served.wait_for(lambda: served.get("/ready")[0] == 200, 60, "both workers ready")
+    assert request(served, "GET", "/v1/streams")[0] == 401
+    assert request(served, "GET", "/v1/streams/cam-a/latest")[0] == 401
+    wrong = {"Authorization": "Bearer guess"}
+    assert request(served, "GET", "/v1/streams", headers=wrong)[0] == 401
+    assert served.get("/metrics")[0] == 200  # probes: open on loopback, as in one process
+    auth = {"Authorization": "Bearer s3cret-token"}
+    status, body = request(served, "GET", "/v1/streams", headers=auth)
+    assert status == 200 and {s["id"] for s in body["streams"]} == set(STREAMS[:2])
+
+
+def test_a_worker_that_cannot_start_stops_the_appliance(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx model")  # exists (the config check passes), loads not
+    doc = config_doc(tmp_path)
+    doc["models"]["person"]["path"] = str(broken)
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2")  # the gateway answers /health at once
+    assert served.process.wait(60) == 1
+    assert "could not start" in served.log()
+    assert str(broken) in served.log()  # the worker's own error names the file
+
+
+def test_merge_metrics_adds_the_worker_label_and_keeps_one_family() -> None:
+    one = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="a"} 3.0\n'
+    two = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="b"} 4.0\n'
+    text = merge_metrics({0: one, 1: two}).decode()
+    assert text.count("# TYPE x_total counter") == 1
+    assert 'x_total{stream="a",worker="0"} 3.0' in text
+    assert 'x_total{stream="b",worker="1"} 4.0' in text
+
+
+def test_merge_traces_names_each_worker_track() -> None:
+    meta = {"name": "process_name", "ph": "M", "tid": 0, "args": {"name": "appliance"}}
+    traces = {
+        i: {"traceEvents": [{**meta, "pid": 100 + i}, {"name": "s", "ph": "X", "pid": 100 + i}]}
+        for i in (0, 1)
+    }
+    merged = merge_traces(traces)
+    assert merged["otherData"]["worker_pids"] == {"0": 100, "1": 101}
+    names = [e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M"]
+    assert names == ["appliance worker 0", "appliance worker 1"]
+    assert traces[0]["traceEvents"][0]["args"]["name"] == "appliance"  # inputs untouched
