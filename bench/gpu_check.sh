@@ -7,7 +7,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 -d .whl onnxruntime-gpu av pydantic pydantic-core \
-#     annotated-types typing-inspection psutil
+#     annotated-types typing-inspection psutil aiortc aioice pyee pylibsrtp cryptography \
+#     pyopenssl cffi pycparser google-crc32c dnspython ifaddr
+# (aiortc and its dependencies: `appliance serve`, for bench/workers.py)
 # Then: device run, command "sh bench/gpu_check.sh", carry [".whl"], timeout_s 480.
 set -eu
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -26,5 +28,12 @@ if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2
         --counts 8,16,32,64 --rounds 1 --seconds 8 --no-plot 2>&1 | tee "$OUT/scaling.txt" || true
 else
     echo "no GStreamer RTSP server here: bench/scaling.py skipped" | tee "$OUT/scaling.txt"
+fi
+# Worker processes on a many-core machine: 32 cameras, 1 process vs 4 workers on CUDA.
+if python3 -c "import aiortc" 2>/dev/null; then
+    BENCH_PROVIDERS='["cuda", "cpu"]' timeout 150 python3 bench/workers.py --quick \
+        --streams 32 --workers 4 2>&1 | tee "$OUT/workers.txt" || true
+else
+    echo "no aiortc here: bench/workers.py skipped" | tee "$OUT/workers.txt"
 fi
 cp bench/results/*.json "$OUT/" 2>/dev/null || true

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil
 
 from bench._common import ROOT, bench_parser, report
-from tests.support.appliance import DEMO_CLIP, free_port
+from tests.support.clock_camera import DEMO_CLIP
+from tests.support.processes import free_port
 
 # 2 workers / 1 process on this 2-core machine: more, even here. Each worker's models take
 # its share of the cores (models.session.share_cores): with one ORT thread per core in

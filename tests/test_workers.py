@@ -8,6 +8,8 @@ the other's streams go on, and SIGTERM stops everything.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from appliance.sharding import assign
 from appliance.workers.merge import merge_metrics, merge_traces
@@ -41,6 +44,7 @@ def config_doc(tmp_path: Path, **server: Any) -> dict[str, Any]:
                    **server},
         "profiling": {"dir": str(tmp_path / "traces")},
         "models": {"person": person_model()},
+        "webrtc": {"host_addresses": ["127.0.0.1"]},  # loopback ICE (TESTBED.md)
         "streams": [
             {"id": s, "source": {"url": str(DEMO_CLIP), "pace": "realtime"},
              "workflow": detect_workflow()}
@@ -172,6 +176,42 @@ def request(served: Served, method: str, path: str, body: Any = None,
         return err.code, json.loads(err.read() or b"null")
 
 
+def test_webrtc_viewers_reach_each_worker_through_the_gateway(two: Served) -> None:
+    """The offer goes to the stream's worker, whose media goes straight to the viewer;
+    the session ends through the gateway too (the worker that holds it answers)."""
+
+    async def watch(stream_id: str) -> None:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        frames: asyncio.Queue[Any] = asyncio.Queue()
+        pc.on("track", lambda track: asyncio.ensure_future(_pump(track, frames)))
+        pc.addTransceiver("video", direction="recvonly")
+        await pc.setLocalDescription(await pc.createOffer())
+        offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+        status, answer = await asyncio.to_thread(
+            request, two, "POST", f"/v1/streams/{stream_id}/webrtc", offer
+        )
+        assert status == 201, answer
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+            frame = await asyncio.wait_for(frames.get(), 20)
+            assert frame.width > 0
+            path = f"/v1/webrtc/{answer['session_id']}"
+            assert (await asyncio.to_thread(request, two, "DELETE", path))[0] == 204
+            assert (await asyncio.to_thread(request, two, "DELETE", path))[0] == 404
+        finally:
+            await pc.close()
+
+    placed = assign(STREAMS, 2)
+    for worker in (0, 1):  # a viewer of a stream on each worker
+        asyncio.run(watch(next(s for s, w in placed.items() if w == worker)))
+
+
+async def _pump(track: Any, frames: asyncio.Queue[Any]) -> None:
+    with contextlib.suppress(Exception):  # MediaStreamError when the peer closes
+        while True:
+            await frames.put(await track.recv())
+
+
 def test_an_added_stream_goes_to_the_least_loaded_worker(two: Served) -> None:
     loads = [0, 0]
     for worker in assign(STREAMS, 2).values():
@@ -224,11 +264,29 @@ def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(
     assert "worker 0 exited (signal SIGKILL)" in served.log_path.read_text()
 
 
-def test_sigterm_stops_every_worker(tmp_path: Path, serve: Callable[..., Served]) -> None:
+def test_a_reload_reaches_every_worker_and_sigterm_stops_them(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps(config_doc(tmp_path)))
+    doc = config_doc(tmp_path)
+    config.write_text(json.dumps(doc))
     served = serve(config, "--workers", "2")
     served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+    # Three more cameras in the file: each worker starts its share of them.
+    more = ["cam-d", "cam-e", "cam-f"]
+    doc["streams"] += [{**doc["streams"][0], "id": s} for s in more]
+    config.write_text(json.dumps(doc))
+    status, body = request(served, "POST", "/v1/config/reload")
+    assert status == 200, body
+    before, after = assign(STREAMS, 2), assign([*STREAMS, *more], 2)
+    moved = sorted(s for s in STREAMS if before[s] != after[s])  # the balance may move some
+    assert body["added"] == more
+    assert body["removed"] == []
+    assert body["restarted"] == moved
+    assert body["unchanged"] == sorted(set(STREAMS) - set(moved))
+    assert {i: s["worker"] for i, s in running(served).items()} == after
+    served.wait_for(lambda: served.get("/ready")[0] == 200, 30, "the new streams running")
+
     pids = [w["pid"] for w in served.json("/ready")["workers"]]
     asked = time.monotonic()
     assert served.terminate(timeout=15) == 0

@@ -33,7 +33,7 @@ from appliance.server.errors import error_middleware
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
 from appliance.sharding import _weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
-from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness
+from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness, merge_reloads
 from appliance.workers.windows import WindowFanOut
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -209,9 +209,7 @@ async def reload(request: web.Request) -> web.Response:
         status, body = answers[index]
         if status != 200:
             return web.json_response(body, status=status)
-    keys = ("added", "removed", "restarted", "unchanged")
-    merged = {k: sorted(s for _, b in answers.values() for s in b[k]) for k in keys}
-    return web.json_response(merged)
+    return web.json_response(merge_reloads([body for _, body in answers.values()]))
 
 
 async def close_webrtc(request: web.Request) -> web.StreamResponse:

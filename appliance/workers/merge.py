@@ -87,6 +87,20 @@ def merge_readiness(
     }
 
 
+def merge_reloads(answers: Sequence[Mapping[str, list[str]]]) -> dict[str, list[str]]:
+    """The workers' reload answers as the appliance's: a stream that one worker removed
+    and another added (the new set moved it) was restarted, not added or removed."""
+    seen = {k: {s for a in answers for s in a[k]} for k in ("added", "removed", "restarted")}
+    moved = seen["added"] & seen["removed"]
+    unchanged = {s for a in answers for s in a["unchanged"]} - moved
+    return {
+        "added": sorted(seen["added"] - moved),
+        "removed": sorted(seen["removed"] - moved),
+        "restarted": sorted(seen["restarted"] | moved),
+        "unchanged": sorted(unchanged),
+    }
+
+
 def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """Worker index -> its window's Chrome trace, as one trace: each worker's process
     track named `appliance worker I`, all on one timeline."""

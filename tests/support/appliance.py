@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "configs" / "models"
 DEMO_CLIP = ROOT / "configs" / "media" / "demo.mp4"
 APPLIANCE = [sys.executable, "-m", "appliance"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def person_model(**batching: Any) -> dict[str, Any]:

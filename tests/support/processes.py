@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import selectors
 import signal
+import socket
 import subprocess
 import time
 from typing import IO, Any
@@ -35,3 +36,10 @@ def end_process(
         proc.wait(timeout_s)
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Protocol
 import pytest
 
 from tests.support.media import MakeClip
-from tests.support.processes import end_process, read_line
+from tests.support.processes import end_process, free_port, read_line
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 SCRIPT = Path(__file__).with_name("rtsp_server.py")
@@ -166,10 +165,3 @@ def rtsp_server(
     for server in servers:
         if server.crashed is not None:
             pytest.fail(f"RTSP server exited by itself ({server.crashed}):\n{server.log()}")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
