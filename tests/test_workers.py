@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -354,3 +355,19 @@ def test_merge_traces_names_each_worker_track() -> None:
     names = [e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M"]
     assert names == ["appliance worker 0", "appliance worker 1"]
     assert traces[0]["traceEvents"][0]["args"]["name"] == "appliance"  # inputs untouched
+
+
+def test_a_port_in_use_starts_no_worker(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(config_doc(tmp_path)))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+            capture_output=True, text=True, timeout=60, env=clean_env(), check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "worker 0 started" not in done.stderr

@@ -65,7 +65,7 @@ class ErrorDetail(BaseModel):
     code: Literal[
         "bad_request", "unauthorized", "forbidden", "not_found", "method_not_allowed",
         "request_timeout", "conflict", "payload_too_large", "unsupported_media_type",
-        "invalid", "too_many_requests", "internal",
+        "invalid", "too_many_requests", "internal", "unavailable",
     ]  # fmt: skip
     message: str
     details: list[str] = Field(description="every problem as `location: message`")

@@ -76,7 +76,11 @@ class Server:
         self.app.middlewares.append(self._requests.middleware())
         self._port = port
         # The drain is InFlight's: by aiohttp's cleanup only idle connections are left.
-        self._runner = web.AppRunner(self.app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
+        # A `--workers` worker logs no access lines: its gateway logs each request once.
+        access = logging.getLogger("aiohttp.access") if unix is None else None
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S, access_log=access
+        )
 
     @property
     def port(self) -> int:

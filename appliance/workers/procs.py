@@ -115,7 +115,8 @@ class WorkerSet:
                 worker.process.wait()
                 clean = False
             clean = clean and worker.process.returncode == 0
-        self._thread.join(2.0)
+        if self._thread.ident is not None:  # started
+            self._thread.join(2.0)
         return clean
 
     # -- the monitor thread -------------------------------------------------------------

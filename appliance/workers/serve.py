@@ -97,8 +97,8 @@ async def serve_workers(
     await clients.open()
     watchdog: asyncio.Task[None] | None = None
     try:
+        await _listen(runner, host, port)  # first: a port in use starts no worker
         workers.start()
-        await _listen(runner, host, port)
         log.info("serving on http://%s:%d with %d workers", host, port, options.count)
         watchdog = asyncio.create_task(_watch(clients), name="worker-watchdog")
         await stop.wait()
