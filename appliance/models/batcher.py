@@ -81,6 +81,7 @@ class ModelBatcher:
         # During a profiling window, every Nth batch runs on a profiled session instead.
         self._profiled: tuple[ort.InferenceSession, int] | None = None
         self._profile_left = 0  # runs the profiled session may still take (ORT's memory)
+        self._profile_seen = 0  # batches since the window began (its sampling phase)
         self._run_lock = threading.Lock()  # a swap waits for the batch in flight
         self._batching = batching
         self._max_batch = batching.max_batch_size
@@ -127,6 +128,9 @@ class ModelBatcher:
         with self._run_lock:
             self._profiled = None if session is None else (session, max(1, every_n))
             self._profile_left = max_runs
+            # Counted from the window's start, so its first batch is sampled: a short or
+            # quiet window (fewer than N batches) still gets operators.
+            self._profile_seen = 0
 
     @property
     def batches(self) -> int:
@@ -280,9 +284,11 @@ class ModelBatcher:
             run_start = perf_counter()
             with self._run_lock:
                 session, profiled = model.session, self._profiled
-                if profiled and self._profile_left and self._batches % profiled[1] == 0:
-                    session, sampled = profiled[0], True
-                    self._profile_left -= 1
+                if profiled and self._profile_left:
+                    if self._profile_seen % profiled[1] == 0:
+                        session, sampled = profiled[0], True
+                        self._profile_left -= 1
+                    self._profile_seen += 1
                 outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             self._record(items, run_start, perf_counter() - run_start, ok=False, sampled=sampled)

@@ -273,3 +273,20 @@ def test_submit_refuses_what_is_not_an_array(person: LoadedModel) -> None:
     batcher = ModelBatcher(person, BatchingConfig())
     with pytest.raises(TypeError, match="numpy array"):
         batcher.submit([1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_a_window_samples_its_first_batch_then_every_nth(
+    person: LoadedModel, frames: list[Tensor], make_batcher: MakeBatcher
+) -> None:
+    """However many batches ran before it, a window's first batch is sampled: a window
+    shorter than N batches still gets operators."""
+    batcher, records = make_batcher(person, max_batch_size=1, max_queue_delay_ms=0)
+    for _ in range(5):  # the model's counter is past a multiple of N
+        batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
+    batcher.profile_with(person.session, every_n=4, max_runs=2)
+    for _ in range(10):
+        batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
+    sampled = [r.ort_profiled for r in records[5:]]
+    # Batches 0 and 4 of the window; the third sample (batch 8) is past max_runs.
+    assert sampled == [True, False, False, False, True, False, False, False, False, False]
+    assert not any(r.ort_profiled for r in records[:5])
