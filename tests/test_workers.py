@@ -318,6 +318,14 @@ def test_a_token_is_asked_by_the_gateway(tmp_path: Path, serve: Callable[..., Se
     auth = {"Authorization": "Bearer s3cret-token"}
     status, body = request(served, "GET", "/v1/streams", headers=auth)
     assert status == 200 and {s["id"] for s in body["streams"]} == set(STREAMS[:2])
+    # Nothing but the gateway listens: each worker's socket sits in a folder only this
+    # user may enter, and no worker's command line carries the token.
+    for worker in served.json("/ready")["workers"]:
+        argv = Path(f"/proc/{worker['pid']}/cmdline").read_bytes().split(b"\0")
+        assert not any(b"s3cret-token" in arg for arg in argv)
+        socket_path = Path(argv[argv.index(b"--unix") + 1].decode())
+        assert socket_path.is_socket()
+        assert socket_path.parent.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_worker_that_cannot_start_stops_the_appliance(

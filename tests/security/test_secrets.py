@@ -66,6 +66,15 @@ def secret_server(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[
     # A TURN server's credential: config only (no session uses it in this test).
     doc["webrtc"] = {"ice_servers": [{"urls": ["turn:127.0.0.1:3478"], "username": "viewer",
                                       "credential": SECRET}]}  # fmt: skip
+    # Sink credentials, each toward a closed port so that they fail, retry and log: an MQTT
+    # password, and a webhook's URL userinfo and query, HMAC key and header value.
+    doc["sinks"] = {
+        "bus": {"type": "mqtt", "port": free_port(), "username": "admin", "password": SECRET},
+        "hook": {"type": "webhook", "url": http_url(free_port()), "secret": SECRET,
+                 "headers": {"X-Api-Key": SECRET}, "retries": 1,
+                 "backoff": {"initial_s": 0.05, "max_s": 0.1}},
+    }  # fmt: skip
+    doc["streams"][0]["outputs"] = ["bus", "hook"]  # the clip's results go to both
     live = LiveServer(write_yaml(tmp_path, doc, "config.yaml"), token=SECRET).start()
     try:
         yield live
@@ -85,6 +94,7 @@ def test_no_answer_log_or_trace_of_a_live_server_holds_the_secret(
     assert_clean("POST /v1/streams", added.body.decode(), "http://***:***@127.0.0.1", "api_key=***")
     for sid in ("cam", "api-cam"):
         wait_for(functools.partial(_retried, live, sid), WAIT_S, f"{sid} retrying")
+    wait_for(functools.partial(_sinks_failed, live), WAIT_S, "both sinks failing")
     window = _profiling_window(live)
 
     _check_refusals(live)
@@ -93,8 +103,15 @@ def test_no_answer_log_or_trace_of_a_live_server_holds_the_secret(
     assert live.stop(), "unclean shutdown"
     records = [*caplog.get_records("setup"), *caplog.records]
     log = "\n".join(logging.Formatter("%(name)s: %(message)s").format(r) for r in records)
-    assert_clean("the log", log, "reconnecting", "password=***&token=***", "api_key=***")
+    assert_clean("the log", log, "reconnecting", "password=***&token=***", "api_key=***",
+                 "mqtt sink bus", "webhook hook")  # fmt: skip
     _check_traces(tmp_path / "traces")
+
+
+def _sinks_failed(live: LiveServer) -> bool:
+    """Both sinks have a last error: the MQTT connection refused, a webhook POST failed."""
+    sinks = {s["name"]: s for s in live.get_json("/v1/sinks")["sinks"]}
+    return all(sinks[name]["last_error"] for name in ("bus", "hook"))
 
 
 def _retried(live: LiveServer, stream_id: str) -> bool:
@@ -159,7 +176,8 @@ def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> N
             assert_clean(path, text)
             answers.append(text)
     every = "\n".join(answers)
-    assert_clean("the GET answers", every, "rtsp://***:***@127.0.0.1", "password=***&token=***")
+    assert_clean("the GET answers", every, "rtsp://***:***@127.0.0.1", "password=***&token=***",
+                 '"name": "bus"', '"name": "hook"')  # fmt: skip
     assert 'stream="cam"' in live.call("GET", "/metrics").body.decode()
 
 
