@@ -92,6 +92,7 @@ class Stream:
         self._grabber = Grabber(cfg.id, cfg.source, self.slot, self._on_state, resolve_path)
         if trace is not None:
             self._grabber.on_grabbed = trace.grabbed
+        self._grabber.on_problem = self._on_problem
         self._stop = threading.Event()
         self.done = threading.Event()  # set when the worker has ended
         self._worker = threading.Thread(target=self._work, name=f"work:{cfg.id}", daemon=True)
@@ -138,6 +139,10 @@ class Stream:
         if not grabbed or not (worker_ended or stalled):  # stalled: the supervisor says so
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
         return grabbed and worker_ended
+
+    def _on_problem(self, reason: str) -> None:
+        """A source problem that changed no state (frames that did not decode)."""
+        self.last_error = reason
 
     def _on_state(self, state: StreamState, reason: str) -> None:
         """Called by the grabber thread (and start/stop) on every state change."""

@@ -62,6 +62,16 @@ class VideoSource(Protocol):
         conversion (which its age then includes)."""
         ...
 
+    @property
+    def decode_errors(self) -> int:
+        """Frames that failed to decode and were skipped (the stream went on)."""
+        ...
+
+    @property
+    def last_decode_error(self) -> str | None:
+        """The decoder's message for the last of them (no URL in it)."""
+        ...
+
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames as (BGR uint8 HxWx3 image, pts in seconds or None), in order.
 
@@ -85,10 +95,20 @@ class DecodingSource:
 
     _frames: FrameGenerator | None = None
     _received_mono: float = 0.0
+    _decode_errors: int = 0
+    _last_decode_error: str | None = None
 
     @property
     def received_mono(self) -> float:
         return self._received_mono
+
+    @property
+    def decode_errors(self) -> int:
+        return self._decode_errors
+
+    @property
+    def last_decode_error(self) -> str | None:
+        return self._last_decode_error
 
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames until the end of the stream or `stop`; SourceError on failure."""

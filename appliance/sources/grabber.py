@@ -90,6 +90,7 @@ class Grabber:
         self._seq = 0  # also the count of frames delivered
         self._reconnects = 0
         self._last_error: str | None = None
+        self._retry_at: float | None = None  # time.monotonic() of the announced retry
         self._retry_delay_s: float | None = None
         self._interval_s: float | None = None  # EWMA of the frame interval
         self._prev_frame_mono: float | None = None  # this session's previous frame
@@ -97,6 +98,8 @@ class Grabber:
         self._reading_since = 0.0  # one float store per frame each way, no lock
         # Called with (seq, read start, data received, decoded) per frame (profiling).
         self.on_grabbed: Callable[[int, float, float, float], None] | None = None
+        # Called (grab thread) with a problem that changes no state: frames skipped.
+        self.on_problem: Callable[[str], None] | None = None
 
     def start(self) -> None:
         """Start the thread; call once."""
@@ -173,6 +176,12 @@ class Grabber:
                 return None
             try:
                 self._pump(source)
+            except SourceError as exc:
+                # Said now, not after close: closing a hung camera's session waits for its
+                # TEARDOWN answer (up to 2 s), and the stall must be reported in time.
+                if self._live and not self._stop.is_set():
+                    self._announce_retry(str(exc))
+                raise
             finally:
                 source.close()
         except SourceError as exc:
@@ -211,8 +220,11 @@ class Grabber:
             self._on_first_frame(source, first[0])
             pace = Pacer(self._stop, source.fps) if self._paced else None
             grabbed, start = self.on_grabbed, self._last_frame_mono or time.perf_counter()
+            skipped = source.decode_errors
             for image, pts in itertools.chain([first], frames):
                 self._reading_since = 0.0  # pacing and a full slot are waits, not reads
+                if source.decode_errors != skipped:  # damaged frames, skipped: say so
+                    skipped = self._decode_errors_seen(source, skipped)
                 if grabbed is not None:  # the profiler's hook: this frame's read and decode
                     grabbed(self._seq, start, source.received_mono, time.perf_counter())
                 if pace is not None and not pace.wait(pts):
@@ -251,13 +263,31 @@ class Grabber:
             self._interval_s = dt if prev is None else prev + _FPS_SMOOTHING * (dt - prev)
         self._prev_frame_mono = self._last_frame_mono = now
 
-    def _wait_to_retry(self, reason: str) -> bool:
-        """Report RECONNECTING and wait the next backoff delay; False when stopped."""
+    def _decode_errors_seen(self, source: VideoSource, before: int) -> int:
+        count, error = source.decode_errors, source.last_decode_error
+        self._last_error = mask_url(f"{self._label}: {count - before} frame(s) undecodable "
+                                    f"({error}); skipped to the next keyframe")  # fmt: skip
+        log.warning("stream %s: %s", self.stream_id, self._last_error)
+        if self.on_problem is not None:
+            self.on_problem(self._last_error)
+        return count
+
+    def _announce_retry(self, reason: str) -> None:
+        """Report RECONNECTING with the next backoff delay, which counts from now."""
         delay = self._backoff.next_delay()
         self._reconnects += 1
         self._last_error = reason
         self._retry_delay_s = delay
+        self._retry_at = time.monotonic() + delay
         self._emit(StreamState.RECONNECTING, f"{reason}; retrying in {delay:.2f} s")
+
+    def _wait_to_retry(self, reason: str) -> bool:
+        """Report RECONNECTING (unless the session's end did already) and wait out the
+        backoff delay; False when stopped."""
+        if self._retry_at is None:
+            self._announce_retry(reason)
+        assert self._retry_at is not None
+        delay, self._retry_at = max(0.0, self._retry_at - time.monotonic()), None
         return not self._stop.wait(delay)
 
     def _emit(self, state: StreamState, reason: str) -> None:

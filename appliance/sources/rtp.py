@@ -125,7 +125,6 @@ class RtpSource(DecodingSource):
             self._decoder.extradata = extradata
         self._received_mono = time.perf_counter()
         self._last_frame_mono = self._received_mono
-        self._decode_error = ""
         self._unwrap = _Unwrap()
         self._closed = False
 
@@ -171,7 +170,8 @@ class RtpSource(DecodingSource):
         try:
             frames = self._decoder.decode(packet)
         except av.FFmpegError as exc:  # one damaged frame; the next keyframe repairs it
-            self._decode_error = describe(exc)
+            self._last_decode_error = describe(exc)
+            self._decode_errors += 1
             return
         for frame in frames:
             self._last_frame_mono = time.perf_counter()
@@ -198,7 +198,8 @@ class RtpSource(DecodingSource):
     def _check_stall(self) -> None:
         silent = time.perf_counter() - self._last_frame_mono
         if silent > self._stall_timeout_s:
-            why = f" (decoder: {self._decode_error})" if self._decode_error else ""
+            last = self._last_decode_error
+            why = f" (decoder: {last})" if last else ""
             raise SourceError(f"{self._label}: stalled, no frame for {silent:.1f} s{why}")
 
 
