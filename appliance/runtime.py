@@ -104,6 +104,7 @@ class Runtime:
         self.pool.on_release = self.workflows.forget_model
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
         self.streams: dict[str, Stream] = {}
+        self._outputs_stopped: bool | None = None  # stop_outputs' outcome, once it ran
         self._requested: set[str] = set()  # ids of streams added over the API
         self._generations = itertools.count()  # each started stream's number
         self._max_frames = max_frames
@@ -396,12 +397,19 @@ class Runtime:
         True when every thread ended."""
         deadline = time.monotonic() + timeout
         streams_ok = self.stop_streams(timeout * 0.6)
-        sinks_ok = self.outputs.stop(min(SINK_DRAIN_S, max(0.1, deadline - time.monotonic())))
+        sinks_ok = self.stop_outputs(min(SINK_DRAIN_S, max(0.1, deadline - time.monotonic())))
         models_ok = self.pool.stop(max(0.1, deadline - time.monotonic()))
         models_ok = self.profiler.stop(max(0.1, deadline - time.monotonic())) and models_ok
         ok = models_ok and streams_ok and sinks_ok
         log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok
+
+    def stop_outputs(self, timeout: float = SINK_DRAIN_S) -> bool:
+        """After the streams: the sinks get up to `timeout` to send what they hold, then
+        stop. Once: a later call answers the first's outcome."""
+        if self._outputs_stopped is None:
+            self._outputs_stopped = self.outputs.stop(timeout)
+        return self._outputs_stopped
 
     @property
     def models(self) -> Mapping[str, ModelBatcher]:

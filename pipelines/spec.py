@@ -124,6 +124,14 @@ def load_yaml(text: str) -> Any:
         raise ValueError(f"invalid YAML{at}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"invalid YAML: {type(exc).__name__}") from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise ValueError("invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        # PyYAML's value constructors (`!!int x`, `!!timestamp x`, `2001-02-30`) raise
+        # these unwrapped and without a mark; their messages quote the text: not shown.
+        raise ValueError(
+            f"invalid YAML: a value its tag or form cannot make ({type(exc).__name__})"
+        ) from None
     if _expanded_nodes(data) > MAX_DOCUMENT_NODES:
         raise ValueError(f"the document expands to over {MAX_DOCUMENT_NODES} values (aliases)")
     return data
@@ -133,6 +141,7 @@ def _expanded_nodes(data: Any) -> int:
     """How many values `data` has once aliases are expanded, in time linear in the
     distinct objects (an alias is the same object, so sizes are memoized by id)."""
     sizes: dict[int, int] = {}
+    open_: set[int] = set()  # containers whose children are being sized: a cycle if met
     pending: list[tuple[Any, bool]] = [(data, False)]
     while pending:  # iterative: nesting may be deeper than the recursion limit
         value, children_done = pending.pop()
@@ -142,10 +151,14 @@ def _expanded_nodes(data: Any) -> int:
         if not isinstance(value, dict | list):
             sizes[id(value)] = 1
         elif children_done:
+            open_.discard(id(value))
             sizes[id(value)] = 1 + sum(sizes[id(c)] for c in children)
             if sizes[id(value)] > MAX_DOCUMENT_NODES:
                 return sizes[id(value)]
+        elif id(value) in open_:  # `&a [*a]`: it contains itself, it expands forever
+            raise ValueError("invalid YAML: an alias refers to its own anchor (a cycle)")
         else:
+            open_.add(id(value))
             pending.append((value, True))
             pending.extend((c, False) for c in children if id(c) not in sizes)
     return sizes[id(data)]

@@ -45,8 +45,13 @@ def encoded_prediction(result: FrameResult) -> bytes:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """Compact UTF-8 JSON: the bytes that are sent, and signed (webhooks)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """Compact UTF-8 JSON: the bytes that are sent, and signed (webhooks). A lone
+    surrogate (an MQTT request's id may hold one) has no UTF-8: such a message goes out
+    as ASCII JSON, `\\ud800` escaped, still valid JSON."""
+    try:
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
 
 
 def encode_jpeg(image: np.ndarray, quality: int) -> bytes:

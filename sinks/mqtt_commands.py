@@ -14,6 +14,7 @@ argument) becomes an error answer with its message.
 from __future__ import annotations
 
 import json
+import math
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -81,12 +82,27 @@ def _body(payload: bytes) -> tuple[dict[str, Any], str | None]:
     if not payload.strip():
         return {}, None
     try:
-        body = json.loads(payload)
+        body = json.loads(payload, parse_constant=_no_constant, parse_float=_finite)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return {}, f"payload is not valid JSON: {exc}"
+    except RecursionError:
+        return {}, "payload is not valid JSON: nested too deeply"
+    except ValueError as exc:  # NaN/Infinity (_no_constant), an integer of > 4300 digits
         return {}, f"payload is not valid JSON: {exc}"
     if not isinstance(body, dict):
         return {}, f"payload must be a JSON object, got {type(body).__name__}"
     return body, None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a float that would be sent back as Infinity
+        raise ValueError(f"{text[:20]} is out of range for a double")
+    return value
 
 
 async def answer(request: Request, handler: CommandHandler | None) -> dict[str, Any]:

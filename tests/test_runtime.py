@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import statistics
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,6 @@ def people_workflow() -> dict[str, Any]:
         "blocks": [{"id": "people", "type": "detect", "model": "person"}],
         "outputs": {"people": "people"},
     }
-
-
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    yield started
-    for rt in started:
-        rt.stop()
 
 
 def start(runtimes: list[Runtime], doc: dict[str, Any], base: Path) -> Runtime:

@@ -44,6 +44,8 @@ def json_object(raw: bytes) -> dict[str, Any]:
         raise BadRequestError(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise BadRequestError("malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (CPython's limit)
+        raise BadRequestError(f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequestError(f"the body must be a JSON object, got {_json_type(data)}")
     reject_nul(data)

@@ -119,8 +119,10 @@ class Server:
             self._requests.describe(),
             drain,
         )
+        # The sinks drain (runtime.SINK_DRAIN_S) as soon as the streams stopped, while
+        # the requests drain: not after, when only the models' second would be left.
         streams = in_own_thread(
-            self.runtime.stop_streams, min(SHUTDOWN_GRACE_S, drain), name="stop-streams"
+            self._stop_streams_and_sinks, min(SHUTDOWN_GRACE_S, drain), name="stop-streams"
         )
         await self._stop_accepting()
         cut = await self._requests.drain(drain)
@@ -130,6 +132,10 @@ class Server:
         cut_note = f", {len(cut)} request(s) cut short" if cut else ""
         log.info("shut down in %.1f s%s", time.monotonic() - began, cut_note)
         return streams_ok and stopped
+
+    def _stop_streams_and_sinks(self, grace_s: float) -> bool:
+        streams_ok = self.runtime.stop_streams(grace_s)
+        return self.runtime.stop_outputs() and streams_ok
 
     async def _stop_accepting(self) -> None:
         for site in list(self._runner.sites):

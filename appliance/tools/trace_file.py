@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ def load_events(path: Path) -> tuple[list[Event], dict[str, Any]]:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(f"{path}: not JSON: {exc}") from exc
+    except RecursionError:
+        raise TraceFormatError(f"{path}: not a trace: JSON nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise TraceFormatError(f"{path}: not JSON: {exc}") from None
     events, other = _split(path, data)
     _check_events(path, events)
     return events, other
@@ -57,11 +62,31 @@ def _split(path: Path, data: Any) -> tuple[list[Any], dict[str, Any]]:
     return data["traceEvents"], other if isinstance(other, dict) else {}
 
 
+# Args the analysis computes with: a number where present (the appliance writes them so).
+NUMERIC_ARGS = ("batch_size", "age_ms")
+
+
 def _check_events(path: Path, events: list[Any]) -> None:
     for i, event in enumerate(events):
         if not isinstance(event, dict) or "ph" not in event:
             raise TraceFormatError(f"{path}: event #{i} has no ph (not a trace event)")
-        needs = ("name", "ts", "dur") if event["ph"] == "X" else ("name", "ts")
+        # A complete event needs its dur; any other that has one, a number there too.
+        timed = event["ph"] == "X" or "dur" in event
+        needs = ("name", "ts", "dur") if timed else ("name", "ts")
         for field in needs if event["ph"] != "M" else ():
-            if not isinstance(event.get(field), str if field == "name" else int | float):
+            value = event.get(field)
+            if (field == "name" and not isinstance(value, str)) or (
+                field != "name" and not _finite(value)
+            ):
                 raise TraceFormatError(f"{path}: event #{i} ({event.get('name')!r}) has no {field}")
+        args = event_args(event)
+        for key in NUMERIC_ARGS:
+            if key in args and not _finite(args[key]):
+                raise TraceFormatError(
+                    f"{path}: event #{i} ({event.get('name')!r}): args.{key} is not a number"
+                )
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number that is neither NaN nor infinite (and not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from tests.faults.cameras import (
 )
 from tests.faults.figures import FaultFigures, record
 from tests.server.live import LiveServer
-from tests.sinks.conftest import Broker, Received, Subscriber, free_port
+from tests.sinks.conftest import Broker, Received, Subscriber
 from tests.support.media import MakeClip
 from tests.support.rtsp import RtspServerFactory
 
@@ -91,19 +90,6 @@ def appliance(tmp_path: Path, seen: Arrivals) -> Iterator[LiveFactory]:
     yield start
     for live in started:
         live.stop()
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    """A real mosquitto on a free loopback port (tests/sinks/conftest.py's Broker)."""
-    if shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
-    folder = tmp_path / "broker"
-    folder.mkdir()
-    running = Broker(free_port(), folder)
-    running.start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture

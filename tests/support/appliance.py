@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from appliance.runtime import Runtime
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,3 +156,12 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def runtimes() -> Iterator[list[Runtime]]:
+    """In-process runtimes a test started (append them): each stopped at teardown."""
+    started: list[Runtime] = []
+    yield started
+    for rt in started:
+        rt.stop()

@@ -138,7 +138,7 @@ class WebRtcSessions:
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc's parser raises ValueError, KeyError, ...
-            raise OfferError(f"invalid SDP offer: {exc or type(exc).__name__}") from exc
+            raise OfferError(f"invalid SDP offer: {str(exc) or type(exc).__name__}") from exc
         if not any(t.kind == "video" for t in pc.getTransceivers()):
             raise OfferError(
                 "the offer has no video section: add a receive-only video transceiver "
@@ -151,7 +151,7 @@ class WebRtcSessions:
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # e.g. no video codec in common
-            raise OfferError(f"cannot answer the offer: {exc or type(exc).__name__}") from exc
+            raise OfferError(f"cannot answer the offer: {str(exc) or type(exc).__name__}") from exc
         return str(pc.localDescription.sdp)
 
     def _feed(self, stream_id: str) -> StreamFeed:
