@@ -99,7 +99,7 @@ def test_only_the_cli_imports_the_offline_tools() -> None:
 # and sink commands use these of its members and nothing else (its streams, tracer, pool
 # and outputs stay its own). Statuses come back as appliance/status.py's dataclasses.
 RUNTIME_INTERFACE = frozenset({
-    "start", "stop", "stop_streams", "prepare", "load_models", "reload",
+    "start", "stop", "stop_streams", "stop_outputs", "prepare", "load_models", "reload",
     "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
     "status", "streams_status", "stream_status", "stream_latency", "models_status", "sinks_status",
     "start_profiling", "profiling_window", "profiling_trace",
