@@ -48,6 +48,7 @@ SAMPLE_S = 5.0
 OUTAGE_S = 3.0
 KEEP_BYTES = 20 * 1024 * 1024
 GROWTH_TARGET = 1.05
+CAMERA_FPS = 15  # the demo clip's rate
 
 
 def config(cameras: list[str], broker: Broker, hook: str, tmp: Path) -> dict[str, Any]:
@@ -203,6 +204,21 @@ def _drained(url: str, stream_ids: list[str]) -> dict[str, Any]:
     return {s["name"]: s for s in get(url + "/v1/sinks")["sinks"]}
 
 
+def _downtime(stream: dict[str, Any]) -> float:
+    """Seconds the stream spent out of `running` after it first ran, by its transitions
+    (the newest 50: enough for one outage a minute over the soak)."""
+    down, left = 0.0, None
+    ran = False
+    for t in sorted(stream["transitions"], key=lambda t: t["time"]):
+        if t["state"] == "running":
+            if left is not None:
+                down += t["time"] - left
+            ran, left = True, None
+        elif ran and left is None:
+            left = t["time"]
+    return down
+
+
 def _wait_ready(url: str, child: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and child.poll() is None:
@@ -237,6 +253,10 @@ def _figures(
         "frames_processed": sum(s["frames_processed"] for s in streams),
         "frames_dropped": sum(s["frames_dropped"] for s in streams),
         "reconnects": sum(s["reconnects"] for s in streams),
+        # Frames lost to the camera outages: each stream's time out of `running` after it
+        # first ran (from its transitions) at the camera's 15 fps.
+        "stream_downtime_s": round(sum(_downtime(s) for s in streams), 1),
+        "frames_lost_to_outages": round(sum(_downtime(s) for s in streams) * CAMERA_FPS),
         "mqtt_sent": sinks["bus"]["sent"], "mqtt_received": received,
         "mqtt_lost": max(0, sinks["bus"]["sent"] - received),
         "webhook_sent": sinks["hook"]["sent"], "webhook_received": delivered,

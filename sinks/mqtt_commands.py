@@ -14,8 +14,8 @@ argument) becomes an error answer with its message.
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any

@@ -281,9 +281,20 @@ async def _play(
         raise UnsupportedCodecError(f"video is {rtpmap['encoding']}, not H.264 or H.265")
     receiver = _Receiver(int(rtpmap["pt"]), asyncio.get_running_loop())
     transport.subscribe(receiver)
+    # A camera that goes away closes the RTSP connection; aiortsp's transport tells its
+    # subscribers nothing then (only the stall timeout would notice, seconds later).
+    connection.result.add_done_callback(lambda done: receiver.handle_closed(_lost(done)))
     await session.play()
     stack.push_async_callback(_cancel, asyncio.ensure_future(_keep_alive(session)))
     return receiver, codec, media
+
+
+def _lost(done: asyncio.Future[Any]) -> Exception | None:
+    """Why the RTSP connection ended: its error, or None when it closed cleanly."""
+    if done.cancelled():
+        return None
+    error = done.exception()
+    return error if isinstance(error, Exception) else None
 
 
 async def _keep_alive(session: RTSPMediaSession) -> None:

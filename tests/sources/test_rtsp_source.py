@@ -148,13 +148,17 @@ def test_udp_transport_from_a_live_encoder(
 def test_outage_reconnects_and_frames_resume_on_the_same_port(
     reader: str, harness: Harness, rtsp_server: RtspServerFactory
 ) -> None:
+    """A camera that goes away closes its connection: that is noticed at once, not when
+    the stall timeout (30 s here) runs out, and frames resume once it is back."""
     server = rtsp_server()
-    run = start_camera(harness, server.url, reader)
+    run = start_camera(harness, server.url, reader, stall_timeout_s=30.0)
     run.states.wait_for(StreamState.RUNNING)
     before = run.take(3)[-1].seq
 
+    gone = time.monotonic()
     server.stop()
     at, reason, _ = run.states.wait_for(StreamState.RECONNECTING)
+    assert time.monotonic() - gone < 5.0, reason  # the RTP reader waited for its stall check
     assert server.url in reason and "retrying in" in reason
 
     server.start()
