@@ -1,4 +1,4 @@
-"""The `appliance` command: serve, run, validate.
+"""The `appliance` command: run cameras through workflows, and manage a running appliance.
 
 Exit codes: 0 success; 1 bad input (config, workflow, model) with every problem printed
 to stderr, or an error answer from the API; 2 usage errors (argparse); 3 `run` finished but
@@ -33,6 +33,9 @@ EXIT_STREAM_FAILED = 3
 BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError, FileAccessError, LimitError)
 
 
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level, getattr(args, "worker", None))
@@ -42,12 +45,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BAD_INPUT as exc:
         print(f"error: {mask_url(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # The reader left (`appliance blocks | head`): not an error. Python would report
+        # the failed flush of stdout at exit; point it at /dev/null first (the Python
+        # docs' recipe, "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
+    _add_commands(sub)
+    _everywhere(p)
+    return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("appliance")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown"
+
+
+def _everywhere(parser: argparse.ArgumentParser) -> None:
+    """`--log-level` after any command too (`appliance validate X --log-level ERROR`):
+    given there, it wins over the one before the command."""
+    for action in parser._actions:  # argparse has no public walk of its subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument(
+                    "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                    help="DEBUG, INFO (the default), WARNING or ERROR",
+                )  # fmt: skip
+                _everywhere(child)
+
+
+def _add_commands(sub: Any) -> None:
 
     serve = sub.add_parser("serve", help="run the streams and the HTTP server until stopped")
     serve.add_argument("--config", required=True, type=Path)
@@ -101,7 +140,6 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("file", type=Path)
     val.add_argument("--config", type=Path, help="a config whose models a workflow may use")
     val.set_defaults(func=cmd_validate)
-    return p
 
 
 def _shard_arg(text: str) -> Shard:

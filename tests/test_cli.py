@@ -203,3 +203,39 @@ def test_one_model_id_declared_twice_differently_names_both_places(
     assert done.returncode == 1
     assert "streams[0].workflow" in done.stderr
     assert "model 'person' is already declared differently at models.person" in done.stderr
+
+
+def test_version_and_help_list_every_command() -> None:
+    done = appliance("--version")
+    assert done.returncode == 0 and done.stdout.strip() == "appliance 0.1.0"
+    listed = appliance("--help").stdout
+    for command in ("serve", "run", "validate", "blocks", "streams", "status", "profile",
+                    "trace", "model"):  # fmt: skip
+        assert f"\n    {command} " in listed, command
+
+
+def test_the_log_level_goes_after_the_command_too(tmp_path: Path) -> None:
+    """`--log-level` after the command wins over the default: ERROR silences the INFO
+    and WARNING lines that validating the demo config logs."""
+    demo = str(ROOT / "configs" / "demo.yaml")
+    loud = appliance("validate", demo, "--log-level", "DEBUG")
+    quiet = appliance("validate", demo, "--log-level", "ERROR")
+    assert loud.returncode == 0 and quiet.returncode == 0, loud.stderr + quiet.stderr
+    assert " DEBUG " in loud.stderr or " INFO " in loud.stderr
+    assert quiet.stderr == ""
+    assert quiet.stdout == loud.stdout  # the answer itself is the same
+    assert appliance("validate", demo, "--log-level", "LOUD").returncode == 2
+
+
+def test_a_reader_that_leaves_early_is_not_an_error() -> None:
+    """`appliance blocks | head -1`: the reader is gone before the listing is written
+    (closed here before the command starts up): exit 0, no traceback."""
+    proc = subprocess.Popen(
+        [*APPLIANCE, "blocks"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # every write the command makes now fails with EPIPE
+    with proc.stderr:
+        errors = proc.stderr.read()
+    assert proc.wait(60) == 0, errors
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
