@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -87,11 +88,16 @@ def load_model(
     path = resolve(cfg.path)
     if not path.is_file():
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
-    requested = requested_providers(cfg.providers)
+    # Providers the config names are asked for, and a miss is warned about. The default
+    # (GPU first) asks only for those whose libraries load here: a CPU-only machine
+    # runs on the CPU without a warning about a GPU nobody asked for.
+    explicit = "providers" in cfg.model_fields_set
+    asked = cfg.providers if explicit else [n for n in cfg.providers if not _provider_problem(n)]
+    requested = requested_providers(asked)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
     session, first_error = _open_session(model_id, path, session_options(cfg.session), requested)
     obtained = tuple(session.get_providers())
-    _report_providers(model_id, cfg.providers[0], obtained, first_error)
+    _report_providers(model_id, (asked or ["cpu"])[0], obtained, first_error, warn=explicit)
     inputs = tuple(_tensor_info(a) for a in session.get_inputs())
     if len(inputs) != 1:
         names = ", ".join(i.name for i in inputs)
@@ -183,10 +189,11 @@ def _open_session(
 
 
 def _report_providers(
-    model_id: str, asked: str, obtained: tuple[str, ...], error: str | None
+    model_id: str, asked: str, obtained: tuple[str, ...], error: str | None, *, warn: bool
 ) -> None:
-    """One warning when the preferred provider is missing, one info line with the result."""
-    if obtained[0] != PROVIDERS[asked]:
+    """One warning when the preferred provider is missing (`warn`: the config asked for
+    it), one info line with the result."""
+    if obtained[0] != PROVIDERS[asked] and warn:
         reason = _provider_problem(asked) or error or "provider not available"
         hint = _INSTALL_HINTS.get(asked)
         logger.warning(
@@ -200,6 +207,7 @@ def _report_providers(
     logger.info("model %r: providers %s", model_id, ", ".join(obtained))
 
 
+@functools.cache  # a library that does not load now will not load later in this process
 def _provider_problem(name: str) -> str | None:
     """Why a provider's shared library does not load (e.g. "libcublasLt.so.13: cannot open
     shared object file"), found by loading it the way ORT does; None if it loads."""

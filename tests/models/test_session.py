@@ -123,6 +123,20 @@ def test_requested_providers_keep_order_and_end_with_cpu() -> None:
     assert requested_providers(["cuda", "cpu", "cuda"]) == ("CUDAExecutionProvider", CPU)
 
 
+def test_the_default_providers_ask_only_for_what_loads_here(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """No `providers` in the config: GPU first where its libraries load; on a machine
+    without them, the CPU, and no warning about a GPU nobody asked for."""
+    caplog.set_level(logging.INFO)
+    model = _load("person", "models/person_ssdlite.onnx")
+    if model.info.providers[0] != CPU:
+        pytest.skip("a GPU provider works on this machine: the default uses it")
+    assert _warnings(caplog) == []
+    assert "EP Error" not in capfd.readouterr().out
+    assert "model 'person': providers " + CPU in caplog.text
+
+
 @pytest.mark.parametrize("asked", ["cuda", "tensorrt"])
 def test_missing_gpu_provider_falls_back_to_cpu_with_one_warning(
     asked: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
