@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any
 
 from pipelines.blocks.base import OPTIONAL
@@ -40,8 +42,35 @@ def _input_text(kind: str, default: str | None) -> str:
 
 
 def _type_text(annotation: Any) -> str:
+    """A parameter's type in plain words: `one of 'track', 'class'`, `int >= 1`,
+    `(int >= 1, int >= 1) or none`, `list of str`."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is typing.Annotated:
+        return _type_text(args[0]) + "".join(_bounds(m) for m in args[1:])
+    if origin in (types.UnionType, typing.Union):
+        kept = [_type_text(a) for a in args if a is not type(None)]
+        return " or ".join(kept) + (" or none" if type(None) in args else "")
+    if origin is tuple:
+        return "(" + ", ".join(_type_text(a) for a in args if a is not Ellipsis) + ")"
+    if origin is list:
+        return f"list of {_type_text(args[0])}" if args else "list"
+    if origin is dict:
+        return f"map of {_type_text(args[0])} to {_type_text(args[1])}" if args else "map"
     text = getattr(annotation, "__name__", None) or str(annotation)
     return text.replace("typing.", "")
+
+
+def _bounds(meta: Any) -> str:
+    """`Field(ge=1)` / `annotated_types.Ge(1)` as ` >= 1`; anything else says nothing."""
+    found = []
+    for item in [meta, *getattr(meta, "metadata", [])]:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, attr, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found.append(f"{sign} {value}")
+    return " " + ", ".join(dict.fromkeys(found)) if found else ""
 
 
 def _jsonable(value: Any) -> Any:

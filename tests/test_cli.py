@@ -239,3 +239,12 @@ def test_a_reader_that_leaves_early_is_not_an_error() -> None:
         errors = proc.stderr.read()
     assert proc.wait(60) == 0, errors
     assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+
+
+def test_blocks_says_each_parameter_in_plain_words() -> None:
+    """Allowed values, bounds and optional tuples read as words, not typing's reprs."""
+    listing = appliance("blocks").stdout
+    assert "  - color_by: one of 'track', 'class' = 'track'" in listing
+    assert "  - input_size: (int >= 1, int >= 1) or none = None" in listing
+    assert "  - kernel: int >= 3, <= 1001 or none = None" in listing
+    assert "Literal" not in listing and "FieldInfo" not in listing and "Annotated" not in listing
