@@ -104,6 +104,20 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
+def _token_hint(args: argparse.Namespace) -> str:
+    """What to do about a refused token: where this command took one from, if anywhere."""
+    if getattr(args, "token", None):
+        given = "the token given with --token was refused"
+    elif os.environ.get(TOKEN_ENV):
+        given = f"the token in ${TOKEN_ENV} was refused"
+    else:
+        given = "no token was sent"
+    return (
+        f"hint: {given}; pass the appliance's API token with --token TOKEN or ${TOKEN_ENV} "
+        "(its server.token, or the APPLIANCE_API_TOKEN it runs with)"
+    )
+
+
 def _guarded(command: Command) -> Command:
     """Map the client's failures to a message on stderr and the exit code."""
 
@@ -115,6 +129,8 @@ def _guarded(command: Command) -> Command:
             print(f"error: {mask_url(str(exc))}", file=sys.stderr)
             for line in _detail_lines(exc.details):
                 print(f"  {mask_url(line)}", file=sys.stderr)
+            if exc.status in (401, 403):
+                print(_token_hint(args), file=sys.stderr)
             return EXIT_API_ERROR
         except ApplianceConnectionError as exc:
             print(f"error: {mask_url(str(exc))}", file=sys.stderr)

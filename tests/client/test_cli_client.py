@@ -108,10 +108,13 @@ def test_api_errors_exit_1_with_the_message(
         assert "  " in done.stderr and "no_such_block" in done.stderr
 
 
-def test_a_wrong_token_exits_1(served: Served) -> None:
-    done = appliance("streams", "list", "--url", served.url, "--token", "wrong")
+def test_a_wrong_token_exits_1_saying_how_to_pass_one(served: Served) -> None:
+    done = appliance("streams", "list", "--url", served.url, "--token", "guess-4711")
     assert done.returncode == 1
     assert done.stderr.startswith("error: 401 unauthorized: ")
+    assert "hint: the token given with --token was refused" in done.stderr
+    assert "--token TOKEN or $APPLIANCE_API_TOKEN" in done.stderr
+    assert "guess-4711" not in done.stderr  # the refused token is not echoed
 
 
 def test_an_unreachable_appliance_exits_4_naming_the_url() -> None:
