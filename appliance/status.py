@@ -51,8 +51,11 @@ class Transition:
     """One state change of a stream: when, into which state, and why."""
 
     time: float
+    """Seconds since the Unix epoch (for programs)."""
     state: StateName
     reason: str
+    at: str = ""
+    """The same instant in ISO 8601, UTC, to the millisecond (for people)."""
 
 
 @dataclass(frozen=True, slots=True)

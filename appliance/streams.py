@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import status
@@ -43,7 +44,14 @@ class Transition:
     reason: str
 
     def to_status(self) -> status.Transition:
-        return status.Transition(self.time, state_name(self.state), self.reason)
+        return status.Transition(
+            self.time, state_name(self.state), self.reason, iso_utc(self.time)
+        )
+
+
+def iso_utc(epoch_s: float) -> str:
+    """`2026-12-01T04:03:37.123Z`: an epoch time as people read it."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,19 @@ run `warmup` times unmeasured, then for `duration_s` seconds; each `session.run`
 with `time.perf_counter`. With `profile_path`, ONNX Runtime's profiler records the runs
 and its operator events are written as our trace format (see `appliance.profiling`), one
 `session.run` span per measured run around its operators.
+
+Without a shape the input's declared dims are used where static; a model that leaves H and
+W unknown gets the input size of the first decoder that accepts it (`default_shape`), or of
+the ocr block's recogniser, and the result says which (`shape_source`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +34,11 @@ from appliance.profiling.ort_profile import (
     profiling_session,
     read_profile,
 )
-from pipelines.models import TensorInfo
+from pipelines.models import Dim, ModelInfo, TensorInfo
 
 Shape = tuple[int, ...]
+Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 5.0  # a progress line this often during the measured runs
 
 
 class BenchError(ValueError):
@@ -46,6 +53,7 @@ class BenchResult:
     input_name: str
     dtype: str
     shape: Shape
+    shape_source: str  # why this shape: --shape, the model's dims, or a default's name
     batch: int
     requested_providers: tuple[str, ...]
     providers: tuple[str, ...]
@@ -59,6 +67,7 @@ class BenchResult:
     runs_per_s: float
     samples_per_s: float  # runs/s × batch
     profile: str | None
+    graph_optimization: str  # the session's level ("all" unless configured lower)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,8 +82,12 @@ def bench_model(
     warmup: int = 20,
     threads: int = 0,
     profile_path: Path | None = None,
+    progress: Progress | None = None,
 ) -> BenchResult:
-    """Benchmark `path`; raises ModelLoadError (file) or BenchError (shape, batch)."""
+    """Benchmark `path`; raises ModelLoadError (file) or BenchError (shape, batch).
+    `progress` gets a line for the chosen shape, every few seconds of the measured runs,
+    and for the profile write."""
+    say = progress or (lambda _line: None)
     spec = ModelConfig(
         path=path,
         providers=[provider, "cpu"],  # type: ignore[list-item]  # checked by the CLI
@@ -82,7 +95,11 @@ def bench_model(
     )
     loaded = load_model(path.stem, spec, lambda p: p)
     tensor = loaded.info.inputs[0]
+    source = "--shape"
+    if shape is None:
+        shape, source = default_shape(loaded.info)
     dims = input_shape(tensor, batch, shape)
+    say(f"input {tensor.name} {tensor.dtype} {_dims(dims)}: {source}")
     feed = {tensor.name: random_tensor(dims, tensor.dtype)}
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
         session = loaded.session
@@ -90,12 +107,11 @@ def bench_model(
             session = profiling_session(loaded, spec.session, Path(tmp))
         for _ in range(warmup):
             session.run(None, feed)
-        latencies = _timed_runs(session, feed, duration_s)
+        latencies = _timed_runs(session, feed, duration_s, say)
         if profile_path is not None:
-            trace = profile_trace(read_profile(session), loaded, session, dims[0])
-            trace["traceEvents"] = _last_runs(trace["traceEvents"], len(latencies))
-            profile_path.write_text(json.dumps(trace), encoding="utf-8")
-    return _result(loaded, tensor, dims, warmup, latencies, profile_path)
+            _write_profile(profile_path, loaded, session, dims[0], len(latencies), say)
+    timing = _Timing(warmup, latencies, source, spec.session.graph_optimization)
+    return _result(loaded, tensor, dims, timing, profile_path)
 
 
 def parse_shape(text: str) -> Shape:
@@ -110,21 +126,12 @@ def parse_shape(text: str) -> Shape:
     return dims
 
 
-def input_shape(tensor: TensorInfo, batch: int | None, shape: Sequence[int] | None) -> Shape:
-    """The shape to feed: `shape` (with or without the batch dim) or the declared one,
-    the batch dim from `batch` (default: the model's fixed batch, else 1)."""
+def input_shape(tensor: TensorInfo, batch: int | None, shape: Sequence[int]) -> Shape:
+    """The shape to feed: `shape` with or without the batch dim, the batch dim from
+    `batch` (default: the model's fixed batch, else 1)."""
     declared = tensor.shape
     if batch is not None and batch < 1:
         raise BenchError(f"--batch {batch}: must be at least 1")
-    if shape is None:
-        unknown = [str(d) for d in declared[1:] if not isinstance(d, int)]
-        if unknown:
-            raise BenchError(
-                f"input {tensor.name!r} {_dims(declared)} has unknown dims "
-                f"[{', '.join(unknown)}]: give --shape (the dims after the batch, "
-                f"e.g. {'x'.join(str(d) if isinstance(d, int) else '300' for d in declared[1:])})"
-            )
-        shape = [int(d) for d in declared[1:]]  # type: ignore[arg-type]  # all ints here
     if len(shape) == len(declared):
         if batch is not None and batch != shape[0]:
             raise BenchError(f"--batch {batch} contradicts --shape batch {shape[0]}")
@@ -138,6 +145,87 @@ def input_shape(tensor: TensorInfo, batch: int | None, shape: Sequence[int] | No
         )
     _check_fixed(tensor, dims)
     return dims
+
+
+@dataclass(frozen=True, slots=True)
+class InputDefault:
+    """The input size a consumer of a model uses when the model leaves H and W unknown."""
+
+    size: tuple[int, int]  # (width, height)
+    channels_last: bool  # NHWC rather than NCHW
+    why: str
+
+
+def input_defaults() -> dict[str, InputDefault]:
+    """Per decoder kind (and "ocr"), the size it feeds a model with dynamic H and W.
+    Imported here, not at module level: the decoders load only when needed."""
+    from pipelines.blocks.ocr import DEFAULT_HEIGHT, OcrParams
+    from pipelines.decoders import tf_od, yolo
+
+    ocr_width = int(OcrParams.model_fields["max_width"].default)
+    return {
+        "tf_od": InputDefault(tf_od.DEFAULT_SIZE, True, "the tf_od decoder's default size"),
+        "yolo": InputDefault(yolo.DEFAULT_SIZE, False, "the yolo decoder's default size"),
+        "centerface": InputDefault(
+            (640, 480), False, "a 640x480 frame (the centerface decoder runs at frame size)"
+        ),
+        "dbnet": InputDefault(
+            (960, 544), False, "a 960x540 frame as the dbnet decoder sizes it (960x544)"
+        ),
+        "ocr": InputDefault(
+            (ocr_width, DEFAULT_HEIGHT), False, "the ocr block's recogniser size (max_width)"
+        ),
+    }
+
+
+def default_shape(info: ModelInfo) -> tuple[Shape, str]:
+    """The dims after the batch, and why: the declared ones where all are static, else
+    H and W from the first consumer (decoder, then the ocr block) that accepts the model."""
+    tensor = info.inputs[0]
+    declared = tensor.shape
+    unknown = [i for i, d in enumerate(declared) if i and not _static(d)]
+    if not unknown:
+        return tuple(int(d) for d in declared[1:]), "the model's declared input"  # type: ignore[arg-type]
+    kind = accepting_kind(info)
+    default = input_defaults().get(kind or "")
+    hw_axes = (1, 2) if default and default.channels_last else (2, 3)
+    if default is None or len(declared) != 4 or not set(unknown) <= set(hw_axes):
+        example = "x".join(str(d) if _static(d) else "300" for d in declared[1:])
+        names = ", ".join(str(declared[i]) for i in unknown)
+        raise BenchError(
+            f"input {tensor.name!r} {_dims(declared)} has unknown dims [{names}] and no "
+            f"decoder or block takes it: give --shape (the dims after the batch, e.g. {example})"
+        )
+    width, height = default.size
+    filled = list(declared)
+    for axis, value in zip(hw_axes, (height, width), strict=True):
+        filled[axis] = value if axis in unknown else filled[axis]
+    why = f"{kind}: {default.why}, {width}x{height} (the model leaves H, W unknown)"
+    return tuple(int(d) for d in filled[1:]), why  # type: ignore[arg-type]
+
+
+def accepting_kind(info: ModelInfo) -> str | None:
+    """The first decoder kind (registry order) whose compile-time checks pass, else "ocr"
+    when the ocr block's recogniser takes the model, else None."""
+    from pipelines.blocks.base import BlockBuildError
+    from pipelines.blocks.ocr import CtcReader
+    from pipelines.decoders import DECODERS, DecodeOptions, DecoderError, build_decoder
+
+    for kind in DECODERS:
+        try:
+            build_decoder(dataclasses.replace(info, decoder=kind), DecodeOptions())
+        except DecoderError:
+            continue
+        return kind
+    try:
+        CtcReader(info, input_defaults()["ocr"].size[0])
+    except BlockBuildError:
+        return None
+    return "ocr"
+
+
+def _static(dim: Dim) -> bool:
+    return isinstance(dim, int) and dim > 0
 
 
 def _check_fixed(tensor: TensorInfo, dims: Shape) -> None:
@@ -204,27 +292,68 @@ def _last_runs(events: list[dict[str, Any]], runs: int) -> list[dict[str, Any]]:
     return [e for e in events if e["ts"] >= start]
 
 
+def _write_profile(
+    path: Path,
+    loaded: LoadedModel,
+    session: ort.InferenceSession,
+    batch: int,
+    runs: int,
+    say: Progress,
+) -> None:
+    """Read ORT's profile, keep the measured runs, write our trace; say how big and how
+    long (a long run's profile holds hundreds of MB of operator events)."""
+    begin = time.perf_counter()
+    say(f"profile: reading ORT's events for {runs} runs")
+    trace = profile_trace(read_profile(session), loaded, session, batch)
+    trace["traceEvents"] = _last_runs(trace["traceEvents"], runs)
+    trace["otherData"]["graph_optimization"] = "all"  # bench sessions use the default
+    text = json.dumps(trace)
+    path.write_text(text, encoding="utf-8")
+    mb = len(text.encode()) / 1e6
+    events = len(trace["traceEvents"])
+    say(f"profile: {events} events, {mb:.1f} MB written in {time.perf_counter() - begin:.1f} s")
+
+
 def _timed_runs(
-    session: ort.InferenceSession, feed: dict[str, np.ndarray[Any, Any]], duration_s: float
+    session: ort.InferenceSession,
+    feed: dict[str, np.ndarray[Any, Any]],
+    duration_s: float,
+    say: Progress,
 ) -> list[float]:
-    """Run until `duration_s` has passed (at least once); each run's seconds."""
+    """Run until `duration_s` has passed (at least once); each run's seconds. Says how far
+    it is every PROGRESS_EVERY_S seconds."""
     latencies: list[float] = []
-    end = time.perf_counter() + duration_s
+    start = time.perf_counter()
+    end, next_report = start + duration_s, start + PROGRESS_EVERY_S
     while not latencies or time.perf_counter() < end:
         begin = time.perf_counter()
         session.run(None, feed)
         latencies.append(time.perf_counter() - begin)
+        if begin >= next_report:
+            median = 1000.0 * float(np.median(latencies))
+            say(f"{begin - start:.0f}/{duration_s:.0f} s: {len(latencies)} runs, p50 {median:.2f} ms")
+            next_report += PROGRESS_EVERY_S
     return latencies
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """What was measured, and how the shape and session were chosen."""
+
+    warmup: int
+    latencies: list[float]
+    shape_source: str
+    graph_optimization: str
 
 
 def _result(
     loaded: LoadedModel,
     tensor: TensorInfo,
     dims: Shape,
-    warmup: int,
-    latencies: list[float],
+    timing: _Timing,
     profile_path: Path | None,
 ) -> BenchResult:
+    latencies = timing.latencies
     ms = np.array(latencies) * 1000.0
     total_s = float(sum(latencies))
     runs_per_s = len(latencies) / total_s
@@ -234,10 +363,11 @@ def _result(
         input_name=tensor.name,
         dtype=tensor.dtype,
         shape=dims,
+        shape_source=timing.shape_source,
         batch=dims[0],
         requested_providers=loaded.requested_providers,
         providers=loaded.info.providers,
-        warmup=warmup,
+        warmup=timing.warmup,
         runs=len(latencies),
         duration_s=total_s,
         mean_ms=float(ms.mean()),
@@ -247,6 +377,7 @@ def _result(
         runs_per_s=runs_per_s,
         samples_per_s=runs_per_s * dims[0],
         profile=str(profile_path) if profile_path is not None else None,
+        graph_optimization=timing.graph_optimization,
     )
 
 

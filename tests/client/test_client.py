@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,10 @@ def test_add_restart_and_remove_a_stream(client: ApplianceClient) -> None:
     assert client.restart_stream("added-cam").id == "added-cam"
     first = client.stream("added-cam").transitions[0]
     assert first.state == "starting" and first.time >= before  # a fresh stream
+    # The same instant for people: ISO 8601 UTC, to the millisecond.
+    assert first.at.endswith("Z") and "T" in first.at
+    at = datetime.fromisoformat(first.at.replace("Z", "+00:00"))
+    assert abs(at.timestamp() - first.time) < 0.001
     assert client.remove_stream("added-cam") == Removed(
         id="added-cam", removed=True, threads_joined=True
     )
