@@ -44,9 +44,7 @@ class Transition:
     reason: str
 
     def to_status(self) -> status.Transition:
-        return status.Transition(
-            self.time, state_name(self.state), self.reason, iso_utc(self.time)
-        )
+        return status.Transition(self.time, state_name(self.state), self.reason, iso_utc(self.time))
 
 
 def iso_utc(epoch_s: float) -> str:

@@ -109,7 +109,8 @@ def bench_model(
             session.run(None, feed)
         latencies = _timed_runs(session, feed, duration_s, say)
         if profile_path is not None:
-            _write_profile(profile_path, loaded, session, dims[0], len(latencies), say)
+            level = spec.session.graph_optimization
+            _write_profile(profile_path, loaded, session, (dims[0], len(latencies), level), say)
     timing = _Timing(warmup, latencies, source, spec.session.graph_optimization)
     return _result(loaded, tensor, dims, timing, profile_path)
 
@@ -296,17 +297,18 @@ def _write_profile(
     path: Path,
     loaded: LoadedModel,
     session: ort.InferenceSession,
-    batch: int,
-    runs: int,
+    run: tuple[int, int, str],
     say: Progress,
 ) -> None:
     """Read ORT's profile, keep the measured runs, write our trace; say how big and how
-    long (a long run's profile holds hundreds of MB of operator events)."""
+    long (a long run's profile holds hundreds of MB of operator events). `run`: batch,
+    measured runs, and the session's graph optimisation level (kept in `otherData`)."""
+    batch, runs, level = run
     begin = time.perf_counter()
     say(f"profile: reading ORT's events for {runs} runs")
     trace = profile_trace(read_profile(session), loaded, session, batch)
     trace["traceEvents"] = _last_runs(trace["traceEvents"], runs)
-    trace["otherData"]["graph_optimization"] = "all"  # bench sessions use the default
+    trace["otherData"]["graph_optimization"] = level
     text = json.dumps(trace)
     path.write_text(text, encoding="utf-8")
     mb = len(text.encode()) / 1e6
@@ -330,8 +332,9 @@ def _timed_runs(
         session.run(None, feed)
         latencies.append(time.perf_counter() - begin)
         if begin >= next_report:
-            median = 1000.0 * float(np.median(latencies))
-            say(f"{begin - start:.0f}/{duration_s:.0f} s: {len(latencies)} runs, p50 {median:.2f} ms")
+            p50 = 1000.0 * float(np.median(latencies))
+            done = f"{begin - start:.0f}/{duration_s:.0f} s"
+            say(f"{done}: {len(latencies)} runs, p50 {p50:.2f} ms")
             next_report += PROGRESS_EVERY_S
     return latencies
 
