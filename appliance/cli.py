@@ -38,7 +38,10 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level, getattr(args, "worker", None))
+    # `serve` narrates (INFO); a one-shot command says only what went wrong, its answer
+    # is on stdout (--log-level INFO brings the rest back).
+    level = args.log_level or ("INFO" if args.func is cmd_serve else "WARNING")
+    _setup_logging(level, getattr(args, "worker", None))
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)
@@ -56,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
-    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    p.add_argument(
+        "--log-level", choices=LOG_LEVELS, help="default: INFO for serve, WARNING for the rest"
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     _add_commands(sub)
@@ -81,7 +86,7 @@ def _everywhere(parser: argparse.ArgumentParser) -> None:
             for child in action.choices.values():
                 child.add_argument(
                     "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                    help="DEBUG, INFO (the default), WARNING or ERROR",
+                    help="DEBUG, INFO, WARNING or ERROR (default: INFO for serve, else WARNING)",
                 )  # fmt: skip
                 _everywhere(child)
 
@@ -184,7 +189,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from appliance.workers.serve import WorkerOptions, serve_workers
 
         options = WorkerOptions(
-            args.config.resolve(), args.workers, args.log_level, args.stats_interval
+            args.config.resolve(), args.workers, args.log_level or "INFO", args.stats_interval
         )
         return asyncio.run(serve_workers(config, options, host, port, shard, args.insecure))
     worker: Shard | None = args.worker

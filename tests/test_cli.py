@@ -248,3 +248,15 @@ def test_blocks_says_each_parameter_in_plain_words() -> None:
     assert "  - input_size: (int >= 1, int >= 1) or none = None" in listing
     assert "  - kernel: int >= 3, <= 1001 or none = None" in listing
     assert "Literal" not in listing and "FieldInfo" not in listing and "Annotated" not in listing
+
+
+def test_one_shot_commands_are_quiet_on_the_demo() -> None:
+    """A CPU-only machine, the shipped demo: `validate` and `run` print their answer and
+    nothing on stderr (no GPU warning nobody asked for, no INFO narration)."""
+    demo = str(ROOT / "configs" / "demo.yaml")
+    checked = appliance("validate", demo)
+    assert checked.returncode == 0 and "valid config" in checked.stdout
+    assert checked.stderr == ""
+    ran = appliance("run", "--config", demo, "--max-frames", "3")
+    assert ran.returncode == 0 and "people-cam" in ran.stdout
+    assert ran.stderr == ""

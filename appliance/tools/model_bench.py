@@ -8,8 +8,8 @@ and its operator events are written as our trace format (see `appliance.profilin
 `session.run` span per measured run around its operators.
 
 Without a shape the input's declared dims are used where static; a model that leaves H and
-W unknown gets the input size of the first decoder that accepts it (`default_shape`), or of
-the ocr block's recogniser, and the result says which (`shape_source`).
+W unknown gets the input size of the ocr block's recogniser or of the first decoder that
+accepts it (`default_shape`), and the result says which (`shape_source`).
 """
 
 from __future__ import annotations
@@ -168,20 +168,16 @@ def input_defaults() -> dict[str, InputDefault]:
         "tf_od": InputDefault(tf_od.DEFAULT_SIZE, True, "the tf_od decoder's default size"),
         "yolo": InputDefault(yolo.DEFAULT_SIZE, False, "the yolo decoder's default size"),
         "centerface": InputDefault(
-            (640, 480), False, "a 640x480 frame (the centerface decoder runs at frame size)"
+            (640, 480), False, "a 640x480 frame, which the centerface decoder feeds as is"
         ),
-        "dbnet": InputDefault(
-            (960, 544), False, "a 960x540 frame as the dbnet decoder sizes it (960x544)"
-        ),
-        "ocr": InputDefault(
-            (ocr_width, DEFAULT_HEIGHT), False, "the ocr block's recogniser size (max_width)"
-        ),
+        "dbnet": InputDefault((960, 544), False, "a 960x540 frame as the dbnet decoder sizes it"),
+        "ocr": InputDefault((ocr_width, DEFAULT_HEIGHT), False, "the ocr block's recogniser size"),
     }
 
 
 def default_shape(info: ModelInfo) -> tuple[Shape, str]:
     """The dims after the batch, and why: the declared ones where all are static, else
-    H and W from the first consumer (decoder, then the ocr block) that accepts the model."""
+    H and W from the consumer that accepts the model (`accepting_kind`)."""
     tensor = info.inputs[0]
     declared = tensor.shape
     unknown = [i for i, d in enumerate(declared) if i and not _static(d)]
@@ -201,28 +197,31 @@ def default_shape(info: ModelInfo) -> tuple[Shape, str]:
     filled = list(declared)
     for axis, value in zip(hw_axes, (height, width), strict=True):
         filled[axis] = value if axis in unknown else filled[axis]
-    why = f"{kind}: {default.why}, {width}x{height} (the model leaves H, W unknown)"
+    why = f"the model leaves H, W unknown: {default.why}, {width}x{height} (W x H)"
     return tuple(int(d) for d in filled[1:]), why  # type: ignore[arg-type]
 
 
 def accepting_kind(info: ModelInfo) -> str | None:
-    """The first decoder kind (registry order) whose compile-time checks pass, else "ocr"
-    when the ocr block's recogniser takes the model, else None."""
+    """ "ocr" when the ocr block's recogniser takes the model (its check is the strictest:
+    the symbol list in the metadata must fit the output), else the first decoder kind, in
+    registry order, whose compile-time checks pass, else None."""
     from pipelines.blocks.base import BlockBuildError
     from pipelines.blocks.ocr import CtcReader
     from pipelines.decoders import DECODERS, DecodeOptions, DecoderError, build_decoder
 
+    try:
+        CtcReader(info, input_defaults()["ocr"].size[0])
+    except BlockBuildError:
+        pass
+    else:
+        return "ocr"
     for kind in DECODERS:
         try:
             build_decoder(dataclasses.replace(info, decoder=kind), DecodeOptions())
         except DecoderError:
             continue
         return kind
-    try:
-        CtcReader(info, input_defaults()["ocr"].size[0])
-    except BlockBuildError:
-        return None
-    return "ocr"
+    return None
 
 
 def _static(dim: Dim) -> bool:

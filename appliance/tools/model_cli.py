@@ -1,7 +1,8 @@
 """`appliance model bench MODEL`: time one ONNX model at a fixed input shape.
 
 Exit codes: 0 ok; 1 the model cannot be loaded (missing file, not ONNX); 2 usage, including
-a shape or batch the model cannot take.
+a shape or batch the model cannot take. Progress (the shape chosen and why, a line every few
+seconds, the profile write) goes to stderr, so `--json` output stays one object.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def add_model_commands(sub: Any) -> None:
         "--shape",
         type=_shape,
         metavar="DIMS",
-        help="input shape, with the batch (1,300,300,3) or without it (300x300x3); "
-        "needed when the model leaves dims unknown",
+        help="input shape, with the batch (1,300,300,3) or without it (300x300x3); default: "
+        "the model's dims, with unknown H, W from the decoder that takes the model",
     )
     bench.add_argument(
         "--duration", type=_positive(float), default=10.0, help="seconds to measure (10)"
@@ -53,6 +54,7 @@ def add_model_commands(sub: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark the arguments describe and print its report."""
     try:
         result = bench_model(
             args.model,
@@ -63,6 +65,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             threads=args.threads,
             profile_path=args.profile,
+            progress=_progress,
         )
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -80,6 +83,7 @@ def format_result(r: BenchResult) -> str:
         f"model       {r.model}",
         f"providers   {', '.join(r.providers)} (asked: {', '.join(r.requested_providers)})",
         f"input       {r.input_name} {r.dtype} [{', '.join(map(str, r.shape))}]",
+        f"shape from  {r.shape_source}",
         f"runs        {r.runs} in {r.duration_s:.2f} s, after {r.warmup} warm-up",
         f"latency ms  mean {r.mean_ms:.2f}  p50 {r.p50_ms:.2f}  p90 {r.p90_ms:.2f}  "
         f"p99 {r.p99_ms:.2f}",
@@ -88,6 +92,10 @@ def format_result(r: BenchResult) -> str:
     if r.profile:
         lines.append(f"profile     {r.profile}")
     return "\n".join(lines)
+
+
+def _progress(line: str) -> None:
+    print(f"bench: {line}", file=sys.stderr, flush=True)
 
 
 def _shape(text: str) -> tuple[int, ...]:

@@ -10,10 +10,21 @@ from typing import Any
 import pytest
 
 from appliance.models.session import ModelLoadError
-from appliance.tools.model_bench import BenchError, BenchResult, bench_model
+from appliance.tools import model_bench
+from appliance.tools.model_bench import BenchError, BenchResult, bench_model, default_shape
 from appliance.tools.model_cli import add_model_commands
+from pipelines.models import ModelInfo, TensorInfo
+from tests.support.models import MODELS, tiny_model
 
 SLACK_US = 1  # ORT's µs timestamps are rounded independently
+QUICK = ["--duration", "0.2", "--warmup", "1", "--provider", "cpu"]
+# Each shipped model benchmarked without --shape: the shape chosen, and the words saying why.
+SHIPPED = {
+    "centerface.onnx": ("[1, 3, 480, 640]", "a 640x480 frame, which the centerface decoder"),
+    "person_ssdlite.onnx": ("[1, 300, 300, 3]", "the tf_od decoder's default size, 300x300"),
+    "ppocr_v4_det.onnx": ("[1, 3, 544, 960]", "a 960x540 frame as the dbnet decoder sizes it"),
+    "ppocr_v4_rec.onnx": ("[1, 3, 48, 320]", "the ocr block's recogniser size, 320x48"),
+}
 
 
 def run_cli(argv: list[str]) -> int:
@@ -51,9 +62,60 @@ def test_centerface_shape_without_batch(centerface_model_path: Path) -> None:
     assert result.dtype == "float32"
 
 
-def test_unknown_dims_need_a_shape(person_model_path: Path) -> None:
-    with pytest.raises(BenchError, match=r"image_tensor:0.*unknown dims \[unk__\w+, unk__\w+\]"):
-        quick(person_model_path)
+@pytest.fixture
+def dynamic_model_path(tmp_path: Path) -> Path:
+    """y = relu(x), x float32 [n, 3, h, w]: no decoder or block takes it."""
+    path = tmp_path / "relu_dynamic.onnx"
+    path.write_bytes(tiny_model("Relu", ["x"], {"x": ["n", 3, "h", "w"]}, ["n", 3, "h", "w"]))
+    return path
+
+
+def test_unknown_dims_need_a_shape(dynamic_model_path: Path) -> None:
+    with pytest.raises(BenchError, match=r"'x'.*unknown dims \[h, w\] and no decoder"):
+        quick(dynamic_model_path)
+
+
+def test_declared_shape_is_used(doubling_model_path: Path) -> None:
+    result = quick(doubling_model_path, duration_s=0.1)
+    assert result.shape == (2, 3)
+    assert result.shape_source == "the model's declared input"
+
+
+def test_decoder_default_size(person_model_path: Path) -> None:
+    result = quick(person_model_path, duration_s=0.1)
+    assert result.shape == (1, 300, 300, 3)
+    assert result.shape_source.startswith("the model leaves H, W unknown: the tf_od decoder")
+
+
+def test_given_shape_is_named(centerface_model_path: Path) -> None:
+    assert quick(centerface_model_path, shape=(3, 64, 64)).shape_source == "--shape"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_cli_shipped_model_without_shape(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["model", "bench", str(MODELS / name), *QUICK]) == 0
+    shape, why = SHIPPED[name]
+    captured = capsys.readouterr()
+    assert shape in captured.out
+    assert f"shape from  the model leaves H, W unknown: {why}" in captured.out
+    assert "bench: input " in captured.err and shape in captured.err
+
+
+def test_every_shipped_model_is_covered() -> None:
+    assert sorted(p.name for p in MODELS.glob("*.onnx")) == sorted(SHIPPED)
+
+
+def test_progress_lines(
+    person_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_bench, "PROGRESS_EVERY_S", 0.05)
+    lines: list[str] = []
+    trace_file = tmp_path / "trace.json"
+    quick(person_model_path, shape=(96, 96, 3), profile_path=trace_file, progress=lines.append)
+    assert lines[0].startswith("input image_tensor:0 uint8 [1, 96, 96, 3]: --shape")
+    assert any(line.endswith(" ms") and " runs, p50 " in line for line in lines)
+    assert lines[-1].startswith("profile: ") and " MB written in " in lines[-1]
+    assert json.loads(trace_file.read_text())["otherData"]["graph_optimization"] == "all"
 
 
 def test_shape_against_fixed_dims(centerface_model_path: Path) -> None:
@@ -105,8 +167,8 @@ def test_cli_text(person_model_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "samples/s" in out
 
 
-def test_cli_unknown_dims(person_model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(["model", "bench", str(person_model_path), "--provider", "cpu"]) == 2
+def test_cli_unknown_dims(dynamic_model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["model", "bench", str(dynamic_model_path), "--provider", "cpu"]) == 2
     assert "unknown dims" in capsys.readouterr().err
 
 
@@ -126,3 +188,13 @@ def test_bad_shape_is_a_usage_error(person_model_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         run_cli(["model", "bench", str(person_model_path), "--shape", "300xHx3"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("head", [("batch", 84, "anchors"), ("batch", "anchors", 85)])
+def test_dynamic_yolo_gets_640(head: tuple[int | str, ...]) -> None:
+    """A `yolo export dynamic=True` model: v8/v11 head [N, 84, A] or v5 head [N, A, 85]."""
+    image = TensorInfo("images", ("batch", 3, "height", "width"), "float32")
+    info = ModelInfo("y", "y.onnx", (image,), (TensorInfo("output0", head, "float32"),), "")
+    dims, why = default_shape(info)
+    assert dims == (3, 640, 640)
+    assert "the yolo decoder's default size, 640x640" in why
