@@ -336,6 +336,10 @@ def _open_error(exc: Exception, cfg: SourceConfig) -> str:
             return f"cannot connect to {where} (connection refused)"
         if isinstance(cause, TimeoutError):
             return f"cannot connect to {where} (timed out)"
+        if isinstance(cause, ValueError):  # aiortsp's parser: the bytes were not RTSP
+            return f"{where} answered, but not in RTSP (is that the camera's RTSP port?)"
+        if isinstance(cause, OSError) and cause.strerror:  # unreachable network, no route
+            return f"cannot connect to {where} ({cause.strerror.lower()})"
         return f"cannot connect to {where} ({describe(cause or exc)})"
     if isinstance(exc, RTSPResponseError) and exc.response is not None:
         status = int(exc.response.status)

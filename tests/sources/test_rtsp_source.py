@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from appliance.sources import StreamState
+from appliance.config import SourceConfig
+from appliance.sources import SourceError, StreamState
+from appliance.sources.opener import open_source
 from appliance.sources.pyav import PyAVSource
 from appliance.sources.rtp import RtpSource
 from tests.sources import FAST_PROBE, WAIT_S, Harness, Run, assert_stops
@@ -268,3 +270,24 @@ def test_stop_while_stalled(reader: str, harness: Harness, rtsp_server: RtspServ
     run.states.wait_for(StreamState.RUNNING)
     server.suspend()
     assert_stops(run.grabber)
+
+
+def test_a_port_that_does_not_speak_rtsp_is_named_as_such() -> None:
+    """A URL pointing at some other service (here a bare HTTP answer): the error says
+    the port answered but not in RTSP, not the parser's bare ValueError."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        cfg = SourceConfig(url=f"rtsp://127.0.0.1:{port}/live", open_timeout_s=3)
+        with pytest.raises(SourceError) as refused:
+            open_source(cfg, Path, stop=threading.Event())
+    assert f"127.0.0.1:{port} answered, but not in RTSP" in str(refused.value)
