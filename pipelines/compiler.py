@@ -120,8 +120,9 @@ class _Compilation:
         try:
             node.params = node.cls.Params.model_validate(raw)
         except ValidationError as exc:
+            known = node.cls.Params.model_fields
             for e in exc.errors():
-                self.error(format_location((where, *e["loc"])), pydantic_message(e))
+                self.error(format_location((where, *e["loc"])), pydantic_message(e, known))
 
     # -- pass 2: references -> slots, with kinds checked ----------------------------
     def resolve(self) -> None:

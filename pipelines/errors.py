@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,12 +24,13 @@ def format_location(loc: Iterable[int | str]) -> str:
 SECRET_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "signature", "credential")
 
 
-def pydantic_message(error: Mapping[str, Any]) -> str:
+def pydantic_message(error: Mapping[str, Any], known: Iterable[str] = ()) -> str:
     """Pydantic's message for one error, with the value it got (expected vs got), and
-    without pydantic's own prefixes. A secret field's value is not shown."""
+    without pydantic's own prefixes. A secret field's value is not shown. `known`: the
+    parameters there are, for a did-you-mean on an unknown one."""
     kind = error.get("type")
     if kind == "extra_forbidden":
-        return "unknown parameter"
+        return "unknown parameter" + did_you_mean(str(error["loc"][-1]), known)
     msg = str(error["msg"]).removeprefix("Value error, ")
     if kind not in ("missing", "value_error") and "input" in error:
         field = str((error.get("loc") or ("",))[-1]).lower()
@@ -39,6 +41,18 @@ def pydantic_message(error: Mapping[str, Any]) -> str:
         else:
             msg += f" (got {error['input']!r})"
     return msg
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` (did you mean 'min_height'?)` for a near miss, else the known names (up to 12)."""
+    names = sorted(known)
+    if not names:
+        return ""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    return f" (known: {shown})"
 
 
 class WorkflowError(Exception):

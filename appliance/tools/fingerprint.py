@@ -248,9 +248,17 @@ def hints(fp: Fingerprint, nodes: list[Event], runs: int, other: dict[str, Any])
     if nodes and len(nodes) / runs > TINY_OPS_PER_RUN:
         median = percentile((e["dur"] for e in nodes), 50)
         if median < TINY_OP_US:
+            # Advise the optimisations only where the trace does not say they were on
+            # (`appliance model bench` records its session's level in otherData).
+            optimised = other.get("graph_optimization") == "all"
+            advice = (
+                "fuse the model"
+                if optimised
+                else ("enable graph optimisations (ORT_ENABLE_ALL) or fuse the model")
+            )
             out.append(
                 f"many tiny operators: {len(nodes) / runs:.0f} ops per run, median {median} µs: "
-                "enable graph optimisations (ORT_ENABLE_ALL) or fuse the model"
+                f"{advice}"
             )
     return out + _fallback_hints(nodes, other) + _hot_blocks(fp["blocks"])
 

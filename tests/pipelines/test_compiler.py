@@ -129,7 +129,7 @@ def test_every_problem_is_reported_with_its_location() -> None:
     assert "blocks[2].type: unknown block type 'invrt' (did you mean 'invert'?)" in text
     assert "known: brightness, broken, detect, invert, stream_name" in text
     assert any(p.startswith("blocks[3].amount:") and "'lots'" in p for p in found)
-    assert "blocks[4].colour: unknown parameter" in found
+    assert "blocks[4].colour: unknown parameter (known: amount)" in found
     assert "blocks[5].id: duplicate id 'people' (first at blocks[0])" in found
     assert "blocks[6].image: required input is missing" in found
     assert "outputs.x: unknown block 'nowhere'" in text
@@ -233,3 +233,28 @@ def test_digest_ignores_formatting_but_not_content() -> None:
         {"name": "w", "blocks": [{"id": "x", "type": "invert", "amount": 1}], "outputs": {"v": "x"}}
     )
     assert workflow_digest(a) == workflow_digest(b) != workflow_digest(c)
+
+
+def test_a_misspelt_parameter_gets_a_did_you_mean() -> None:
+    """`min_heigth` on a filter: the near miss is named; a far one lists what there is."""
+    with pytest.raises(WorkflowError) as caught:
+        compile_workflow(
+            {
+                "blocks": [
+                    {
+                        "id": "f",
+                        "type": "filter",
+                        "detections": "d.detections",
+                        "min_heigth": 3,
+                        "tint": 1,
+                    },
+                    {"id": "d", "type": "detect", "model": "m"},
+                ],
+                "outputs": {"x": "f"},
+            },
+            CTX,
+        )
+    found = caught.value.problems
+    assert "blocks[0].min_heigth: unknown parameter (did you mean 'min_height'?)" in found
+    far = next(p for p in found if p.startswith("blocks[0].tint:"))
+    assert "(known: " in far and "min_height" in far
