@@ -137,6 +137,10 @@ def _add_commands(sub: Any) -> None:
     add_trace_commands(sub)  # trace summarize|diff
     add_model_commands(sub)  # model bench
 
+    from appliance.tools.doctor import add_doctor_command
+
+    add_doctor_command(sub)  # doctor: what the machine offers
+
     blocks = sub.add_parser("blocks", help="list the block types, plugins included")
     blocks.add_argument("--json", action="store_true")
     blocks.set_defaults(func=cmd_blocks)

@@ -210,7 +210,7 @@ def test_version_and_help_list_every_command() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "appliance 0.1.0"
     listed = appliance("--help").stdout
     for command in ("serve", "run", "validate", "blocks", "streams", "status", "profile",
-                    "trace", "model"):  # fmt: skip
+                    "trace", "model", "doctor"):  # fmt: skip
         assert f"\n    {command} " in listed, command
 
 
@@ -260,3 +260,20 @@ def test_one_shot_commands_are_quiet_on_the_demo() -> None:
     ran = appliance("run", "--config", demo, "--max-frames", "3")
     assert ran.returncode == 0 and "people-cam" in ran.stdout
     assert ran.stderr == ""
+
+
+def test_doctor_says_what_this_machine_offers() -> None:
+    """Providers that really load (CPU always; a GPU provider's missing library named),
+    the GPUs, FFmpeg's decoders; the same as JSON."""
+    text = appliance("doctor")
+    assert text.returncode == 0, text.stderr
+    assert "  CPUExecutionProvider: ok" in text.stdout
+    assert "decoders: " in text.stdout and "h264" in text.stdout
+    report = json.loads(appliance("doctor", "--json").stdout)
+    providers = report["onnxruntime"]["providers"]
+    assert providers["CPUExecutionProvider"] is None
+    for name, problem in providers.items():  # each compiled-in provider: ok, or why not
+        assert problem is None or "not found" in problem or "no " in problem, (name, problem)
+        assert f"  {name}: {problem or 'ok'}" in text.stdout
+    assert "h264" in report["media"]["decoders"]
+    assert report["packages"]["av"].startswith("18.")

@@ -92,7 +92,7 @@ def load_model(
     # (GPU first) asks only for those whose libraries load here: a CPU-only machine
     # runs on the CPU without a warning about a GPU nobody asked for.
     explicit = "providers" in cfg.model_fields_set
-    asked = cfg.providers if explicit else [n for n in cfg.providers if not _provider_problem(n)]
+    asked = cfg.providers if explicit else [n for n in cfg.providers if not provider_problem(n)]
     requested = requested_providers(asked)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
     session, first_error = _open_session(model_id, path, session_options(cfg.session), requested)
@@ -194,7 +194,7 @@ def _report_providers(
     """One warning when the preferred provider is missing (`warn`: the config asked for
     it), one info line with the result."""
     if obtained[0] != PROVIDERS[asked] and warn:
-        reason = _provider_problem(asked) or error or "provider not available"
+        reason = provider_problem(asked) or error or "provider not available"
         hint = _INSTALL_HINTS.get(asked)
         logger.warning(
             "model %r: asked for %s, running on %s (%s%s)",
@@ -208,9 +208,10 @@ def _report_providers(
 
 
 @functools.cache  # a library that does not load now will not load later in this process
-def _provider_problem(name: str) -> str | None:
+def provider_problem(name: str) -> str | None:
     """Why a provider's shared library does not load (e.g. "libcublasLt.so.13: cannot open
-    shared object file"), found by loading it the way ORT does; None if it loads."""
+    shared object file"), found by loading it the way ORT does; None if it loads. (Model
+    loading and `appliance doctor` ask.)"""
     if name == "cpu":
         return None
     capi = Path(ort.__file__).parent / "capi"
