@@ -18,6 +18,7 @@ OUT="${OUT:-/tmp/gpu_check}"
 mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())" | tee -a "$OUT/gpu.txt"
+python3 -m appliance doctor 2>&1 | tee -a "$OUT/gpu.txt" || true  # providers that really load
 for bench in batching pipeline_efficiency latency; do
     timeout 120 python3 "bench/$bench.py" --quick 2>&1 | tee "$OUT/$bench.txt" || true
 done
