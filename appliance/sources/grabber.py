@@ -36,6 +36,7 @@ from appliance.sources.slot import LatestFrame
 from pipelines.types import Frame, Image
 
 log = logging.getLogger(__name__)
+DECODE_WARN_EVERY_S = 10.0  # undecodable frames are logged at most this often
 
 _FPS_SMOOTHING = 0.1  # EWMA weight of the newest frame interval (~10 frames of memory)
 
@@ -91,6 +92,7 @@ class Grabber:
         self._reconnects = 0
         self._last_error: str | None = None
         self._retry_at: float | None = None  # time.monotonic() of the announced retry
+        self._decode_warned = -DECODE_WARN_EVERY_S  # time.monotonic() of the last warning
         self._retry_delay_s: float | None = None
         self._interval_s: float | None = None  # EWMA of the frame interval
         self._prev_frame_mono: float | None = None  # this session's previous frame
@@ -267,7 +269,10 @@ class Grabber:
         count, error = source.decode_errors, source.last_decode_error
         self._last_error = mask_url(f"{self._label}: {count - before} frame(s) undecodable "
                                     f"({error}); skipped to the next keyframe")  # fmt: skip
-        log.warning("stream %s: %s", self.stream_id, self._last_error)
+        now = time.monotonic()
+        if now - self._decode_warned >= DECODE_WARN_EVERY_S:  # a flaky camera: no flood
+            self._decode_warned = now
+            log.warning("stream %s: %s", self.stream_id, self._last_error)
         if self.on_problem is not None:
             self.on_problem(self._last_error)
         return count
