@@ -27,13 +27,14 @@ from dataclasses import dataclass
 
 from appliance.config import AppConfig
 
-__all__ = ["ENV", "Shard", "assign", "shard_from_env", "shard_of", "streams_for"]
+__all__ = ["ENV", "Shard", "assign", "shard_from_env", "shard_of", "streams_for", "weight"]
 
 ENV = "APPLIANCE_SHARD"  # `INDEX/COUNT`, or `auto/COUNT`: INDEX from the hostname's `-N`
 _ORDINAL = re.compile(r"-(\d+)$")  # a StatefulSet pod's name: `<set>-<ordinal>`
 
 
-def _weight(index: int, stream_id: str) -> int:
+def weight(index: int, stream_id: str) -> int:
+    """The rendezvous weight of (shard, stream): the higher, the better the fit."""
     digest = hashlib.blake2b(f"{index}:{stream_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
@@ -43,8 +44,8 @@ def assign(stream_ids: Iterable[str], count: int) -> dict[str, int]:
     if count < 1:
         raise ValueError(f"shard count must be at least 1, got {count}")
     ids = sorted(set(stream_ids))
-    ranked = {s: sorted(range(count), key=lambda i: -_weight(i, s)) for s in ids}
-    best = {s: _weight(ranked[s][0], s) for s in ids}
+    ranked = {s: sorted(range(count), key=lambda i: -weight(i, s)) for s in ids}
+    best = {s: weight(ranked[s][0], s) for s in ids}
     base, extra = divmod(len(ids), count)  # `extra` shards may hold base + 1
     loads = [0] * count
     placed: dict[str, int] = {}

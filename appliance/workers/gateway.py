@@ -31,7 +31,7 @@ from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
-from appliance.sharding import _weight
+from appliance.sharding import weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness, merge_reloads
 from appliance.workers.windows import WindowFanOut
@@ -100,7 +100,7 @@ class Gateway:
         loads = [0] * self.clients.count
         for index in self.owners.values():
             loads[index] += 1
-        return min(range(self.clients.count), key=lambda i: (loads[i], -_weight(i, stream_id)))
+        return min(range(self.clients.count), key=lambda i: (loads[i], -weight(i, stream_id)))
 
 
 def gateway_of(request: web.Request) -> Gateway:

@@ -69,7 +69,7 @@ class WorkerSet:
         self._command = command  # index -> argv of that worker
         self.workers = [Worker(i, socket_dir / f"w{i}.sock") for i in range(count)]
         self.fatal: str | None = None  # why the set gave up (a worker that cannot start)
-        self.on_fatal: Callable[[], None] = lambda: None  # called on the monitor thread
+        self.on_fatal: Callable[[], object] = lambda: None  # called on the monitor thread
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # spawn vs stop
         self._thread = threading.Thread(target=self._monitor, name="worker-monitor", daemon=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +89,7 @@ async def serve_workers(
     app.middlewares.append(requests.middleware())
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
     loop, stop = asyncio.get_running_loop(), stop or asyncio.Event()
-    workers.on_fatal = lambda: _call_soon(loop, stop.set)
+    workers.on_fatal = functools.partial(loop.call_soon_threadsafe, stop.set)
     handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set,
                 signal.SIGHUP: lambda: workers.signal_all(signal.SIGHUP)}  # fmt: skip
     for sig, handler in handlers.items():
@@ -162,7 +162,3 @@ async def _watch(clients: WorkerClients) -> None:
             if misses[worker.index] >= MISSES:
                 misses[worker.index] = 0
                 clients.workers.kill(worker.index, f"/health failed {MISSES} times in a row")
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
-    loop.call_soon_threadsafe(fn)

@@ -65,9 +65,7 @@ class WindowFanOut:
             raise WindowRequestError(f"streams: unknown stream(s) {unknown}")
         parts: dict[int, list[str] | None] = {}
         for stream_id in request.streams:
-            listed = parts.setdefault(owners[stream_id], [])
-            assert listed is not None
-            listed.append(stream_id)
+            parts[owners[stream_id]] = [*(parts.get(owners[stream_id]) or []), stream_id]
         return parts or {0: []}  # no stream at all: a worker says what that means
 
     async def status(self, window_id: str) -> dict[str, Any]:
