@@ -18,19 +18,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, ConfigError, load_config
-from appliance.errors import FileAccessError, LimitError
+from appliance.checking import BAD_INPUT
+from appliance.config import AppConfig, ConfigError
 from appliance.masking import mask_url
-from appliance.models import ModelLoadError
 from appliance.runtime import Runtime
 from appliance.sharding import ENV, Shard, shard_from_env
-from pipelines.errors import WorkflowError
+from appliance.validate import load_whole_config
 
 log = logging.getLogger("appliance")
 
 EXIT_BAD_INPUT = 1
 EXIT_STREAM_FAILED = 3
-BAD_INPUT = (ConfigError, WorkflowError, ModelLoadError, FileAccessError, LimitError)
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -145,10 +143,9 @@ def _add_commands(sub: Any) -> None:
     blocks.add_argument("--json", action="store_true")
     blocks.set_defaults(func=cmd_blocks)
 
-    val = sub.add_parser("validate", help="check a config or workflow file; exit 1 if invalid")
-    val.add_argument("file", type=Path)
-    val.add_argument("--config", type=Path, help="a config whose models a workflow may use")
-    val.set_defaults(func=cmd_validate)
+    from appliance.validate import add_validate_command
+
+    add_validate_command(sub)  # validate: a config or a workflow file, every problem at once
 
 
 def _shard_arg(text: str) -> Shard:
@@ -186,7 +183,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shard = args.shard or shard_from_env(os.environ)
     except ValueError as exc:
         raise ConfigError([str(exc)], ENV) from None
-    config = load_config(args.config)
+    config = load_whole_config(args.config)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     if args.workers > 1:
@@ -255,49 +252,6 @@ def cmd_blocks(args: argparse.Namespace) -> int:
 
 def _default_text(param: dict[str, Any]) -> str:
     return " (required)" if param["required"] else f" = {param['default']!r}"
-
-
-# -- validate ---------------------------------------------------------------------------
-def cmd_validate(args: argparse.Namespace) -> int:
-    """A config (models loaded, workflows compiled) or a workflow file (has `blocks`)."""
-    from pipelines.spec import load_yaml
-
-    path: Path = args.file
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: YAML's, with line and column
-        print(f"error: {mask_url(f'{path}: {exc}')}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    config = load_config(args.config) if args.config else None
-    if isinstance(data, dict) and "blocks" in data:
-        return _validate_workflow(path, config)
-    runtime = Runtime(config or load_config(path))
-    try:
-        prepared = runtime.prepare()  # loads models and compiles workflows: the full check
-    finally:
-        runtime.stop(2.0)
-    print(
-        f"{path}: valid config: {len(runtime.models_status())} model(s), {len(prepared)} stream(s)"
-    )
-    for cfg, workflow in prepared:
-        print(f"  {cfg.id}: {workflow.summary()}")
-    return 0
-
-
-def _validate_workflow(path: Path, config: AppConfig | None) -> int:
-    """Compile a workflow file with its own models (and a config's, with --config)."""
-    from appliance.config import SourceConfig, StreamConfig, parse_config
-
-    config = config or parse_config({}, path.resolve().parent)
-    runtime = Runtime(config)
-    stream = StreamConfig(id="validate", source=SourceConfig(url="-"), workflow=path.resolve())
-    try:
-        runtime.load_models()
-        workflow = runtime.compile_stream_workflow(stream, "workflow")
-    finally:
-        runtime.stop(2.0)
-    print(f"{path}: valid: {workflow.summary()}")
-    return 0
 
 
 __all__ = ["AppConfig", "main"]

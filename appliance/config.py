@@ -7,6 +7,7 @@ against the directory of the config file, so a config works from any working dir
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,11 +40,16 @@ __all__ = [
 
 
 class ConfigError(Exception):
-    """The config cannot be used. `problems` lists every `location: message` found."""
+    """The config cannot be used. `problems` lists every `location: message` found.
+    `partial`: the config as if each invalid value were not there, when that is valid,
+    so that its models and workflows can be checked in the same run."""
 
-    def __init__(self, problems: Sequence[str], source: str = "config") -> None:
+    def __init__(
+        self, problems: Sequence[str], source: str = "config", partial: AppConfig | None = None
+    ) -> None:
         self.problems = list(problems)
         self.source = source
+        self.partial = partial
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
 
@@ -252,16 +258,47 @@ def parse_config(data: Any, base_dir: Path, source: str = "config") -> AppConfig
     """Validate a parsed YAML/JSON document; every problem is reported with its location."""
     if not isinstance(data, dict):
         raise ConfigError([f"(top): expected a mapping, got {type(data).__name__}"], source)
-    problems: list[str] = []
     try:
         config = AppConfig.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
         problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
-        raise ConfigError(problems, source) from None
+        partial = _without_invalid(data, exc, base_dir)
+        if partial is not None:  # the files it names, in the same pass
+            problems += _check_references(partial)
+        raise ConfigError(problems, source, partial) from None
     problems = _check_references(config)
     if problems:
         raise ConfigError(problems, source)
     return config
+
+
+def _without_invalid(
+    data: dict[str, Any], exc: ValidationError, base_dir: Path
+) -> AppConfig | None:
+    """The config with each invalid value left out (its default taken), so what else is
+    wrong is found in the same pass; None when a value cannot be left out (a required
+    one, a list item) or what is left is still invalid."""
+    doc = copy.deepcopy(data)
+    for error in exc.errors():
+        *parents, last = error["loc"] or ("",)
+        parent: Any = doc
+        for key in parents:
+            parent = _child(parent, key)
+        if not isinstance(parent, dict) or last not in parent:
+            return None
+        del parent[last]
+    try:
+        return AppConfig.model_validate({**doc, "base_dir": base_dir})
+    except ValidationError:
+        return None
+
+
+def _child(node: Any, key: int | str) -> Any:
+    if isinstance(node, dict):
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
 
 
 def _check_references(config: AppConfig) -> list[str]:

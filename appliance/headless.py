@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.config import load_config
 from appliance.recording import JsonLines, VideoRecorder, video_path
 from appliance.runtime import Runtime
 from appliance.status import StreamStatus, as_json
+from appliance.validate import load_whole_config
 
 EXIT_STREAM_FAILED = 3
 POLL_S = 0.5  # how often the run checks its streams and redraws the progress line
@@ -43,7 +43,8 @@ def add_run_command(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    runtime = Runtime(load_config(args.config), max_frames=args.max_frames)
+    config = load_whole_config(args.config)
+    runtime = Runtime(config, max_frames=args.max_frames, config_path=args.config)
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)

@@ -19,6 +19,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from appliance.blocklatency import BlockLatencies, StreamLatency
+from appliance.checking import Problems
 from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, sink_configs
 from appliance.control import one_change_at_a_time
@@ -120,19 +121,33 @@ class Runtime:
         self._streams_stopped: bool | None = None  # stop_streams' result, once it ran
 
     # -- start-up --------------------------------------------------------------------
-    def prepare(self) -> list[tuple[StreamConfig, CompiledWorkflow]]:
+    def prepare(
+        self, problems: Problems | None = None
+    ) -> list[tuple[StreamConfig, CompiledWorkflow]]:
         """Load every model and compile every stream's workflow; start nothing yet.
 
-        Raises ModelLoadError or WorkflowError (every problem listed); models already
-        loaded are stopped again, so a failed prepare leaves no thread behind.
+        Every model is loaded and every workflow compiled even after one fails: one
+        failure is raised as itself (ModelLoadError, WorkflowError, ...), several as a
+        ConfigError listing them all, with those `problems` held already (the config's).
+        Models already loaded are stopped again, so a failed prepare leaves no thread
+        behind.
         """
         for name, problem in DEFAULT_REGISTRY.load_plugins().items():
             log.error("block plugin %r left out: %s", name, problem)
+        if problems is None:
+            problems = Problems(str(self.config_path or "config"))
+        prepared: list[tuple[StreamConfig, CompiledWorkflow]] = []
         try:
-            self.load_models()
-            return [(s, self.compile_stream_workflow(s, f"streams[{i}]"))
-                    for i, s in enumerate(self.config.streams)]  # fmt: skip
+            failed = self.load_models(problems)
+            for i, s in enumerate(self.config.streams):
+                with problems.check():
+                    workflow = self.compile_stream_workflow(s, f"streams[{i}]", unavailable=failed)
+                    prepared.append((s, workflow))
+            problems.raise_any()
+            return prepared
         except BaseException:
+            for _, workflow in prepared:
+                self.release_workflow(workflow)
             self.pool.stop(1.0)
             raise
 
@@ -146,28 +161,42 @@ class Runtime:
         self.profiler.start()
         self.supervisor.start()
 
-    def load_models(self) -> None:
-        """Load the config's models (workflows may add their own when compiled)."""
+    def load_models(self, problems: Problems) -> frozenset[str]:
+        """Load the config's models (workflows may add their own when compiled); each
+        failure goes to `problems`. Returns the ids of those that did not load."""
         files = self.files.at(self.config.base_dir)
+        failed: list[str] = []
         for model_id, spec in self.config.models.items():
-            self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=True)
+            with problems.check():
+                self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=True)
+                continue
+            failed.append(model_id)  # only after a failure: `continue` skips it
+        return frozenset(failed)
 
     def compile_workflow(
-        self, workflow: WorkflowRef, where: str, files: FilePolicy | None = None
+        self,
+        workflow: WorkflowRef,
+        where: str,
+        files: FilePolicy | None = None,
+        unavailable: frozenset[str] = frozenset(),
     ) -> CompiledWorkflow:
         """Compile (or reuse) a workflow and lease its models to the caller:
         `release_workflow` it when done (a stream does so when removed). `files` is the
         policy its paths go through (the owner's by default); see WorkflowCache.compile."""
-        return self.workflows.compile(workflow, where, files or self.files)
+        return self.workflows.compile(workflow, where, files or self.files, unavailable)
 
     def release_workflow(self, workflow: CompiledWorkflow) -> None:
         """End the lease `compile_workflow` gave on the workflow's models."""
         self.workflows.release(workflow)
 
     def compile_stream_workflow(
-        self, cfg: StreamConfig, where: str, files: FilePolicy | None = None
+        self,
+        cfg: StreamConfig,
+        where: str,
+        files: FilePolicy | None = None,
+        unavailable: frozenset[str] = frozenset(),
     ) -> CompiledWorkflow:
-        return self.compile_workflow(cfg.workflow, f"{where}.workflow", files)
+        return self.compile_workflow(cfg.workflow, f"{where}.workflow", files, unavailable)
 
     def _start_stream(self, cfg: StreamConfig, workflow: CompiledWorkflow) -> Stream:
         """Start a stream on a workflow leased for it; the lease is the stream's now."""
@@ -279,10 +308,14 @@ class Runtime:
         new, plan = plan_file_reload(self.config_path, self.config, self.files, digests, self.shard)
         old_config, self.config = self.config, new
         compiled: dict[str, CompiledWorkflow] = {}
+        problems = Problems(str(self.config_path))  # every problem of the new config at once
         try:
-            self.load_models()
+            failed = self.load_models(problems)
             for c in [*plan.added, *plan.changed]:
-                compiled[c.id] = self.compile_stream_workflow(c, f"streams.{c.id}")
+                with problems.check():
+                    where = f"streams.{c.id}"
+                    compiled[c.id] = self.compile_stream_workflow(c, where, unavailable=failed)
+            problems.raise_any()
         except BaseException:
             self.config = old_config
             for workflow in compiled.values():

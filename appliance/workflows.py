@@ -39,9 +39,16 @@ class WorkflowCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def compile(self, workflow: WorkflowRef, where: str, files: FilePolicy) -> CompiledWorkflow:
+    def compile(
+        self,
+        workflow: WorkflowRef,
+        where: str,
+        files: FilePolicy,
+        unavailable: frozenset[str] = frozenset(),
+    ) -> CompiledWorkflow:
         """Compile (or reuse) a workflow, loading the models it declares itself, and lease
-        its models to the caller. `files` is the policy its paths go through.
+        its models to the caller. `files` is the policy its paths go through;
+        `unavailable`, models whose failure to load was reported already (BuildContext).
 
         WorkflowError and ModelLoadError name `where` and, for files, the file;
         FileAccessError and LimitError name the rule or limit.
@@ -53,9 +60,10 @@ class WorkflowCache:
             cached = self._cached(digest)
             if cached is not None:
                 return cached
-            compiled = self._compile(spec, files.at(base), origin)
+            compiled = self._compile(spec, files.at(base), origin, unavailable)
         except WorkflowError as exc:
-            raise WorkflowError(exc.problems, f"{origin}: workflow {exc.name!r}") from None
+            name = f"{origin}: workflow {exc.name!r}"
+            raise WorkflowError(exc.problems, name, exc.follow_ons) from None
         with self._lock:
             self._entries[digest] = (compiled, self._bound(compiled))
             while len(self._entries) > self._size:
@@ -82,15 +90,18 @@ class WorkflowCache:
             self._entries.move_to_end(digest)
         return entry[0] if self._pool.acquire(entry[1]) else None
 
-    def _compile(self, spec: WorkflowSpec, files: FilePolicy, origin: str) -> CompiledWorkflow:
+    def _compile(
+        self, spec: WorkflowSpec, files: FilePolicy, origin: str, unavailable: frozenset[str]
+    ) -> CompiledWorkflow:
         """Load the workflow's own models (each leased while it compiles), compile, and
         lease the models its blocks run."""
         declared: list[str] = []
         try:
             for model_id, model in spec.models.items():
-                self._pool.ensure(model_id, model, files, f"{origin} models.{model_id}")
+                self._pool.ensure(model_id, model, files, f"{origin} models.{model_id}".lstrip())
                 declared.append(model_id)
-            compiled = compile_workflow(spec, BuildContext(models=self._pool.handles))
+            context = BuildContext(models=self._pool.handles, unavailable=unavailable)
+            compiled = compile_workflow(spec, context)
             if not self._pool.acquire(self._bound(compiled)):
                 raise AssertionError("unreachable: the workflow's models are leased")
             return compiled
@@ -105,10 +116,11 @@ def workflow_document(
     files: FilePolicy, workflow: WorkflowRef, where: str
 ) -> tuple[Mapping[str, Any], str, Path]:
     """(document, origin for messages, base directory for its relative paths); a file is
-    read through `files`, the policy of whoever named it."""
+    read through `files`, the policy of whoever named it. An empty `where`: the file is
+    the thing checked (`appliance validate wf.yaml`), its path is the origin."""
     if isinstance(workflow, Path):
         path = files.path(workflow, FileKind.WORKFLOW, where)
         text = files.read_text(path, FileKind.WORKFLOW, where)
-        origin = f"{where} ({path})"
+        origin = f"{where} ({path})" if where else str(path)
         return parse_workflow_text(text, origin), origin, path.parent
     return workflow, where, files.base

@@ -23,6 +23,7 @@ from pipelines.blocks.base import (
     BlockType,
     BuildContext,
     Kind,
+    ModelUnavailableError,
 )
 from pipelines.errors import WorkflowError, format_location, pydantic_message
 from pipelines.executor import (
@@ -59,6 +60,10 @@ class _Compilation:
         self.registry = registry
         self.problems: list[str] = []
         self.nodes: dict[str, _Node] = {}
+        # Blocks already reported (unknown type, plugin that did not import): a reference
+        # to one is not reported again, one root cause gives one message.
+        self.broken: set[str] = set()
+        self.follow_ons: list[str] = []  # blocks naming a model that did not load
 
     def error(self, where: str, message: str) -> None:
         self.problems.append(f"{where}: {message}")
@@ -81,6 +86,7 @@ class _Compilation:
             first_at[spec.id] = i
             cls = self._block_class(where, spec.type)
             if cls is None:
+                self.broken.add(spec.id)
                 continue
             node = _Node(i, spec, cls)
             self._split_params(node, where)
@@ -93,8 +99,8 @@ class _Compilation:
     def _block_class(self, where: str, type_name: str) -> type[BlockType] | None:
         if type_name not in self.registry:
             names = self.registry.names()
-            hint, known = _hint(type_name, names), ", ".join(names)
-            self.error(f"{where}.type", f"unknown block type {type_name!r}{hint} (known: {known})")
+            hint = _hint(type_name, names) or f" (known: {', '.join(names)})"
+            self.error(f"{where}.type", f"unknown block type {type_name!r}{hint}")
             return None
         try:
             return self.registry.get(type_name)
@@ -149,6 +155,8 @@ class _Compilation:
         block_id, _, out_name = ref.partition(".")
         node = self.nodes.get(block_id)
         if node is None:
+            if block_id in self.broken:
+                return None  # its own problem is reported
             self.error(
                 where, f"unknown block {block_id!r}{_hint(block_id, [*self.nodes, FRAME_REF])}"
             )
@@ -214,6 +222,9 @@ class _Compilation:
             where = f"blocks[{node.index}]"
             try:
                 factory = node.cls.build(node.params, ctx)
+            except ModelUnavailableError as exc:
+                self.follow_ons.append(f"{where}.{exc.field}: {exc}")
+                continue
             except BlockBuildError as exc:
                 self.error(f"{where}.{exc.field}" if exc.field else where, str(exc))
                 continue
@@ -240,13 +251,14 @@ def compile_workflow(
     comp.declare(spec.blocks)
     comp.resolve()
     outputs = _resolve_outputs(comp, spec.outputs)
-    _check_unused(comp, {slot for _, slot in outputs})
+    if not comp.problems:  # a broken reference leaves its source unread: not a second fault
+        _check_unused(comp, {slot for _, slot in outputs})
     ordered = comp.order()
     if comp.problems:
         raise WorkflowError(comp.problems, spec.name)
     steps = comp.bind(ordered, ctx)
-    if comp.problems:
-        raise WorkflowError(comp.problems, spec.name)
+    if comp.problems or comp.follow_ons:
+        raise WorkflowError(comp.problems, spec.name, comp.follow_ons)
     video = dict(outputs).get("video", IMAGE_SLOT)
     gated = any(node.cls.may_skip for node in ordered)
     digest = workflow_digest(spec)

@@ -56,10 +56,16 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 class WorkflowError(Exception):
-    """A workflow that does not compile. `problems` holds every `location: message`."""
+    """A workflow that does not compile. `problems` holds every `location: message`;
+    `follow_ons` those caused by a failure reported elsewhere (a model that did not
+    load), which a report of every problem leaves out. Alone, they are the message."""
 
-    def __init__(self, problems: Sequence[str], name: str = "workflow") -> None:
+    def __init__(
+        self, problems: Sequence[str], name: str = "workflow", follow_ons: Sequence[str] = ()
+    ) -> None:
         self.problems = list(problems)
+        self.follow_ons = list(follow_ons)
         self.name = name
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"{name}: {len(self.problems)} problem(s)\n{lines}")
+        shown = self.problems or self.follow_ons
+        lines = "\n".join(f"  {p}" for p in shown)
+        super().__init__(f"{name}: {len(shown)} problem(s)\n{lines}")

@@ -155,6 +155,62 @@ def test_a_decoder_that_does_not_fit_the_model_is_a_compile_error(
     assert "tf_od" in done.stderr
 
 
+def test_every_problem_of_a_config_is_reported_in_one_run(
+    write_config: WriteConfig, tmp_path: Path
+) -> None:
+    """A value, a file, a model and a workflow, each wrong on its own: all four named in
+    the first run, by `validate` and by a start alike; nothing twice, no follow-ons."""
+    fake = tmp_path / "fake.onnx"
+    fake.write_text("not a model")
+    misspelt = detect_workflow()
+    misspelt["blocks"][0]["confidance"] = 0.5
+    flow = tmp_path / "misspelt.yaml"
+    flow.write_text(yaml.safe_dump({**misspelt, "models": {"person": person_model()}}))
+    config = write_config(
+        {
+            "models": {"broken": {**person_model(), "path": str(fake)}},
+            "streams": [
+                {
+                    "id": "a",
+                    "source": {"url": str(DEMO_CLIP), "pace": "slow"},
+                    "workflow": str(flow),
+                },
+                {"id": "b", "source": str(DEMO_CLIP), "workflow": "missing.yaml"},
+                # Uses the model that does not load: its failure is the model's, said once.
+                {"id": "c", "source": str(DEMO_CLIP), "workflow": detect_workflow("broken")},
+            ],
+        }
+    )
+    for command in ("validate", "run"):
+        done = appliance(command, *(["--config"] if command == "run" else []), str(config))
+        assert done.returncode == 1, done.stderr
+        problems = [line.strip() for line in done.stderr.splitlines() if line.startswith("  ")]
+        assert problems == [
+            "streams[0].source.pace: Input should be 'realtime' or 'fast' (got 'slow')",
+            "streams[1].workflow: file not found: missing.yaml",
+            f"models.broken: not a valid ONNX model: {fake}: Protobuf parsing failed.",
+            f"streams[0].workflow ({flow}): workflow 'detect_person': "
+            "blocks[0].confidance: unknown parameter (did you mean 'confidence'?)",
+        ], done.stderr
+        assert f"error: {config}: 4 problem(s)" in done.stderr
+
+
+def test_a_workflow_file_is_named_by_its_path_alone(tmp_path: Path) -> None:
+    broken = detect_workflow()
+    broken["blocks"] = [{"id": "people", "type": "detct", "model": "person"},
+                        {"id": "tracks", "type": "track", "detections": "people"}]  # fmt: skip
+    broken["outputs"] = {"tracks": "tracks"}
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(yaml.safe_dump({**broken, "models": {"person": person_model()}}))
+    done = appliance("validate", str(flow))
+    assert done.returncode == 1
+    # The root cause once: nothing about `tracks` reading a block that could not be built.
+    assert done.stderr.splitlines() == [
+        f"error: {flow}: workflow 'detect_person': 1 problem(s)",
+        "  blocks[0].type: unknown block type 'detct' (did you mean 'detect'?)",
+    ]
+
+
 def test_validate_accepts_the_demo_and_its_workflows() -> None:
     done = appliance("validate", str(ROOT / "configs/demo.yaml"))
     assert done.returncode == 0, done.stderr

@@ -141,7 +141,11 @@ class ModelPool:
         def read_labels(path: Any) -> str:
             return files.read_text(path, FileKind.LABELS, f"{where}.labels_file")
 
-        loaded = load_model(model_id, spec, lambda p: p, read_text=read_labels)
+        try:
+            loaded = load_model(model_id, spec, lambda p: p, read_text=read_labels)
+        except ModelLoadError as exc:  # located where the config declares the model
+            reason = str(exc).removeprefix(f"model {model_id!r}: ")
+            raise ModelLoadError(f"{where}: {reason}") from exc
         batcher = ModelBatcher(loaded, spec.batching, self._observer(model_id))
         batcher.start()
         self._batchers[model_id] = batcher

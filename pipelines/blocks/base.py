@@ -62,11 +62,16 @@ class BuildContext:
     """What the compiler gives a block at build time."""
 
     models: Mapping[str, ModelHandle]
+    # Models declared where the workflow runs whose loading failed and was reported
+    # there: a block naming one fails with ModelUnavailableError, a follow-on error.
+    unavailable: frozenset[str] = frozenset()
 
     def model(self, model_id: str, field: str = "model") -> ModelHandle:
         """The handle of a declared model; BlockBuildError (at `field`) listing the known."""
         handle = self.models.get(model_id)
         if handle is None:
+            if model_id in self.unavailable:
+                raise ModelUnavailableError(f"model {model_id!r} did not load", field)
             known = ", ".join(sorted(self.models)) or "none"
             raise BlockBuildError(f"unknown model {model_id!r} (models: {known})", field)
         return handle
@@ -101,3 +106,7 @@ class BlockBuildError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ModelUnavailableError(BlockBuildError):
+    """The block names a model that was declared but did not load (BuildContext)."""

@@ -120,23 +120,24 @@ def test_every_problem_is_reported_with_its_location() -> None:
                 {"id": "e", "type": "invert", "colour": "red"},
                 {"id": "people", "type": "invert"},
                 {"id": "f", "type": "brightness"},
+                {"id": "g", "type": "qqqq", "image": "c"},
             ],
-            "outputs": {"x": "nowhere.image", "y": "people.nope"},
+            "outputs": {"x": "nowhere.image", "y": "people.nope", "z": "c.image"},
         }
     )
     text = "\n".join(found)
     assert "blocks[1].image: unknown block 'peple' (did you mean 'people'?)" in found
     assert "blocks[2].type: unknown block type 'invrt' (did you mean 'invert'?)" in text
-    assert "known: brightness, broken, detect, invert, stream_name" in text
+    assert "blocks[7].type: unknown block type 'qqqq' (known: brightness, broken, detect, " in text
     assert any(p.startswith("blocks[3].amount:") and "'lots'" in p for p in found)
     assert "blocks[4].colour: unknown parameter (known: amount)" in found
     assert "blocks[5].id: duplicate id 'people' (first at blocks[0])" in found
     assert "blocks[6].image: required input is missing" in found
     assert "outputs.x: unknown block 'nowhere'" in text
     assert "outputs.y: block 'people' has no output 'nope' (outputs: image)" in found
-    others = [p for p in found if "is never used" not in p]
-    assert len(others) == 8
-    assert any(p.startswith("blocks[3]: the output of 'd' is never used") for p in found)
+    # One message per root cause: nothing about 'c' or 'g' past their types (their
+    # readers, `outputs.z`), and no "never used" for blocks a broken reference left unread.
+    assert len(found) == 9, found
 
 
 def test_unused_blocks_are_rejected_and_outputs_count_as_use() -> None:

@@ -183,7 +183,7 @@ BAD_REQUESTS = {
         doc({"workflow": UNKNOWN_BLOCK}),
         422,
         "invalid",
-        "outputs.b: unknown block 'b'",
+        "blocks[0].type: unknown block type 'nope'",  # once: not `outputs.b` again
     ),
 }
 

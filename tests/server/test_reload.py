@@ -100,6 +100,10 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], int, str]] = {
                        "streams[4].source.pace: Input should be 'realtime' or 'fast'"),
     "invalid workflow": (lambda d: d["streams"].append(bad_workflow()), 422,
                          "outputs.video: unknown block 'ghost'"),
+    # Every problem in one answer: the second stream's too (the first's does not stop it).
+    "two invalid workflows": (
+        lambda d: d["streams"].extend([bad_workflow(), {**bad_workflow(), "id": "new2"}]), 422,
+        "streams.new2.workflow: workflow 'draw': outputs.video: unknown block 'ghost'"),
     "changed model": (lambda d: d["models"].update(person=person_model(max_batch_size=8)), 409,
                       "models.person: changed definition"),
 }  # fmt: skip

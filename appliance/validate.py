@@ -1,0 +1,87 @@
+"""`appliance validate`: a config or a workflow file checked as a start would check it
+(models loaded, workflows compiled), every problem reported in one run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from appliance.checking import Problems
+from appliance.config import AppConfig, ConfigError, load_config
+from appliance.masking import mask_url
+from appliance.runtime import Runtime
+
+EXIT_BAD_INPUT = 1  # cli.EXIT_BAD_INPUT
+
+
+def add_validate_command(sub: Any) -> None:
+    val = sub.add_parser("validate", help="check a config or workflow file; exit 1 if invalid")
+    val.add_argument("file", type=Path)
+    val.add_argument("--config", type=Path, help="a config whose models a workflow may use")
+    val.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """A config (models loaded, workflows compiled) or a workflow file (has `blocks`)."""
+    from pipelines.spec import load_yaml
+
+    path: Path = args.file
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: YAML's, with line and column
+        print(f"error: {mask_url(f'{path}: {exc}')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    config = load_whole_config(args.config) if args.config else None
+    if isinstance(data, dict) and "blocks" in data:
+        return _validate_workflow(path, config)
+    runtime = Runtime(config or load_whole_config(path), config_path=path)
+    try:
+        prepared = runtime.prepare()  # loads models and compiles workflows: the full check
+    finally:
+        runtime.stop(2.0)
+    print(
+        f"{path}: valid config: {len(runtime.models_status())} model(s), {len(prepared)} stream(s)"
+    )
+    for cfg, workflow in prepared:
+        print(f"  {cfg.id}: {workflow.summary()}")
+    return 0
+
+
+def _validate_workflow(path: Path, config: AppConfig | None) -> int:
+    """Compile a workflow file with its own models (and a config's, with --config)."""
+    from appliance.config import parse_config
+
+    config = config or parse_config({}, path.resolve().parent)
+    runtime = Runtime(config)
+    problems = Problems(str(path))
+    try:
+        failed = runtime.load_models(problems)
+        with problems.check():
+            workflow = runtime.compile_workflow(path.resolve(), "", unavailable=failed)
+            print(f"{path}: valid: {workflow.summary()}")
+        problems.raise_any()
+    finally:
+        runtime.stop(2.0)
+    return 0
+
+
+def load_whole_config(path: Path) -> AppConfig:
+    """load_config, and when the config is invalid, the models and workflows of what is
+    valid in it are checked too: every problem is reported in one run, not one kind a
+    run (`ConfigError.partial`)."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        if exc.partial is None:
+            raise
+        problems = Problems(exc.source)
+        problems.add(exc)
+        # Without sinks: theirs are among the problems, and nothing here sends.
+        runtime = Runtime(exc.partial.model_copy(update={"sinks": {}}), config_path=path)
+        try:
+            runtime.prepare(problems)
+        finally:
+            runtime.stop(2.0)
+        raise AssertionError("unreachable: prepare raises the config's problems") from None
