@@ -112,6 +112,10 @@ class BackoffConfig(_Strict):
     jitter: Annotated[float, Field(ge=0, le=1)] = 0.2  # +- fraction of the delay
 
 
+# What sources.base.source_kind reads as a camera; other text is a file's path.
+URL_SCHEMES = ("rtsp", "rtsps", "http", "https")
+
+
 class SourceConfig(_Strict):
     url: str
     transport: Literal["tcp", "udp"] = "tcp"  # RTSP only
@@ -132,6 +136,13 @@ class SourceConfig(_Strict):
     def _not_empty(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be empty")
+        scheme, sep, _ = v.partition("://")
+        if sep and scheme.lower() not in URL_SCHEMES:
+            # Else read as a file name, and "file not found" would hide the real fault.
+            raise ValueError(
+                f"unsupported URL scheme {scheme!r} (supported: {', '.join(URL_SCHEMES)}; "
+                "or a video file's path, or /dev/videoN)"
+            )
         return v
 
 

@@ -84,18 +84,23 @@ def test_invalid_config_lists_every_problem_and_starts_nothing(write_config: Wri
         {
             "server": {"port": "eighty"},
             "models": {"person": {**person_model(), "decoder": "ssd"}},
-            "streams": [{"id": "a", "source": {"url": ""}, "workflow": "missing.yaml"}],
+            "streams": [
+                {"id": "a", "source": {"url": ""}, "workflow": "missing.yaml"},
+                {"id": "b", "source": "rtmp://cam/live", "workflow": "missing.yaml"},
+            ],
         }
     )
     done = appliance("run", "--config", str(config))
     assert done.returncode == 1
     assert done.stdout == ""
     err = done.stderr
-    assert "3 problem(s)" in err
+    assert "4 problem(s)" in err
     assert "server.port:" in err
     known = "centerface, dbnet, tf_od, yolo"
     assert f"models.person.decoder: unknown decoder 'ssd' (known: {known})" in err
     assert "streams[0].source.url: must not be empty" in err
+    # Not "file not found": a URL of a kind no reader takes is named as such.
+    assert "streams[1].source.url: unsupported URL scheme 'rtmp' (supported: rtsp," in err
 
 
 def test_missing_files_are_named(write_config: WriteConfig) -> None:

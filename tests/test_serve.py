@@ -103,6 +103,9 @@ def test_an_unreachable_camera_reconnects_while_the_others_run(
     cam = served.json("/v1/streams/faces-cam")
     assert cam["state"] == "reconnecting"
     assert cam["url"] == f"rtsp://***:***@127.0.0.1:{port}/live"
+    refused = f"cannot connect to 127.0.0.1:{port} (connection refused: nothing listens there)"
+    assert refused in cam["last_error"], cam
+    assert refused in served.log()  # the reconnect warning says it in the same words
     assert "hunter2" not in served.log()
     assert "hunter2" not in str(cam)
     assert served.terminate() == 0

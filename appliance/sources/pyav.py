@@ -25,6 +25,7 @@ from appliance.sources.base import (
     source_kind,
 )
 from appliance.sources.http import http_format
+from appliance.sources.problems import ffmpeg_problem, no_answer
 from pipelines.types import Image
 
 # Longest one live read blocks, seconds: bounds how late a stop request or a stall is
@@ -164,8 +165,9 @@ def _open_container(
         # The interrupt callback's abort surfaces as whatever the demuxer made of it
         # (RTSP: "Invalid data"); the elapsed time tells the real story.
         if time.perf_counter() - started >= timeouts[0]:
-            raise SourceError(f"{label}: no answer within {timeouts[0]:g} s") from None
-        raise SourceError(f"{label}: {describe(exc)}") from None
+            raise SourceError(f"{label}: {no_answer(target, timeouts[0])}") from None
+        problem = ffmpeg_problem(target, exc)  # None for files and devices
+        raise SourceError(f"{label}: {problem or describe(exc)}") from None
 
 
 _Target = tuple[str, str | None, dict[str, str]]

@@ -43,6 +43,7 @@ from appliance.sources.depacketize import (
     parameter_sets,
     strip_payload,
 )
+from appliance.sources.problems import answered, connect_problem, no_answer, not_rtsp
 from appliance.sources.pyav import READ_SLICE_S, describe
 from pipelines.types import Image
 
@@ -51,7 +52,6 @@ from pipelines.types import Image
 _QUIET = logging.getLogger("appliance.sources.rtp.aiortsp")
 _QUIET.disabled = True
 _CLOSE_TIMEOUT_S = 2.0  # TEARDOWN and socket close; a dead camera must not hold a stop
-_HINTS = {401: "check the user name and password", 403: "forbidden", 404: "no such path"}
 
 
 class UnsupportedCodecError(SourceError):
@@ -326,24 +326,13 @@ def _shut(loop: asyncio.AbstractEventLoop, stack: contextlib.AsyncExitStack) -> 
 
 def _open_error(exc: Exception, cfg: SourceConfig) -> str:
     """What went wrong while opening, in the user's terms rather than the library's."""
-    url = urlsplit(cfg.url)
-    where = f"{url.hostname}:{url.port or (322 if url.scheme.lower() == 'rtsps' else 554)}"
     if isinstance(exc, TimeoutError):
-        return f"no answer within {cfg.open_timeout_s:g} s"
+        return no_answer(cfg.url, cfg.open_timeout_s)
     if isinstance(exc, RTSPConnectionError):
         cause = exc.__cause__
-        if isinstance(cause, ConnectionRefusedError):
-            return f"cannot connect to {where} (connection refused)"
-        if isinstance(cause, TimeoutError):
-            return f"cannot connect to {where} (timed out)"
         if isinstance(cause, ValueError):  # aiortsp's parser: the bytes were not RTSP
-            return f"{where} answered, but not in RTSP (is that the camera's RTSP port?)"
-        if isinstance(cause, OSError) and cause.strerror:  # unreachable network, no route
-            return f"cannot connect to {where} ({cause.strerror.lower()})"
-        return f"cannot connect to {where} ({describe(cause or exc)})"
+            return not_rtsp(cfg.url)
+        return connect_problem(cfg.url, cause or exc)
     if isinstance(exc, RTSPResponseError) and exc.response is not None:
-        status = int(exc.response.status)
-        hint = _HINTS.get(status)
-        text = f"{status} {exc.response.status_msg}".strip()
-        return f"the camera answered {text}" + (f" ({hint})" if hint else "")
+        return answered(int(exc.response.status), exc.response.status_msg)
     return describe(exc)
