@@ -36,10 +36,7 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # `serve` narrates (INFO); a one-shot command says only what went wrong, its answer
-    # is on stdout (--log-level INFO brings the rest back).
-    level = args.log_level or ("INFO" if args.func is cmd_serve else "WARNING")
-    _setup_logging(level, getattr(args, "worker", None))
+    _setup_logging(_log_level(args), getattr(args, "worker", None))
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)
@@ -57,14 +54,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--log-level", choices=LOG_LEVELS, help="default: INFO for serve, WARNING for the rest"
-    )
+    _add_global_options(p, argparse.SUPPRESS)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     _add_commands(sub)
     _everywhere(p)
     return p
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """--log-level, -v and -q. Given before and after the command, the last one wins:
+    defaults are SUPPRESS, so a subcommand's parser does not reset what came before."""
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, default=default,
+        help="DEBUG, INFO, WARNING or ERROR (default: INFO for serve, else WARNING)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default,
+        help="more log lines: one level lower each time (-v: INFO, -vv: DEBUG)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="errors only"
+    )
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    """--log-level if given; else `serve` narrates (INFO) and a one-shot command says only
+    what went wrong (WARNING), its answer being on stdout; -q and -v move from there."""
+    if getattr(args, "log_level", None):
+        return str(args.log_level)
+    if getattr(args, "quiet", False):
+        return "ERROR"
+    base = LOG_LEVELS.index("INFO" if args.func is cmd_serve else "WARNING")
+    return LOG_LEVELS[max(0, base - getattr(args, "verbose", 0))]
 
 
 def _version() -> str:
@@ -77,15 +99,11 @@ def _version() -> str:
 
 
 def _everywhere(parser: argparse.ArgumentParser) -> None:
-    """`--log-level` after any command too (`appliance validate X --log-level ERROR`):
-    given there, it wins over the one before the command."""
+    """The global options after any command too (`appliance validate X -q`)."""
     for action in parser._actions:  # argparse has no public walk of its subcommands
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                child.add_argument(
-                    "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                    help="DEBUG, INFO, WARNING or ERROR (default: INFO for serve, else WARNING)",
-                )  # fmt: skip
+                _add_global_options(child, argparse.SUPPRESS)
                 _everywhere(child)
 
 
@@ -190,7 +208,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from appliance.workers.serve import WorkerOptions, serve_workers
 
         options = WorkerOptions(
-            args.config.resolve(), args.workers, args.log_level or "INFO", args.stats_interval
+            args.config.resolve(), args.workers, _log_level(args), args.stats_interval
         )
         return asyncio.run(serve_workers(config, options, host, port, shard, args.insecure))
     worker: Shard | None = args.worker

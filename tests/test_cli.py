@@ -9,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from appliance.models.session import provider_problem
 from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, detect_workflow, person_model
 
 WriteConfig = Callable[[dict[str, Any]], Path]
@@ -286,6 +288,28 @@ def test_the_log_level_goes_after_the_command_too(tmp_path: Path) -> None:
     assert quiet.stderr == ""
     assert quiet.stdout == loud.stdout  # the answer itself is the same
     assert appliance("validate", demo, "--log-level", "LOUD").returncode == 2
+
+
+def test_v_and_q_move_the_level_before_or_after_the_command(write_config: WriteConfig) -> None:
+    """-v: INFO lines on a one-shot command (quiet by default); -q: errors only, also on
+    a start that warns."""
+    demo = str(ROOT / "configs" / "demo.yaml")
+    plain = appliance("validate", demo)
+    assert plain.returncode == 0 and plain.stderr == "", plain.stderr
+    for args in (["-v", "validate", demo], ["validate", demo, "--verbose"]):
+        verbose = appliance(*args)
+        assert verbose.returncode == 0, verbose.stderr
+        assert " INFO " in verbose.stderr and " DEBUG " not in verbose.stderr
+    # A config that warns (a model that asks for CUDA, which this machine lacks) ...
+    if provider_problem("cuda") is None:
+        pytest.skip("CUDA loads here: asking for it is no warning")
+    cuda = {**person_model(), "providers": ["cuda", "cpu"]}
+    config = str(write_config({"models": {"person": cuda}}))
+    assert " WARNING " in appliance("validate", config).stderr
+    for args in (["-q", "validate", config], ["validate", config, "-q"]):
+        quiet = appliance(*args)  # ... says nothing with -q, and its answer still
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+        assert "valid config: 1 model(s)" in quiet.stdout
 
 
 def test_a_reader_that_leaves_early_is_not_an_error() -> None:
