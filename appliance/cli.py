@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,7 @@ def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
         "-v", "--verbose", action="count", default=default,
         help="more log lines: one level lower each time (-v: INFO, -vv: DEBUG)",
     )  # fmt: skip
-    parser.add_argument(
-        "-q", "--quiet", action="store_true", default=default, help="errors only"
-    )
+    parser.add_argument("-q", "--quiet", action="store_true", default=default, help="errors only")
 
 
 def _log_level(args: argparse.Namespace) -> str:
@@ -183,11 +182,17 @@ def _setup_logging(level: str, worker: Shard | None = None) -> None:
     from appliance.masking import install
 
     who = "" if worker is None else f"[worker {worker.index}] "  # --workers: whose line
+    # Times in ISO 8601, UTC, to the millisecond (`2026-12-01T05:02:29.045Z`): the same
+    # as the API's `*_at` fields, comparable across machines and time zones.
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)-7s {who}%(name)s: %(message)s",
+        format=f"%(asctime)s.%(msecs)03dZ %(levelname)-7s {who}%(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
     )
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None:
+            handler.formatter.converter = time.gmtime
     # The last guard: whatever a record carries (a URL in an FFmpeg error, a traceback,
     # an access log line's query) reaches stderr with its credentials masked.
     install(logging.getLogger().handlers)

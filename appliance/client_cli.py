@@ -289,6 +289,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     readiness = "ready" if ready.ready else "not ready"
     shard = f" (shard {ready.shard})" if ready.shard else ""
     print(f"appliance {client.url}: {health.get('status', '?')}, {readiness}{waiting}{shard}")
+    if ready.started_at is not None and ready.uptime_s is not None:
+        print(f"up {_duration(ready.uptime_s)}, since {ready.started_at}")
     _print_workers(health.get("workers", []))
     _print_models(models)
     _print_sinks(sinks)
@@ -296,6 +298,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
     _print_streams(streams)
     return 0
+
+
+def _duration(seconds: float) -> str:
+    """`3d 4h`, `2h 5m`, `4m 10s`, `12s`: the two largest units."""
+    parts: list[str] = []
+    left = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts[:2])
 
 
 def _print_workers(workers: Sequence[dict[str, Any]]) -> None:

@@ -11,9 +11,11 @@ are wall clock (seconds since the epoch), latencies milliseconds.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipelines.types import iso_utc
 from sinks.base import SinkStatus
 
 __all__ = [
@@ -193,9 +195,15 @@ class Readiness:
     shard: str | None = None
     """`INDEX/COUNT` (appliance/sharding.py) when this process runs one shard of the
     config's streams; null when it runs them all."""
+    started_at: str | None = None
+    """When the streams started, ISO 8601 UTC (with --workers: the longest-running
+    worker's start); null before."""
+    uptime_s: float | None = None
+    """Seconds since `started_at`."""
 
     @classmethod
     def of(cls, status: RuntimeStatus, insecure: bool) -> Readiness:
+        started = status.started_at or None
         return cls(
             ready=status.ready,
             models=sorted(m.id for m in status.models),
@@ -205,6 +213,8 @@ class Readiness:
             sinks={s.name: s.state for s in status.sinks},
             profiling=status.profiling,
             shard=status.shard,
+            started_at=None if started is None else iso_utc(started),
+            uptime_s=None if started is None else round(time.time() - started, 1),
         )
 
 

@@ -15,7 +15,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import status
@@ -26,7 +25,7 @@ from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from appliance.stats import LatencyWindow, RateMeter
 from appliance.status import Latency, StateName, StreamStatus
 from pipelines.executor import CompiledWorkflow
-from pipelines.types import Detections, FrameResult
+from pipelines.types import Detections, FrameResult, iso_utc
 
 log = logging.getLogger("appliance.streams")
 
@@ -45,11 +44,6 @@ class Transition:
 
     def to_status(self) -> status.Transition:
         return status.Transition(self.time, state_name(self.state), self.reason, iso_utc(self.time))
-
-
-def iso_utc(epoch_s: float) -> str:
-    """`2026-12-01T04:03:37.123Z`: an epoch time as people read it."""
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -261,3 +262,9 @@ class FrameResult:
             to_json = getattr(value, "to_json", None)
             out[key] = to_json() if callable(to_json) else value
         return out
+
+
+def iso_utc(epoch_s: float) -> str:
+    """`2026-12-01T04:03:37.123Z`: a wall-clock time (seconds since the epoch) as people
+    read it, ISO 8601 in UTC to the millisecond."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"

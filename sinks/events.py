@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipelines.types import Detections, FrameResult
-from sinks.messages import SCHEMA_VERSION
+from sinks.messages import header
 
 Event = dict[str, Any]
 
@@ -109,10 +109,4 @@ def _count_event(kind: str, output: str, key: str, value: int, delta: int) -> Ev
 
 def event_message(result: FrameResult, event: Event) -> dict[str, Any]:
     """The document sent for one event: where and when, then the event itself."""
-    return {
-        "v": SCHEMA_VERSION,
-        "stream": result.stream_id,
-        "seq": result.seq,
-        "capture_time": round(result.capture_time, 6),  # epoch seconds at capture
-        **event,
-    }
+    return {**header(result), **event}

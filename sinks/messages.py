@@ -11,18 +11,26 @@ from typing import Any
 import cv2
 import numpy as np
 
-from pipelines.types import FrameResult
+from pipelines.types import FrameResult, iso_utc
 
 SCHEMA_VERSION = 1  # bumped when a field changes meaning or goes away
+
+
+def header(result: FrameResult) -> dict[str, Any]:
+    """What every result and event document starts with: which frame, captured when."""
+    return {
+        "v": SCHEMA_VERSION,
+        "stream": result.stream_id,
+        "seq": result.seq,
+        "capture_time": round(result.capture_time, 6),  # epoch seconds, for programs
+        "captured_at": iso_utc(result.capture_time),  # the same, for people
+    }
 
 
 def prediction(result: FrameResult) -> dict[str, Any]:
     """`<prefix>/<stream>/predictions` and the webhook's `prediction` event: one result."""
     return {
-        "v": SCHEMA_VERSION,
-        "stream": result.stream_id,
-        "seq": result.seq,
-        "capture_time": round(result.capture_time, 6),  # epoch seconds at capture
+        **header(result),
         "latency_ms": round(result.age_seconds * 1000, 3),  # capture → result
         "outputs": result.predictions_json(),
     }

@@ -39,7 +39,7 @@ from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from pipelines.types import FrameResult
+from pipelines.types import FrameResult, iso_utc
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction
@@ -175,7 +175,9 @@ class MqttSink:
     def publish_stream_status(self, stream_id: str, state: str, reason: str | None) -> None:
         """A stream's state changed (any thread): retained on `<prefix>/<stream>/status`."""
         body = {"v": SCHEMA_VERSION, "stream": stream_id, "state": state, "reason": reason}
-        body["time"] = round(time.time(), 3)  # epoch seconds
+        now = time.time()
+        body["time"] = round(now, 3)  # epoch seconds, for programs
+        body["at"] = iso_utc(now)  # for people
         msg = Outgoing(
             f"{self._prefix}/{stream_id}/status",
             encode(body),

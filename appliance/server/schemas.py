@@ -143,5 +143,6 @@ class LatestResult(BaseModel):
     stream: str
     seq: int = Field(description="the frame's sequence number in its stream")
     capture_time: float = Field(description="Unix time the frame was captured, seconds")
+    captured_at: str = Field(description="the same instant, ISO 8601 UTC to the millisecond")
     latency_ms: float = Field(description="capture to result")
     outputs: dict[str, Any] = Field(description="the workflow's outputs (no images)")

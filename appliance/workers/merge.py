@@ -73,6 +73,9 @@ def merge_readiness(
         for name, state in answer.get("sinks", {}).items():
             sinks.setdefault(name, set()).add(state)
     first = answers[min(answers)] if answers else {}
+    # ISO 8601 UTC sorts as time: the earliest start, the longest uptime.
+    starts = sorted(a["started_at"] for a in answers.values() if a.get("started_at"))
+    uptimes = [a["uptime_s"] for a in answers.values() if a.get("uptime_s") is not None]
     return {
         "ready": ready,
         "models": sorted({m for a in answers.values() for m in a.get("models", [])}),
@@ -83,6 +86,8 @@ def merge_readiness(
         "sinks": {name: "/".join(sorted(states)) for name, states in sorted(sinks.items())},
         "profiling": first.get("profiling", {}),
         "shard": shard,
+        "started_at": starts[0] if starts else None,
+        "uptime_s": max(uptimes, default=None),
         "workers": list(workers),
     }
 

@@ -4,8 +4,10 @@ appliance: real processes, output and exit codes checked."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -80,12 +82,18 @@ def test_status_reads_the_environment(served: Served) -> None:
     assert done.returncode == 0, done.stderr
     first, *rest = done.stdout.splitlines()
     assert first == f"appliance {served.url}: ok, ready"
+    # When it started, as people read it: `up 12s, since 2026-12-01T05:02:29.045Z`.
+    assert re.fullmatch(r"up (\d+[dhms] ?){1,2}, since \d{4}-\d\d-\d\dT[\d:.]{12}Z", rest[0])
     assert "  person: tf_od" in "\n".join(rest)
     assert "streams: 1, 1 running" in rest
 
     done = appliance("status", "--json", APPLIANCE_URL=served.url, APPLIANCE_API_TOKEN=TOKEN)
     report = json.loads(done.stdout)
     assert (report["ready"]["ready"], report["models"][0]["id"]) == (True, "person")
+    started = datetime.fromisoformat(report["ready"]["started_at"])
+    assert started.utcoffset() == timedelta(0)  # UTC, said so
+    uptime = datetime.now(UTC) - started
+    assert abs(uptime.total_seconds() - report["ready"]["uptime_s"]) < 10
 
 
 @pytest.mark.parametrize(

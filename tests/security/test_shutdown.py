@@ -30,7 +30,7 @@ from tests.support.appliance import DEMO_CLIP, ROOT, Served, clean_env, start_se
 DRAIN_S = 3.0  # server.drain_timeout_s here: long enough to tell "at once" from "after it"
 SLACK_S = 1.5  # the interpreter's own exit and a busy CI machine
 PLUGIN_GROUP = "appliance.blocks"  # the standard group: the child finds the test blocks
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) ")  # ISO 8601, UTC
 
 
 def nap_workflow(name: str, seconds: float) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def stamp(lines: list[str], text: str) -> float:
     line = next(line for line in lines if text in line)
     match = STAMP.match(line)
     assert match, line
-    return datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return datetime.fromisoformat(match[1]).timestamp()
 
 
 def test_sigterm_drains_then_cuts_requests_and_exits_by_the_deadline(

@@ -109,6 +109,7 @@ def test_event_message_says_where_and_when() -> None:
         "stream": "cam",
         "seq": 7,
         "capture_time": 107.0,
+        "captured_at": "1970-01-01T00:01:47.000Z",
         **event,
     }
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ def test_predictions_events_and_status_in_order_at_qos1(
         "stream": "cam",
         "seq": 0,
         "capture_time": 1_700_000_000.0,
+        "captured_at": "2023-11-14T22:13:20.000Z",
         "latency_ms": 20.0,
         "outputs": {
             "people": [
@@ -112,6 +114,9 @@ def test_predictions_events_and_status_in_order_at_qos1(
     status = sub.wait_for(lambda m: any(x.topic == "t/cam/status" for x in m))
     body = json.loads(next(m.payload for m in status if m.topic == "t/cam/status"))
     assert (body["stream"], body["state"], body["reason"]) == ("cam", "running", None)
+    # `time` for programs, `at` for people: the same instant.
+    assert datetime.fromisoformat(body["at"]).timestamp() == pytest.approx(body["time"], abs=1e-3)
+    assert body["at"].endswith("Z")
     st = sink.status()
     assert (st.state, st.up, st.dropped, st.last_error) == ("connected", True, 0, None)
 
