@@ -15,13 +15,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
-    IPvAnyAddress,
     ValidationError,
     field_validator,
 )
 
+from appliance.sections import (
+    IceServerConfig,
+    LimitsConfig,
+    ProfilingConfig,
+    ServerConfig,
+    Strict,
+    WebRtcConfig,
+)
 from pipelines.errors import format_location, pydantic_message
 from pipelines.spec import BatchingSpec as BatchingConfig
 from pipelines.spec import ModelSpec as ModelConfig
@@ -33,9 +39,13 @@ __all__ = [
     "AppConfig",
     "BatchingConfig",
     "ConfigError",
+    "IceServerConfig",
     "LimitsConfig",
     "ModelConfig",
+    "ProfilingConfig",
+    "ServerConfig",
     "SessionConfig",
+    "WebRtcConfig",
 ]
 
 
@@ -54,56 +64,7 @@ class ConfigError(Exception):
         super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ServerConfig(_Strict):
-    """The HTTP control plane (docs/api.md). Read once at start: a reload does not change it."""
-
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    # The API's bearer token; APPLIANCE_API_TOKEN wins. repr=False keeps it out of logs.
-    token: Annotated[str | None, Field(min_length=1, repr=False)] = None
-    # /health, /ready, /metrics without the token: None = open on a loopback bind only.
-    open_probes: bool | None = None
-    # 16 MiB: a large photo as base64 for /v1/workflows/run, with room to spare.
-    max_body_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
-    # Where files named over the API (workflows, models, labels, videos) may live, after
-    # symlinks are followed; relative to the config file. None: the config's directory.
-    file_roots: list[Path] | None = None
-    # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
-    drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
-
-
-MiB = 1024 * 1024
-
-
-class LimitsConfig(_Strict):
-    """What any request, workflow or config may make the appliance do (docs/security.md).
-    A limit that is hit is refused with its name and value, and counted in
-    `appliance_limit_hits_total{limit}`."""
-
-    max_streams: Annotated[int, Field(ge=1)] = 64
-    max_models: Annotated[int, Field(ge=1)] = 16  # loaded at once, config's included
-    # Models no stream or request uses (e.g. declared by an API workflow) stay loaded for
-    # reuse up to this many, least recently used released first.
-    idle_models: Annotated[int, Field(ge=0)] = 2
-    max_concurrent_runs: Annotated[int, Field(ge=1)] = 4  # /v1/workflows/run at once
-    # Server-sent events and MJPEG readers at once (each holds a connection and a task).
-    max_watchers: Annotated[int, Field(ge=1)] = 32
-    request_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # any one API request
-    # Decoded image size, checked from the header before decoding: 40 MP is 8K plus room
-    # (7680x4320 = 33 MP); each megapixel costs 3 MB as BGR.
-    max_image_pixels: Annotated[int, Field(ge=1)] = 40_000_000
-    max_workflow_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
-    max_labels_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
-    max_model_bytes: Annotated[int, Field(ge=1)] = 2048 * MiB  # protobuf's own cap is 2 GiB
-    # A worker busy on one frame for longer is reported `stalled` and its stream restarted.
-    worker_stall_s: Annotated[float, Field(gt=0)] = 30.0
-
-
-class BackoffConfig(_Strict):
+class BackoffConfig(Strict):
     """Capped exponential backoff with jitter between reconnect attempts."""
 
     initial_s: Annotated[float, Field(gt=0)] = 0.5
@@ -116,7 +77,7 @@ class BackoffConfig(_Strict):
 URL_SCHEMES = ("rtsp", "rtsps", "http", "https")
 
 
-class SourceConfig(_Strict):
+class SourceConfig(Strict):
     url: str
     transport: Literal["tcp", "udp"] = "tcp"  # RTSP only
     # RTSP only. auto: H.264/H.265 cameras are read by our RTP reader, which decodes a
@@ -149,7 +110,7 @@ class SourceConfig(_Strict):
 _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Strict):
     """One of a stream's outputs: a declared sink and the filters in front of it. A
     result passes when every filter given lets it through."""
 
@@ -161,7 +122,7 @@ class OutputConfig(_Strict):
     classes: list[str] | None = Field(default=None, min_length=1)
 
 
-class StreamConfig(_Strict):
+class StreamConfig(Strict):
     id: Annotated[str, Field(pattern=_STREAM_ID)]
     source: SourceConfig
     workflow: Path | dict[str, Any]
@@ -181,59 +142,7 @@ class StreamConfig(_Strict):
         return {"url": v} if isinstance(v, str) else v
 
 
-class ProfilingConfig(_Strict):
-    """Continuous profiling: rolling Chrome traces and latency histograms."""
-
-    enabled: bool = True
-    dir: Path = Path("traces")  # relative to the config file; rolling/ goes inside
-    rotate_s: Annotated[float, Field(gt=0)] = 60.0
-    keep_files: Annotated[int, Field(ge=1)] = 60
-    keep_bytes: Annotated[int, Field(ge=1)] = 500 * 1024 * 1024
-    gzip: bool = False
-    sample_every_n_frames: Annotated[int, Field(ge=1)] = 1
-    max_window_s: Annotated[float, Field(gt=0)] = 300.0  # longest on-demand window
-    # A window's ONNX Runtime operator profile records one model batch in N, and at most
-    # M per model: ORT keeps a recorded run's events in memory (about 0.5 MB of JSON for
-    # the person detector's 524 operators) until the window ends, and stops recording at
-    # a million events.
-    ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 16
-    ort_max_runs_per_window: Annotated[int, Field(ge=1, le=1000)] = 100
-    buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
-
-
-class IceServerConfig(_Strict):
-    """A STUN or TURN server offered to WebRTC peers (RTCIceServer)."""
-
-    urls: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]],
-                    Field(min_length=1, max_length=8)]  # fmt: skip
-    username: Annotated[str | None, Field(max_length=256)] = None
-    # A TURN secret: repr=False keeps it out of logs and error messages.
-    credential: Annotated[str | None, Field(max_length=256, repr=False)] = None
-
-
-class WebRtcConfig(_Strict):
-    """WebRTC viewers (docs/api.md, "WebRTC"). Read once at start."""
-
-    # STUN/TURN for peers behind NAT. None by default: a public server nobody configured
-    # would learn who watches which appliance (aiortc's own default is Google's STUN).
-    ice_servers: Annotated[list[IceServerConfig], Field(max_length=8)] = Field(default_factory=list)
-    # The addresses offered as host candidates; empty: every interface's but loopback
-    # (aioice's rule). An appliance with several NICs names the viewers' network here;
-    # loopback needs ["127.0.0.1"].
-    host_addresses: Annotated[list[IPvAnyAddress], Field(max_length=16)] = Field(
-        default_factory=list
-    )
-    max_sessions: Annotated[int, Field(ge=1, le=256)] = 16
-    max_sessions_per_stream: Annotated[int, Field(ge=1, le=256)] = 4
-    # A peer that has not connected by then is closed and its resources freed.
-    connect_timeout_s: Annotated[float, Field(gt=0, le=120)] = 15.0
-    max_fps: Annotated[float, Field(gt=0, le=120)] = 30.0  # per session, unless it asks less
-    # Predictions wait in the data channel's buffer up to this much; past it a message is
-    # skipped (and counted), never queued without bound.
-    max_buffered_bytes: Annotated[int, Field(ge=1024, le=16 * MiB)] = 256 * 1024
-
-
-class AppConfig(_Strict):
+class AppConfig(Strict):
     server: ServerConfig = ServerConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
     models: dict[str, ModelConfig] = Field(default_factory=dict)

@@ -12,13 +12,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-from prometheus_client import generate_latest
-
-from appliance.blocklatency import BlockLatencies, StreamLatency
+from appliance.blocklatency import BlockLatencies
 from appliance.checking import Problems
 from appliance.commands import command
 from appliance.config import AppConfig, StreamConfig, sink_configs
@@ -34,19 +32,12 @@ from appliance.latest import LatestResults
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
-from appliance.outputs import Outputs, Subscriber
+from appliance.outputs import Outputs
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
+from appliance.reads import RuntimeReads
 from appliance.reload import ReloadPlan, plan_file_reload
 from appliance.sharding import Shard
-from appliance.status import (
-    ModelStatus,
-    ProfilingStatus,
-    RuntimeStatus,
-    SinkStatus,
-    StreamStatus,
-    WindowStatus,
-)
 from appliance.streams import Stream, stop_all
 from appliance.supervisor import Supervisor, restart_stalled
 from appliance.workflows import WorkflowCache, WorkflowRef
@@ -58,7 +49,10 @@ log = logging.getLogger("appliance.runtime")
 SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 
 
-class Runtime:
+class Runtime(RuntimeReads):
+    """Models, workflows, streams, outputs and profiling: started, changed and stopped
+    here; read through RuntimeReads."""
+
     def __init__(
         self,
         config: AppConfig,
@@ -331,99 +325,6 @@ class Runtime:
         log.info("config reloaded: %s", plan.summary())
         return plan
 
-    # -- running ---------------------------------------------------------------------
-    def sync_metrics(self) -> None:
-        for stream in list(self.streams.values()):
-            stream.sync_metrics()
-        self.outputs.sync_metrics()
-
-    def unfinished(self) -> list[str]:
-        """Ids of the streams whose worker still runs (a file not yet at its end)."""
-        return [s.id for s in list(self.streams.values()) if not s.done.is_set()]
-
-    def wait_done(self, timeout: float | None = None) -> bool:
-        """Block until every stream's worker has ended; False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for stream in list(self.streams.values()):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not stream.done.wait(left):
-                return False
-        return True
-
-    # -- status: what routes, probes, the CLI and commands read -----------------------
-    def status(self) -> RuntimeStatus:
-        """Everything at once, as frozen snapshots (appliance/status.py)."""
-        sinks = self.outputs.statuses()
-        return RuntimeStatus(
-            started_at=self.started_at,
-            problem=self.liveness_problem(),
-            streams=self.streams_status(sinks),
-            models=self.pool.describe(),
-            sinks=sinks,
-            profiling=self.profiling_status(),
-            stalled=self.stalled(),
-            shard=None if self.shard is None else str(self.shard),
-        )
-
-    def has_stream(self, stream_id: str) -> bool:
-        return stream_id in self.streams
-
-    def subscribe(self, fn: Subscriber, stream_id: str | None = None) -> Callable[[], None]:
-        """Call `fn(result)` on the worker thread with every result (of `stream_id` only,
-        if given), as the sinks get them; it must be quick. Returns the unsubscribe."""
-        return self.outputs.subscribe(fn, stream_id)
-
-    def streams_status(self, sinks: list[SinkStatus] | None = None) -> list[StreamStatus]:
-        """Every stream's status; `sinks`: the sinks' statuses when already read."""
-        states = _states(self.outputs.statuses() if sinks is None else sinks)
-        return [self._stream_status(s, states) for s in list(self.streams.values())]
-
-    def stream_status(self, stream_id: str) -> StreamStatus:
-        """One stream's status; UnknownStreamError if no stream has that id."""
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            raise UnknownStreamError(stream_id)
-        return self._stream_status(stream, _states(self.outputs.statuses()))
-
-    def stream_latency(self, stream_id: str) -> StreamLatency:
-        """One stream's recent per-block latency; UnknownStreamError for an unknown id."""
-        return self._block_latency.report(stream_id)
-
-    def _stream_status(self, stream: Stream, sinks: dict[str, str]) -> StreamStatus:
-        models = self.pool.handles
-        providers = {m: list(models[m].info.providers)
-                     for m in stream.workflow.models if m in models}  # fmt: skip
-        return stream.status(providers, sinks)
-
-    def models_status(self) -> list[ModelStatus]:
-        return self.pool.describe()
-
-    def sinks_status(self) -> list[SinkStatus]:
-        return self.outputs.statuses()
-
-    def profiling_status(self) -> ProfilingStatus:
-        return self.profiler.status()
-
-    def metrics_text(self) -> bytes:
-        """The Prometheus exposition, counters owned by other threads synced first."""
-        self.sync_metrics()
-        return bytes(generate_latest(self.metrics.registry))
-
-    # -- profiling windows -------------------------------------------------------------
-    def start_profiling(
-        self, duration_s: float, streams: list[str] | None = None, ort_operators: bool = False
-    ) -> WindowStatus:
-        """Start a profiling window now (it runs on its own thread); WindowBusyError if
-        one runs, WindowRequestError for a bad duration or an unknown stream."""
-        return self.profiler.windows.start(duration_s, streams, ort_operators)
-
-    def profiling_window(self, window_id: str) -> WindowStatus:
-        return self.profiler.windows.get(window_id)
-
-    def profiling_trace(self, window_id: str) -> Path:
-        """The finished window's trace file; WindowNotReadyError while it runs."""
-        return self.profiler.windows.trace_path(window_id)
-
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop streams (in parallel; at once if `stop_streams` already did), then models;
@@ -449,16 +350,6 @@ class Runtime:
         return self.pool.handles
 
     # -- supervision -------------------------------------------------------------------
-    def liveness_problem(self) -> str | None:
-        """None while the runtime can work; else why not (GET /health answers 503)."""
-        if self._stopping.is_set():
-            return "runtime stopped"
-        problem = self.supervisor.problem
-        return None if problem is None else f"stream supervisor {problem}"
-
-    def stalled(self) -> dict[str, str]:
-        """Stream id -> why it stalled, while its restarted stream has processed nothing."""
-        return {s.id: reason for s in list(self.streams.values()) if (reason := s.stall)}
 
     def stop_streams(self, timeout: float) -> bool:
         """Stop supervision, profiling windows and every stream (in parallel): what runs
@@ -486,7 +377,3 @@ class Runtime:
         if replaced or self._stopping.is_set():
             return  # removed, restarted over the API, or shutting down: nothing to do
         restart_stalled(stream, self.restart_stream, self.metrics.threads_abandoned)
-
-
-def _states(sinks: list[SinkStatus]) -> dict[str, str]:
-    return {s.name: s.state for s in sinks}

@@ -336,8 +336,8 @@ def test_blocks_says_each_parameter_in_plain_words() -> None:
 
 
 def test_one_shot_commands_are_quiet_on_the_demo() -> None:
-    """A CPU-only machine, the shipped demo: `validate` and `run` print their answer and
-    nothing on stderr (no GPU warning nobody asked for, no INFO narration)."""
+    """A CPU-only machine, the shipped demo: `validate`, `run` and `model bench` print
+    their answer and nothing else on stderr (no GPU warning nobody asked for, no INFO narration)."""
     demo = str(ROOT / "configs" / "demo.yaml")
     checked = appliance("validate", demo)
     assert checked.returncode == 0 and "valid config" in checked.stdout
@@ -345,6 +345,13 @@ def test_one_shot_commands_are_quiet_on_the_demo() -> None:
     ran = appliance("run", "--config", demo, "--max-frames", "3")
     assert ran.returncode == 0 and "people-cam" in ran.stdout
     assert ran.stderr == ""
+    model = str(ROOT / "configs" / "models" / "person_ssdlite.onnx")
+    bench = appliance("model", "bench", model, "--duration", "0.2", "--warmup", "1")
+    assert bench.returncode == 0, bench.stderr
+    # Only its progress (the shape it chose), no provider warning: it runs on what loads.
+    assert [line.split(":")[0] for line in bench.stderr.splitlines()] == ["bench"]
+    if provider_problem("cuda") is not None:
+        assert "providers   CPUExecutionProvider (asked: CPUExecutionProvider)" in bench.stdout
 
 
 def test_doctor_says_what_this_machine_offers() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from appliance.config import ModelConfig, SessionConfig
+from appliance.config import ModelConfig
 from appliance.models.session import LoadedModel, load_model
 from appliance.profiling.ort_profile import (
     is_model_run,
@@ -78,20 +78,22 @@ def bench_model(
     batch: int | None = None,
     shape: Sequence[int] | None = None,
     duration_s: float = 10.0,
-    provider: str = "cuda",
+    provider: str | None = None,
     warmup: int = 20,
     threads: int = 0,
     profile_path: Path | None = None,
     progress: Progress | None = None,
 ) -> BenchResult:
-    """Benchmark `path`; raises ModelLoadError (file) or BenchError (shape, batch).
+    """Benchmark `path` on `provider` (tensorrt, cuda, cpu; None: the fastest that loads);
+    raises ModelLoadError (file) or BenchError (shape, batch).
     `progress` gets a line for the chosen shape, every few seconds of the measured runs,
     and for the profile write."""
     say = progress or (lambda _line: None)
-    spec = ModelConfig(
-        path=path,
-        providers=[provider, "cpu"],  # type: ignore[list-item]  # checked by the CLI
-        session=SessionConfig(intra_op_threads=threads),
+    # No provider named: the config's default (the fastest whose libraries load here, no
+    # warning); one named: asked for, with a warning when it cannot be had.
+    asked: dict[str, Any] = {} if provider is None else {"providers": [provider, "cpu"]}
+    spec = ModelConfig.model_validate(
+        {"path": path, "session": {"intra_op_threads": threads}, **asked}
     )
     loaded = load_model(path.stem, spec, lambda p: p)
     tensor = loaded.info.inputs[0]

@@ -41,7 +41,11 @@ def add_model_commands(sub: Any) -> None:
     bench.add_argument(
         "--duration", type=_positive(float), default=10.0, help="seconds to measure (10)"
     )
-    bench.add_argument("--provider", choices=list(PROVIDERS), default="cuda", help="(cuda)")
+    bench.add_argument(
+        "--provider",
+        choices=list(PROVIDERS),
+        help="default: the fastest whose libraries load here (as a model that names none)",
+    )
     bench.add_argument(
         "--warmup", type=_at_least_zero, default=20, help="unmeasured runs first (20)"
     )
