@@ -61,6 +61,32 @@ class UnsupportedCodecError(SourceError):
 _Packet = tuple[bytes, int, int, bool, float]
 
 
+class _Connection(RTSPConnection):  # type: ignore[misc]
+    """aiortsp's connection, without the traceback it prints on stderr (traceback.
+    print_exc) when the peer does not speak RTSP: the open fails with the same
+    RTSPConnectionError, caused by the parser's ValueError (`_open_error` reads it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        parse = self.parser.parse
+
+        def checked(data: bytes) -> Iterator[Any]:
+            try:
+                yield from parse(data)
+            except ValueError as exc:
+                self._not_rtsp(exc)
+
+        self.parser.parse = checked
+
+    def _not_rtsp(self, cause: ValueError) -> None:
+        error = RTSPConnectionError("invalid data received from RTSP connection")
+        error.__cause__ = cause
+        if not self.result.done():
+            self.result.set_exception(error)
+        if self._transport:
+            self._transport.close()  # mid-session: the reader sees the connection end
+
+
 class _Receiver(RTPTransportClient):  # type: ignore[misc]
     """The session's RTP packets of one payload type, with their arrival times.
 
@@ -258,7 +284,7 @@ async def _play(
     user = unquote(url.username) if url.username else None
     password = unquote(url.password) if url.password else None
     tls = url.scheme.lower() == "rtsps"  # RTSP over TLS: port 322, media interleaved
-    connection = RTSPConnection(
+    connection = _Connection(
         url.hostname, url.port or (322 if tls else 554), user, password,
         logger=_QUIET, timeout=cfg.open_timeout_s,
         ssl=ssl.create_default_context() if tls else None,

@@ -274,9 +274,12 @@ def test_stop_while_stalled(reader: str, harness: Harness, rtsp_server: RtspServ
     assert_stops(run.grabber)
 
 
-def test_a_port_that_does_not_speak_rtsp_is_named_as_such() -> None:
+def test_a_port_that_does_not_speak_rtsp_is_named_as_such(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     """A URL pointing at some other service (here a bare HTTP answer): the error says
-    the port answered but not in RTSP, not the parser's bare ValueError."""
+    the port answered but not in RTSP, not the parser's bare ValueError, and no
+    traceback reaches stderr (aiortsp prints one itself)."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -293,6 +296,7 @@ def test_a_port_that_does_not_speak_rtsp_is_named_as_such() -> None:
         with pytest.raises(SourceError) as refused:
             open_source(cfg, Path, stop=threading.Event())
     assert f"127.0.0.1:{port} answered, but not in RTSP" in str(refused.value)
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_camera_fault_is_named_by_its_kind_whichever_reader_meets_it(
