@@ -52,11 +52,16 @@ class Problems:
 
     def raise_any(self) -> None:
         """Nothing when all went well; one failure as itself (its type says what it is);
-        several as one ConfigError listing every problem."""
-        if len(self.failures) == 1:
-            raise self.failures[0]
-        if self.failures:
+        several as one ConfigError listing every problem. A failure that is only
+        follow-ons (a workflow whose one fault is a model that did not load) counts as
+        none beside its cause."""
+        causes = [f for f in self.failures if problem_lines(f, self.source)]
+        if len(causes) == 1:
+            raise causes[0]
+        if causes:
             raise ConfigError(self.lines(), self.source)
+        if self.failures:  # follow-ons alone cannot be: their cause failed too
+            raise self.failures[0]
 
 
 def problem_lines(exc: Exception, source: str) -> list[str]:

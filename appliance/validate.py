@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from appliance.checking import Problems
-from appliance.config import AppConfig, ConfigError, load_config
+from appliance.config import AppConfig, ConfigError, load_config, parse_config
 from appliance.masking import mask_url
 from appliance.runtime import Runtime
+from pipelines.executor import CompiledWorkflow
+from pipelines.spec import load_yaml
 
 EXIT_BAD_INPUT = 1  # cli.EXIT_BAD_INPUT
 
@@ -25,8 +27,6 @@ def add_validate_command(sub: Any) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """A config (models loaded, workflows compiled) or a workflow file (has `blocks`)."""
-    from pipelines.spec import load_yaml
-
     path: Path = args.file
     try:
         data = load_yaml(path.read_text(encoding="utf-8"))
@@ -51,19 +51,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _validate_workflow(path: Path, config: AppConfig | None) -> int:
     """Compile a workflow file with its own models (and a config's, with --config)."""
-    from appliance.config import parse_config
-
     config = config or parse_config({}, path.resolve().parent)
     runtime = Runtime(config)
     problems = Problems(str(path))
+    compiled: list[CompiledWorkflow] = []
     try:
         failed = runtime.load_models(problems)
         with problems.check():
-            workflow = runtime.compile_workflow(path.resolve(), "", unavailable=failed)
-            print(f"{path}: valid: {workflow.summary()}")
-        problems.raise_any()
+            compiled.append(runtime.compile_workflow(path.resolve(), "", unavailable=failed))
+        problems.raise_any()  # the config's models too: valid means all of it loads
     finally:
         runtime.stop(2.0)
+    print(f"{path}: valid: {compiled[0].summary()}")
     return 0
 
 

@@ -246,6 +246,23 @@ def test_a_workflow_using_config_models_validates_with_that_config(
     )
 
 
+def test_a_workflow_is_not_valid_with_a_config_whose_model_does_not_load(
+    write_config: WriteConfig, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fake.onnx"
+    fake.write_text("not a model")
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(yaml.safe_dump(detect_workflow()))
+    config = write_config({"models": {"person": {**person_model(), "path": str(fake)}}})
+    done = appliance("validate", str(flow), "--config", str(config))
+    assert done.returncode == 1
+    assert done.stdout == ""  # no "valid" before the error
+    # The model's failure, once: not also the block that names it.
+    assert done.stderr.splitlines() == [
+        f"error: models.person: not a valid ONNX model: {fake}: Protobuf parsing failed."
+    ]
+
+
 def test_one_model_id_declared_twice_differently_names_both_places(
     write_config: WriteConfig,
 ) -> None:
