@@ -335,7 +335,9 @@ class Runtime(RuntimeReads):
         models_ok = self.pool.stop(max(0.1, deadline - time.monotonic()))
         models_ok = self.profiler.stop(max(0.1, deadline - time.monotonic())) and models_ok
         ok = models_ok and streams_ok and sinks_ok
-        log.info("runtime stopped%s", "" if ok else " (some threads did not end in time)")
+        # Said when it started; a runtime that only checked a config says nothing.
+        level = logging.INFO if self.started_at or not ok else logging.DEBUG
+        log.log(level, "runtime stopped%s", "" if ok else " (some threads did not end in time)")
         return ok
 
     def stop_outputs(self, timeout: float = SINK_DRAIN_S) -> bool:

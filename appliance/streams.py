@@ -328,5 +328,6 @@ def stop_all(streams: list[Stream], timeout: float) -> bool:
     for t in stoppers:
         t.join(max(0.0, deadline - time.monotonic()))
     ok = all(results.get(s.id, False) for s in streams)
-    log.info("streams stopped (%d)%s", len(streams), "" if ok else ", not every thread ended")
+    if streams:  # a runtime that only checked a config (validate) ran none: nothing to say
+        log.info("streams stopped (%d)%s", len(streams), "" if ok else ", not every thread ended")
     return ok
