@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
+from pipelines.types import iso_utc
 from tests.server.conftest import WAIT_S, LiveFactory, config_doc
 from tests.server.live import FORM_TYPE, LiveServer, multipart, wait_for, write_yaml
 from tests.support.appliance import DEMO_CLIP, ROOT, detect_workflow
@@ -180,8 +181,10 @@ def test_probes_and_metrics(cam_server: LiveServer) -> None:
     assert cam_server.get_json("/health") == {"status": "ok"}
     ready = cam_server.get_json("/ready")
     profiling = ready.pop("profiling")
+    started, uptime = ready.pop("started_at"), ready.pop("uptime_s")
     assert ready == {"ready": True, "models": ["person"], "waiting": [], "stalled": {},
                      "insecure": False, "sinks": {}, "shard": None}  # fmt: skip
+    assert started == iso_utc(cam_server.runtime.started_at) and uptime >= 0
     assert profiling["enabled"] is True and profiling["window_active"] is False
     assert profiling["last_write_error"] is None
     assert profiling["trace_dir"] == str(cam_server.runtime.profiler.writer.directory)
