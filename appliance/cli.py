@@ -138,6 +138,7 @@ def _add_commands(sub: Any) -> None:
     # Set by `--workers` on the processes it starts, not by people.
     serve.add_argument("--worker", type=_shard_arg, help=argparse.SUPPRESS)
     serve.add_argument("--unix", type=Path, help=argparse.SUPPRESS)
+    serve.add_argument("--gateway", help=argparse.SUPPRESS)  # its URL: MQTT commands go there
     serve.set_defaults(func=cmd_serve)
 
     from appliance.headless import add_run_command
@@ -217,10 +218,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return asyncio.run(serve_workers(config, options, host, port, shard, args.insecure))
     worker: Shard | None = args.worker
+    on_command, take_commands = None, True
     if worker is not None:
+        from appliance.workers.commands import worker_commands
+
         shard = _become_worker(worker, shard)
+        on_command, take_commands = worker_commands(worker.index, args.gateway, config, os.environ)
     index = None if worker is None else worker.index
-    runtime = Runtime(config, config_path=args.config, shard=shard, worker=index)
+    runtime = Runtime(
+        config, config_path=args.config, shard=shard, worker=index,
+        on_command=on_command, take_commands=take_commands,
+    )  # fmt: skip
     if shard is not None:
         log.info("shard %s: streams %s", shard, [s.id for s in runtime.config.streams])
     clean = asyncio.run(

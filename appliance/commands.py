@@ -19,21 +19,27 @@ async def command(runtime: Runtime, name: str, args: dict[str, Any]) -> dict[str
     """`restart` {"stream": id} or `profiling` {"duration_s", "streams", "ort_operators"}."""
     loop = asyncio.get_running_loop()
     if name == "restart":
-        stream = await loop.run_in_executor(None, runtime.restart_stream, _stream_id(args))
+        stream = await loop.run_in_executor(None, runtime.restart_stream, stream_id(args))
         return {"stream": stream.id, "state": runtime.stream_status(stream.id).state}
     if name == "profiling":
         return await loop.run_in_executor(None, _profile, runtime, args)
-    raise ValueError(f"unknown command {name!r} (known: restart, profiling)")
+    raise unknown_command(name)
 
 
-def _stream_id(args: dict[str, Any]) -> str:
-    stream_id = args.get("stream")
-    if not isinstance(stream_id, str):
+def unknown_command(name: str) -> ValueError:
+    return ValueError(f"unknown command {name!r} (known: restart, profiling)")
+
+
+def stream_id(args: dict[str, Any]) -> str:
+    """`restart`'s stream id; ValueError (answered to the sender) when it is not one."""
+    value = args.get("stream")
+    if not isinstance(value, str):
         raise ValueError("stream: a stream id")
-    return stream_id
+    return value
 
 
-def _profile(runtime: Runtime, args: dict[str, Any]) -> dict[str, Any]:
+def profiling_args(args: dict[str, Any]) -> tuple[float, list[str] | None, bool]:
+    """`profiling`'s (duration_s, streams, ort_operators), checked; ValueError if not."""
     duration, streams = args.get("duration_s", 10.0), args.get("streams")
     if isinstance(duration, bool) or not isinstance(duration, int | float):
         raise ValueError("duration_s: a number of seconds")
@@ -41,8 +47,12 @@ def _profile(runtime: Runtime, args: dict[str, Any]) -> dict[str, Any]:
         isinstance(streams, list) and all(isinstance(s, str) for s in streams)
     ):
         raise ValueError("streams: a list of stream ids")
+    return float(duration), streams, bool(args.get("ort_operators"))
+
+
+def _profile(runtime: Runtime, args: dict[str, Any]) -> dict[str, Any]:
     try:
-        window = runtime.start_profiling(float(duration), streams, bool(args.get("ort_operators")))
+        window = runtime.start_profiling(*profiling_args(args))
         return as_json(window)  # type: ignore[no-any-return]
     except WindowBusyError as exc:  # a refusal the sender should hear about
         raise ValueError(str(exc)) from None

@@ -31,6 +31,7 @@ from appliance.metrics import Metrics
 from pipelines.types import Detections, FrameResult
 from sinks.base import Sink, SinkStatus
 from sinks.mqtt_commands import CommandHandler
+from sinks.mqtt_config import MqttConfig
 from sinks.registry import sink_class
 
 log = logging.getLogger("appliance.outputs")
@@ -117,8 +118,12 @@ class Outputs:
         on_command: CommandHandler | None = None,
         files: FilePolicy | None = None,
         client_suffix: str = "",
+        take_commands: bool = True,
     ) -> None:
         self._configs = dict(configs)
+        # False: MQTT sinks leave commands off whatever their config says (the workers of
+        # `serve --workers` but one: appliance/workers/commands.py).
+        self._take_commands = take_commands
         self._client_suffix = client_suffix  # appended to MQTT client ids: one per process
         self._files = files  # the config's paths (TLS files) go through it
         self._on_command = on_command  # the runtime's: sinks that take commands call it
@@ -167,6 +172,9 @@ class Outputs:
         if kind == "mqtt":
             options["on_command"] = self._on_command
             cfg = _with_checked_files(name, cfg, self._files)
+            if not self._take_commands and isinstance(cfg, MqttConfig):
+                commands = cfg.commands.model_copy(update={"enabled": False})
+                cfg = cfg.model_copy(update={"commands": commands})
             if self._client_suffix:
                 client_id = getattr(cfg, "client_id", "") + self._client_suffix
                 cfg = cfg.model_copy(update={"client_id": client_id})

@@ -43,6 +43,7 @@ from appliance.supervisor import Supervisor, restart_stalled
 from appliance.workflows import WorkflowCache, WorkflowRef
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
+from sinks.mqtt_commands import CommandHandler
 
 log = logging.getLogger("appliance.runtime")
 
@@ -61,6 +62,8 @@ class Runtime(RuntimeReads):
         config_path: Path | None = None,
         shard: Shard | None = None,
         worker: int | None = None,
+        on_command: CommandHandler | None = None,
+        take_commands: bool = True,
     ) -> None:
         self.shard = shard  # runs only its share of the config's streams (and on reload)
         self.config = config if shard is None else shard.apply(config)
@@ -81,9 +84,10 @@ class Runtime(RuntimeReads):
             sink_configs(config),
             self.metrics,
             trace_dir,
-            partial(command, self),
+            on_command or partial(command, self),  # MQTT commands: run here by default
             self.files,
             client_suffix="" if worker is None else f"-w{worker}",
+            take_commands=take_commands,
         )
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)

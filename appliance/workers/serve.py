@@ -51,12 +51,17 @@ class WorkerOptions:
     log_level: str = "INFO"
     stats_interval_s: float = 5.0
 
-    def command(self, index: int, socket: Path, shard: Shard | None) -> list[str]:
+    def command(
+        self, index: int, socket: Path, shard: Shard | None, gateway: str | None = None
+    ) -> list[str]:
+        """Worker `index`'s argv; worker 0 gets the `gateway` URL for MQTT commands."""
         argv = [
             sys.executable, "-m", "appliance", "--log-level", self.log_level, "serve",
             "--config", str(self.config_path), "--worker", f"{index}/{self.count}",
             "--unix", str(socket), "--stats-interval", str(self.stats_interval_s),
         ]  # fmt: skip
+        if index == 0 and gateway is not None:
+            argv += ["--gateway", gateway]
         return argv if shard is None else [*argv, "--shard", str(shard)]
 
 
@@ -77,9 +82,12 @@ async def serve_workers(
         log.warning("serving without a token on %s: anyone who can reach this port "
                     "controls the appliance", host)  # fmt: skip
     socket_dir = Path(tempfile.mkdtemp(prefix="appliance-"))  # 0700: only we connect
-    workers = WorkerSet(
-        lambda i: options.command(i, socket_dir / f"w{i}.sock", shard), options.count, socket_dir
-    )
+    bound: list[str] = []  # the gateway's URL once it listens (the port may be 0 till then)
+
+    def command(i: int) -> list[str]:
+        return options.command(i, socket_dir / f"w{i}.sock", shard, bound[0] if bound else None)
+
+    workers = WorkerSet(command, options.count, socket_dir)
     clients = WorkerClients(workers, policy.token, config.limits.request_timeout_s)
     ids = [s.id for s in (config if shard is None else shard.apply(config)).streams]
     owners = assign(ids, options.count)  # the rule each worker applies to itself
@@ -97,7 +105,8 @@ async def serve_workers(
     await clients.open()
     watchdog: asyncio.Task[None] | None = None
     try:
-        await _listen(runner, host, port)  # first: a port in use starts no worker
+        # First: a port in use starts no worker.
+        bound.append(gateway_url(host, await _listen(runner, host, port)))
         workers.start()
         log.info("serving on http://%s:%d with %d workers", host, port, options.count)
         watchdog = asyncio.create_task(_watch(clients), name="worker-watchdog")
@@ -115,13 +124,26 @@ async def serve_workers(
     return 0 if clean else 1
 
 
-async def _listen(runner: web.AppRunner, host: str, port: int) -> None:
+async def _listen(runner: web.AppRunner, host: str, port: int) -> int:
+    """Listen on host:port; the port bound (`port` 0 picks one)."""
     await runner.setup()
+    site = web.TCPSite(runner, host, port)
     try:
-        await web.TCPSite(runner, host, port).start()
+        await site.start()
     except OSError as exc:  # port in use, address not ours: the CLI prints it, exit 1
         raise ConfigError([f"server: cannot listen on {host}:{port}: {exc.strerror or exc}"],
                           "server") from exc  # fmt: skip
+    return int(runner.addresses[0][1])
+
+
+def gateway_url(host: str, port: int) -> str:
+    """How a worker on this machine reaches the gateway bound to host:port: a wildcard
+    bind is reached on loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 async def _shutdown(

@@ -15,9 +15,10 @@ import pytest
 from appliance.config import parse_config, sink_configs
 from appliance.errors import FileAccessError
 from appliance.runtime import Runtime
+from appliance.sharding import assign
 from sinks.mqtt import MqttSink
 from tests.sinks.conftest import Broker, Received, Subscriber
-from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+from tests.support.appliance import DEMO_CLIP, Served, detect_workflow, person_model
 
 WAIT_S = 30.0
 MakeSubscriber = Callable[..., Subscriber]
@@ -157,3 +158,52 @@ def test_two_workers_keep_their_own_broker_sessions(mosquitto: Broker, tmp_path:
     finally:
         for rt in workers:
             rt.stop()
+
+
+def test_with_workers_each_command_is_answered_once(
+    mosquitto: Broker, subscriber: MakeSubscriber, tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    """`serve --workers 2`: a restart is done by the stream's worker, a profiling window
+    covers every worker, and each command gets one answer (worker 0 alone listens, and
+    hands the command to the gateway), as one process would give."""
+    bus = {"type": "mqtt", "port": mosquitto.port, "qos": 1, "topic_prefix": "site",
+           "client_id": "appliance-test", "commands": {"enabled": True}}  # fmt: skip
+    ids = ["cam-a", "cam-b", "cam-c"]
+    placed = assign(ids, 2)
+    assert set(placed.values()) == {0, 1}  # a stream on each worker: the test means it
+    doc = {
+        "models": {"person": person_model()},
+        "sinks": {"bus": bus},
+        "streams": [{"id": i, "workflow": detect_workflow(), "outputs": ["bus"],
+                     "source": {"url": str(DEMO_CLIP), "pace": "realtime"}} for i in ids],
+        "profiling": {"dir": str(tmp_path / "traces"), "max_window_s": 5},
+    }  # fmt: skip
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2")
+    served.wait_for(lambda: served.get("/ready")[0] == 200, 60, "every stream running")
+    sub = subscriber(mosquitto, "site/cmd/reply")
+    started = {i: _started(served, i) for i in ids}
+    for i in ids:
+        sub.publish(f"site/cmd/streams/{i}/restart", json.dumps({"id": i}).encode())
+    sub.publish("site/cmd/streams/nope/restart", json.dumps({"id": "nope"}).encode())
+    sub.publish("site/cmd/profiling", json.dumps({"id": "window", "duration_s": 0.5}).encode())
+    sub.wait_for(lambda ms: len(ms) >= len(ids) + 2, WAIT_S)
+    time.sleep(1.0)  # a second answer from the other worker would be here by now
+    replies = [json.loads(m.payload) for m in sub.messages]
+    assert sorted(r["id"] for r in replies) == sorted([*ids, "nope", "window"]), replies
+    by_id = {r["id"]: r for r in replies}
+    for i in ids:  # restarted where it runs, whichever worker that is
+        assert by_id[i]["ok"] and by_id[i]["result"]["stream"] == i, by_id[i]
+        served.wait_for(lambda i=i: _started(served, i) > started[i], 10, f"{i} restarted")
+    assert not by_id["nope"]["ok"] and by_id["nope"]["error"] == "unknown stream 'nope'"
+    window = by_id["window"]["result"]
+    assert by_id["window"]["ok"] and window["duration_s"] == 0.5
+    # One window, the gateway's: its id is known where the merged trace is served.
+    served.wait_for(lambda: served.json(f"/v1/profiling/{window['id']}")["state"] == "done",
+                    15, "the window to end")  # fmt: skip
+
+
+def _started(served: Served, stream_id: str) -> float:
+    """When the stream (this instance of it: a restart makes a new one) started."""
+    return float(served.json(f"/v1/streams/{stream_id}")["transitions"][0]["time"])
