@@ -107,7 +107,8 @@ class Server:
         if where is not None:
             log.info("serving on %s", where)
         else:
-            log.info("serving on http://%s:%d (/docs lists the API)", self.host, self.port)
+            url = f"http://{self.host}:{self.port}"
+            log.info("serving on %s: watch the streams at %s/, the API at %s/docs", url, url, url)
 
     async def shutdown(self) -> bool:
         """No new connections; streams stop at once while the requests in flight get up

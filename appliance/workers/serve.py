@@ -106,9 +106,12 @@ async def serve_workers(
     watchdog: asyncio.Task[None] | None = None
     try:
         # First: a port in use starts no worker.
-        bound.append(gateway_url(host, await _listen(runner, host, port)))
+        port = await _listen(runner, host, port)
+        bound.append(gateway_url(host, port))
         workers.start()
-        log.info("serving on http://%s:%d with %d workers", host, port, options.count)
+        url = f"http://{host}:{port}"
+        log.info("serving on %s with %d workers: watch the streams at %s/, the API at %s/docs",
+                 url, options.count, url, url)  # fmt: skip
         watchdog = asyncio.create_task(_watch(clients), name="worker-watchdog")
         await stop.wait()
     finally:
