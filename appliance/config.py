@@ -73,8 +73,11 @@ class BackoffConfig(Strict):
     jitter: Annotated[float, Field(ge=0, le=1)] = 0.2  # +- fraction of the delay
 
 
-# What sources.base.source_kind reads as a camera; other text is a file's path.
-URL_SCHEMES = ("rtsp", "rtsps", "http", "https")
+# The URL schemes a reader takes, by the kind of source they name (sources.source_kind);
+# other text is a file's path or a /dev/videoN.
+URL_KINDS: dict[str, Literal["rtsp", "http"]] = {
+    "rtsp": "rtsp", "rtsps": "rtsp", "http": "http", "https": "http",
+}  # fmt: skip
 
 
 class SourceConfig(Strict):
@@ -98,10 +101,10 @@ class SourceConfig(Strict):
         if not v.strip():
             raise ValueError("must not be empty")
         scheme, sep, _ = v.partition("://")
-        if sep and scheme.lower() not in URL_SCHEMES:
+        if sep and scheme.lower() not in URL_KINDS:
             # Else read as a file name, and "file not found" would hide the real fault.
             raise ValueError(
-                f"unsupported URL scheme {scheme!r} (supported: {', '.join(URL_SCHEMES)}; "
+                f"unsupported URL scheme {scheme!r} (supported: {', '.join(URL_KINDS)}; "
                 "or a video file's path, or /dev/videoN)"
             )
         return v

@@ -11,6 +11,8 @@ from collections.abc import Callable, Generator, Iterator
 from enum import StrEnum
 from typing import Literal, Protocol
 
+from appliance.config import URL_KINDS
+
 # Re-exported (PEP 484 "as" form, for mypy strict): sources and callers import it from here.
 from appliance.masking import mask_url as mask_url  # noqa: PLC0414
 from pipelines.types import Image
@@ -125,12 +127,11 @@ class DecodingSource:
 
 
 def source_kind(url: str) -> SourceKind:
-    """Which kind of source a configured URL names; anything without a scheme is a file."""
-    lower = url.lower()
-    if lower.startswith(("rtsp://", "rtsps://")):
-        return "rtsp"
-    if lower.startswith(("http://", "https://")):
-        return "http"
+    """Which kind of source a configured URL names; anything without a scheme is a file
+    (the config refuses a scheme not in URL_KINDS)."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme.lower() in URL_KINDS:
+        return URL_KINDS[scheme.lower()]
     if _V4L2_DEVICE.match(url):
         return "v4l2"
     return "file"
