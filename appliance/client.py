@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 from pydantic import TypeAdapter, ValidationError
 
 from appliance.masking import mask_url
+from appliance.reach import connect_problem
 from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
 from appliance.status import (
     ModelStatus,
@@ -205,7 +206,7 @@ class ApplianceClient:
                 payload = err.read()
             raise _api_error(err.code, payload) from None
         except (OSError, http.client.HTTPException) as exc:
-            raise ApplianceConnectionError(self.url, mask_url(_reason(exc))) from None
+            raise ApplianceConnectionError(self.url, mask_url(_reason(self.url, exc))) from None
 
     def _json(self, method: str, path: str, body: Any = None, ok: Collection[int] = ()) -> Any:
         return json.loads(self._request(method, path, body, ok))
@@ -223,7 +224,8 @@ class ApplianceClient:
                 return bytes(payload)
             raise _api_error(err.code, payload) from None
         except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
-            raise ApplianceConnectionError(self.url + path, mask_url(_reason(exc))) from None
+            url = self.url + path
+            raise ApplianceConnectionError(url, mask_url(_reason(url, exc))) from None
 
     def _build(self, method: str, path: str, body: Any) -> urllib.request.Request:
         headers = self._headers(body)
@@ -305,6 +307,10 @@ def _status_code(status: int) -> str:
         return "http_error"
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(url: str, exc: BaseException) -> str:
+    """Why `url` did not answer: refused, unresolved, timed out (as a camera's fault is
+    said), or the error's own words."""
     reason = getattr(exc, "reason", None) or exc  # URLError wraps the socket's error
+    if isinstance(reason, OSError):
+        return connect_problem(url, reason)
     return str(reason) or type(reason).__name__

@@ -134,6 +134,11 @@ def _guarded(command: Command) -> Command:
             return EXIT_API_ERROR
         except ApplianceConnectionError as exc:
             print(f"error: {mask_url(str(exc))}", file=sys.stderr)
+            print(
+                f"hint: is it running (`appliance serve --config FILE`)? --url or ${URL_ENV} "
+                "names another one",
+                file=sys.stderr,
+            )
             return EXIT_UNREACHABLE
 
     return run

@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 import av
 
-# Default ports by scheme (RFC 7826 for RTSP/RTSPS, RFC 9110 for HTTP/HTTPS).
-_PORTS = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443}
+from appliance.reach import connect_problem, endpoint
 
 # What to do about an answer, by status (RTSP reuses HTTP's codes, RFC 7826 §17).
 STATUS_HINTS = {
@@ -39,33 +38,6 @@ _AV_STATUS: tuple[tuple[type[Exception], str, str], ...] = (
     (av.error.HTTPOtherClientError, "4xx", "(a client error)"),
     (av.error.HTTPServerError, "5xx", "(a server error)"),
 )
-
-
-def endpoint(url: str) -> str:
-    """`host:port` of a URL, the scheme's default port when it names none."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    host = f"[{host}]" if ":" in host else host  # an IPv6 literal
-    try:
-        port = parts.port or _PORTS.get(parts.scheme.lower(), 0)
-    except ValueError:  # a port that is not a number
-        port = 0
-    return f"{host}:{port}" if port else host
-
-
-def connect_problem(url: str, cause: BaseException) -> str:
-    """A failed connection: the name did not resolve, or the host refused, timed out,
-    or cannot be reached."""
-    where = endpoint(url)
-    if isinstance(cause, socket.gaierror):
-        return f"cannot resolve host {urlsplit(url).hostname!r} ({cause.strerror or cause})"
-    if isinstance(cause, ConnectionRefusedError):
-        return f"cannot connect to {where} (connection refused: nothing listens there)"
-    if isinstance(cause, TimeoutError):
-        return f"cannot connect to {where} (timed out)"
-    if isinstance(cause, OSError) and cause.strerror:  # no route, network unreachable
-        return f"cannot connect to {where} ({cause.strerror.lower()})"
-    return f"cannot connect to {where} ({cause})"
 
 
 def answered(status: int | str, reason: str) -> str:

@@ -35,6 +35,7 @@ from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
 from appliance.config import SourceConfig
+from appliance.reach import connect_problem
 from appliance.sources.base import DecodingSource, FrameGenerator, SourceError, mask_url
 from appliance.sources.depacketize import (
     CODECS,
@@ -43,7 +44,7 @@ from appliance.sources.depacketize import (
     parameter_sets,
     strip_payload,
 )
-from appliance.sources.problems import answered, connect_problem, no_answer, not_rtsp
+from appliance.sources.problems import answered, no_answer, not_rtsp
 from appliance.sources.pyav import READ_SLICE_S, describe
 from pipelines.types import Image
 

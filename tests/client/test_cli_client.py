@@ -129,7 +129,14 @@ def test_an_unreachable_appliance_exits_4_naming_the_url() -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     done = appliance("status", "--url", url)
     assert done.returncode == 4
-    assert f"{url}/health" in done.stderr
+    port = url.rsplit(":", 1)[1]
+    # In the words a camera's fault gets, and what to do about it.
+    assert done.stderr.splitlines() == [
+        f"error: cannot reach the appliance at {url}/health: cannot connect to "
+        f"127.0.0.1:{port} (connection refused: nothing listens there)",
+        "hint: is it running (`appliance serve --config FILE`)? --url or $APPLIANCE_URL "
+        "names another one",
+    ]
 
 
 @pytest.mark.parametrize(
