@@ -159,14 +159,15 @@ class Runtime(RuntimeReads):
         self.profiler.start()
         self.supervisor.start()
 
-    def load_models(self, problems: Problems) -> frozenset[str]:
+    def load_models(self, problems: Problems, pin: bool = True) -> frozenset[str]:
         """Load the config's models (workflows may add their own when compiled); each
-        failure goes to `problems`. Returns the ids of those that did not load."""
+        failure goes to `problems`. Returns the ids of those that did not load. `pin`
+        False: each is leased once instead (a check: `pool.release` them after)."""
         files = self.files.at(self.config.base_dir)
         failed: list[str] = []
         for model_id, spec in self.config.models.items():
             with problems.check():
-                self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=True)
+                self.pool.ensure(model_id, spec, files, f"models.{model_id}", pin=pin)
                 continue
             failed.append(model_id)  # only after a failure: `continue` skips it
         return frozenset(failed)
@@ -296,10 +297,11 @@ class Runtime(RuntimeReads):
         return self._start_stream(cfg, workflow)
 
     @one_change_at_a_time
-    def reload(self) -> ReloadPlan:
+    def reload(self, dry_run: bool = False) -> ReloadPlan:
         """Apply the config file as it is now: streams added, removed or changed are
         started, stopped or restarted; unchanged ones keep running untouched. Everything
-        is checked (config, models, workflows) before anything changes."""
+        is checked (config, models, workflows) before anything changes. `dry_run`: check
+        and answer the plan, change nothing (models it loaded stay idle, for the apply)."""
         if self.config_path is None:
             raise ReloadError("this runtime was not started from a config file")
         digests = {i: s.workflow.digest for i, s in list(self.streams.items())}
@@ -307,18 +309,22 @@ class Runtime(RuntimeReads):
         old_config, self.config = self.config, new
         compiled: dict[str, CompiledWorkflow] = {}
         problems = Problems(str(self.config_path))  # every problem of the new config at once
+        leased: list[str] = []  # a dry run's models: leased for the check, not pinned
         try:
-            failed = self.load_models(problems)
+            failed = self.load_models(problems, pin=not dry_run)
+            if dry_run:
+                leased = [m for m in new.models if m not in failed]
             for c in [*plan.added, *plan.changed]:
                 with problems.check():
                     where = f"streams.{c.id}"
                     compiled[c.id] = self.compile_stream_workflow(c, where, unavailable=failed)
             problems.raise_any()
         except BaseException:
-            self.config = old_config
-            for workflow in compiled.values():
-                self.release_workflow(workflow)
+            self._undo_reload(old_config, compiled, leased)
             raise
+        if dry_run:
+            self._undo_reload(old_config, compiled, leased)
+            return plan
         for sid in plan.removed:
             self.remove_stream(sid)
         for cfg in plan.changed:
@@ -328,6 +334,14 @@ class Runtime(RuntimeReads):
             self._start_stream(cfg, compiled[cfg.id])
         log.info("config reloaded: %s", plan.summary())
         return plan
+
+    def _undo_reload(
+        self, config: AppConfig, compiled: Mapping[str, CompiledWorkflow], leased: list[str]
+    ) -> None:
+        self.config = config
+        for workflow in compiled.values():
+            self.release_workflow(workflow)
+        self.pool.release(leased)
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:

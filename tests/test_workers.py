@@ -265,6 +265,40 @@ def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(
     assert "worker 0 exited (signal SIGKILL)" in served.log_path.read_text()
 
 
+def test_a_reload_one_worker_refuses_changes_nothing_in_any(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    """Two phases: each worker checks its share, and applies only once all accept. A
+    broken workflow for a stream of worker 1 leaves worker 0's new stream unstarted,
+    over the API and on SIGHUP; a good file then applies in both."""
+    config = tmp_path / "config.yaml"
+    doc = config_doc(tmp_path)
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2")
+    served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+    placed = assign([*STREAMS, "cam-good", "cam-bad"], 2)
+    assert placed["cam-good"] != placed["cam-bad"]  # one new stream on each worker
+    broken = {**detect_workflow(), "outputs": {"people": "ghost"}}
+    good, bad = doc["streams"][0] | {"id": "cam-good"}, doc["streams"][0] | {"id": "cam-bad"}
+    doc["streams"] += [good, {**bad, "workflow": broken}]
+    config.write_text(json.dumps(doc))
+    status, body = request(served, "POST", "/v1/config/reload")
+    assert status == 422, body
+    assert any("unknown block 'ghost'" in d for d in body["error"]["details"]), body
+    assert set(running(served)) == set(STREAMS)  # cam-good not started on its worker
+    mark = len(served.log_path.read_text())
+    served.process.send_signal(signal.SIGHUP)
+    refused = "config reload (SIGHUP) refused, nothing changed"
+    served.wait_for(lambda: refused in served.log_path.read_text()[mark:], 30, "the refusal logged")
+    assert set(running(served)) == set(STREAMS)
+    doc["streams"][-1] = bad  # fixed
+    config.write_text(json.dumps(doc))
+    served.process.send_signal(signal.SIGHUP)
+    served.wait_for(lambda: set(running(served)) == {*STREAMS, "cam-good", "cam-bad"}, 30,
+                    "both new streams, each on its worker")  # fmt: skip
+    assert {i: s["worker"] for i, s in running(served).items()} == placed
+
+
 def test_a_reload_reaches_every_worker_and_sigterm_stops_them(
     tmp_path: Path, serve: Callable[..., Served]
 ) -> None:

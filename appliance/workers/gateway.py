@@ -31,6 +31,7 @@ from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.server.routes.config import dry_run
 from appliance.sharding import weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness, merge_reloads
@@ -198,18 +199,26 @@ async def any_worker(request: web.Request) -> web.StreamResponse:
 
 
 async def reload(request: web.Request) -> web.Response:
-    """Every worker re-reads the file and applies its share; the first refusal is the
-    answer (workers that accepted have applied it)."""
-    gw = gateway_of(request)
-    answers = await gw.clients.fan_out("POST", "/v1/config/reload")
-    gw.owners.clear()
-    for index in range(gw.clients.count):
-        if index not in answers:
-            raise WorkerUnavailableError(index, "during the reload")
-        status, body = answers[index]
-        if status != 200:
-            return web.json_response(body, status=status)
-    return web.json_response(merge_reloads([body for _, body in answers.values()]))
+    """Every worker re-reads the file; see `reload_all`."""
+    status, body = await reload_all(gateway_of(request), dry_run(request))
+    return web.json_response(body, status=status)
+
+
+async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
+    """Two phases: every worker checks its share of the file (a dry run), and only when
+    all accept does each apply it, so a refusal changes nothing anywhere. The first
+    refusal is the answer (a worker not answering: 503). Also SIGHUP's path."""
+    phases = ["/v1/config/reload?dry_run=true"] + ([] if dry_run else ["/v1/config/reload"])
+    for path in phases:
+        answers = await gw.clients.fan_out("POST", path)
+        missing = [i for i in range(gw.clients.count) if i not in answers]
+        if missing:
+            raise WorkerUnavailableError(missing[0], "during the reload")
+        refused = [answers[i] for i in sorted(answers) if answers[i][0] != 200]
+        if refused:
+            return refused[0]
+    gw.owners.clear()  # a reload may move streams: ask the workers again
+    return 200, merge_reloads([body for _, body in answers.values()])
 
 
 async def close_webrtc(request: web.Request) -> web.StreamResponse:

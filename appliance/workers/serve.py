@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from appliance.server.serve import CLOSE_GRACE_S, EXIT_MARGIN_S
 from appliance.server.shutdown import InFlight, in_own_thread
 from appliance.sharding import Shard, assign
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
-from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway
+from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway, reload_all
 from appliance.workers.procs import WorkerSet
 
 log = logging.getLogger("appliance.workers")
@@ -98,8 +99,10 @@ async def serve_workers(
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
     loop, stop = asyncio.get_running_loop(), stop or asyncio.Event()
     workers.on_fatal = functools.partial(loop.call_soon_threadsafe, stop.set)
-    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set,
-                signal.SIGHUP: lambda: workers.signal_all(signal.SIGHUP)}  # fmt: skip
+    hangup: Callable[[], None] = functools.partial(_on_hangup, gateway, set())
+    handlers: dict[int, Callable[[], object]] = {
+        signal.SIGINT: stop.set, signal.SIGTERM: stop.set, signal.SIGHUP: hangup,
+    }  # fmt: skip
     for sig, handler in handlers.items():
         loop.add_signal_handler(sig, handler)
     await clients.open()
@@ -125,6 +128,32 @@ async def serve_workers(
     if workers.fatal is not None:
         return 1
     return 0 if clean else 1
+
+
+def _on_hangup(gateway: Gateway, running: set[asyncio.Task[None]]) -> None:
+    """SIGHUP: the two-phase reload of every worker, as `POST /v1/config/reload`."""
+    task = asyncio.get_running_loop().create_task(_hangup(gateway), name="reload")
+    running.add(task)  # a reference until it ends: the loop keeps only a weak one
+    task.add_done_callback(running.discard)
+
+
+async def _hangup(gateway: Gateway) -> None:
+    """Its outcome goes to the log only, in the words of one process's SIGHUP."""
+    try:
+        status, body = await reload_all(gateway)
+    except WorkerUnavailableError as exc:
+        log.error("config reload (SIGHUP) refused, nothing changed: %s", exc.message)
+        return
+    except Exception:  # a reload must never take the gateway down
+        log.exception("config reload (SIGHUP) failed")
+        return
+    if status == 200:
+        log.info("config reloaded (SIGHUP): %s", body)
+        return
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    details = "\n  ".join(["", *error.get("details", [])])
+    log.error("config reload (SIGHUP) refused, nothing changed: %s%s",
+              error.get("message", body), details)  # fmt: skip
 
 
 async def _listen(runner: web.AppRunner, host: str, port: int) -> int:

@@ -125,6 +125,27 @@ def test_a_refused_reload_changes_nothing(server: LiveServer, case: str) -> None
     frames_go_on(server, "keep")
 
 
+def test_a_dry_run_answers_the_plan_and_changes_nothing(server: LiveServer) -> None:
+    before = dict(server.runtime.streams)
+    models = [m.id for m in server.runtime.models_status()]
+    doc = yaml.safe_load(server.config_path.read_text())
+    doc["streams"] = [s for s in doc["streams"] if s["id"] != "drop"] + [draw_stream("new")]
+    rewrite(server, doc)
+    reply = server.call("POST", "/v1/config/reload?dry_run=true")
+    assert reply.status == 200, reply.body
+    plan = reply.json()
+    assert (plan["added"], plan["removed"]) == (["new"], ["drop"])
+    assert server.runtime.streams == before  # nothing started or stopped
+    assert all(server.runtime.streams[sid] is s for sid, s in before.items())
+    assert [m.id for m in server.runtime.models_status()] == models
+    bad = server.call("POST", "/v1/config/reload?dry_run=maybe")
+    assert bad.status == 422 and bad.error["details"] == ["dry_run: true or false"]
+    applied = server.call("POST", "/v1/config/reload")  # the same plan, now applied
+    assert (applied.status, applied.json()) == (200, plan)
+    running(server, "new")
+    assert "drop" not in server.runtime.streams
+
+
 def test_a_reload_of_unreadable_yaml_is_refused(server: LiveServer) -> None:
     server.config_path.write_text("streams: [", encoding="utf-8")
     reply = server.call("POST", "/v1/config/reload")

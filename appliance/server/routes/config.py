@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from appliance.server.context import in_thread, runtime_of
+from appliance.server.errors import InvalidError
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import Reloaded
 
@@ -12,9 +13,21 @@ from appliance.server.schemas import Reloaded
 async def reload(request: web.Request) -> web.Response:
     """Re-read the config file: streams added, removed or changed there are started,
     stopped or restarted; unchanged ones and streams added over the API keep running.
-    Everything is validated before anything changes."""
-    plan = await in_thread(runtime_of(request).reload)
+    Everything is validated before anything changes. `?dry_run=true`: validate and
+    answer what would change, change nothing."""
+    plan = await in_thread(runtime_of(request).reload, dry_run(request))
     return web.json_response(plan.summary())
+
+
+def dry_run(request: web.Request) -> bool:
+    """The `dry_run` query flag: true/false (or 1/0); absent is false."""
+    text = request.query.get("dry_run", "false").lower()
+    if text not in FLAGS:
+        raise InvalidError("invalid query", ["dry_run: true or false"])
+    return FLAGS[text]
+
+
+FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 
 ROUTES = (
