@@ -59,9 +59,14 @@ def _operation(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
         "responses": _responses(route, policy, refs),
         "security": [{"bearer": []}] if policy.needs_token(route.path) else [],
     }
-    if route.parameters:
-        op["parameters"] = [{"name": p, "in": "path", "required": True,
-                             "schema": {"type": "string"}} for p in route.parameters]  # fmt: skip
+    parameters = [{"name": p, "in": "path", "required": True,
+                   "schema": {"type": "string"}} for p in route.parameters]  # fmt: skip
+    parameters += [
+        {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
+        for name, (schema, text) in route.query.items()
+    ]
+    if parameters:
+        op["parameters"] = parameters
     if route.body:
         content = {media: {"schema": _schema(s, refs)} for media, s in route.body.items()}
         op["requestBody"] = {"required": True, "content": content}
@@ -91,6 +96,8 @@ def _error_statuses(route: Route, policy: AuthPolicy) -> set[int]:
         statuses |= {400, 413, 422}
     if route.parameters:
         statuses.add(404)
+    if route.query:
+        statuses.add(422)
     return statuses
 
 

@@ -42,6 +42,8 @@ class Route:
     replies: tuple[Reply, ...]
     errors: tuple[int, ...] = ()
     body: Mapping[str, Schema] = field(default_factory=dict)  # media type -> schema
+    # Optional query parameters: name -> (JSON schema, description); 422 when invalid.
+    query: Mapping[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
     probe: bool = False  # open without a token where the policy opens probes
     public: bool = False  # always open: the web viewer's page and assets hold no data
     streaming: bool = False  # answers for as long as the client reads (no time limit)

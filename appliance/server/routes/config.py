@@ -32,5 +32,8 @@ FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 ROUTES = (
     Route("POST", "/v1/config/reload", reload, "Reload the config file",
-          (Reply(200, "applied", Reloaded),), errors=(403, 409, 413, 422), tag="config"),
+          (Reply(200, "applied (or, with dry_run, what would be)", Reloaded),),
+          errors=(403, 409, 413, 422), tag="config",
+          query={"dry_run": ({"type": "boolean", "default": False},
+                             "check and answer the plan, change nothing")}),
 )  # fmt: skip
