@@ -266,5 +266,8 @@ class FrameResult:
 
 def iso_utc(epoch_s: float) -> str:
     """`2026-12-01T04:03:37.123Z`: a wall-clock time (seconds since the epoch) as people
-    read it, ISO 8601 in UTC to the millisecond."""
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    read it, ISO 8601 in UTC, rounded to the millisecond as `round(t, 3)` rounds it
+    (isoformat alone would truncate: 1796104205.9399998, which is round(t, 3) = .94 as a
+    float, would read .939)."""
+    stamp = datetime.fromtimestamp(round(epoch_s, 3), UTC)  # to the µs: .940000
+    return stamp.isoformat(timespec="milliseconds")[:-6] + "Z"
