@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from appliance.errors import FileAccessError, LimitError
 from appliance.files import FileKind, FilePolicy
-from appliance.models import ModelBatcher
+from appliance.models import ModelBatcher, ModelLoadError
 from appliance.models.pool import ModelPool
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
@@ -25,6 +26,8 @@ from pipelines.executor import CompiledWorkflow
 from pipelines.spec import WorkflowSpec, parse_workflow_text
 
 CACHE_SIZE = 256  # distinct compiled workflows kept for reuse
+# What a workflow's own model may fail with: reported with the workflow's other problems.
+MODEL_FAILURES = (ModelLoadError, FileAccessError, LimitError)
 
 WorkflowRef = Path | Mapping[str, Any]  # a file, or an inline document
 _Entry = tuple[CompiledWorkflow, dict[str, ModelBatcher]]
@@ -94,14 +97,32 @@ class WorkflowCache:
         self, spec: WorkflowSpec, files: FilePolicy, origin: str, unavailable: frozenset[str]
     ) -> CompiledWorkflow:
         """Load the workflow's own models (each leased while it compiles), compile, and
-        lease the models its blocks run."""
+        lease the models its blocks run. A model that does not load does not stop the
+        compile: the workflow's own problems are reported with it, in one WorkflowError,
+        and the blocks that name it are not (BuildContext.unavailable)."""
         declared: list[str] = []
+        failures: list[Exception] = []
         try:
             for model_id, model in spec.models.items():
-                self._pool.ensure(model_id, model, files, f"{origin} models.{model_id}".lstrip())
+                try:
+                    where = f"{origin} models.{model_id}".lstrip()  # an inline doc: no origin
+                    self._pool.ensure(model_id, model, files, where)
+                except MODEL_FAILURES as exc:
+                    failures.append(exc)
+                    continue
                 declared.append(model_id)
-            context = BuildContext(models=self._pool.handles, unavailable=unavailable)
-            compiled = compile_workflow(spec, context)
+            failed = unavailable | {m for m in spec.models if m not in declared}
+            context = BuildContext(models=self._pool.handles, unavailable=failed)
+            try:
+                compiled = compile_workflow(spec, context)
+            except WorkflowError as exc:
+                if failures and exc.problems:  # its own problems beside the models'
+                    models = [str(f).removeprefix(f"{origin} ") for f in failures]
+                    raise WorkflowError([*models, *exc.problems], exc.name) from None
+                if not failures:
+                    raise
+            if failures:
+                raise _models_failed(failures, origin, spec.name)
             if not self._pool.acquire(self._bound(compiled)):
                 raise AssertionError("unreachable: the workflow's models are leased")
             return compiled
@@ -110,6 +131,13 @@ class WorkflowCache:
 
     def _bound(self, compiled: CompiledWorkflow) -> dict[str, ModelBatcher]:
         return {m: self._pool.handles[m] for m in compiled.models}
+
+
+def _models_failed(failures: list[Exception], origin: str, name: str) -> Exception:
+    """One model's failure as itself; several as one WorkflowError listing them."""
+    if len(failures) == 1:
+        return failures[0]
+    return WorkflowError([str(f).removeprefix(f"{origin} ") for f in failures], name)
 
 
 def workflow_document(

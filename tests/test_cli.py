@@ -246,6 +246,29 @@ def test_a_workflow_using_config_models_validates_with_that_config(
     )
 
 
+def test_a_workflow_whose_own_model_does_not_load_still_names_its_other_problems(
+    tmp_path: Path,
+) -> None:
+    fake = tmp_path / "fake.onnx"
+    fake.write_text("not a model")
+    doc = detect_workflow()
+    doc["blocks"][0]["confidance"] = 0.5
+    doc["blocks"].append({"id": "drawn", "type": "annotate", "detections": "people"})
+    doc["outputs"] = {"video": "drawn"}
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        yaml.safe_dump({**doc, "models": {"person": {**person_model(), "path": str(fake)}}})
+    )
+    done = appliance("validate", str(flow))
+    assert done.returncode == 1
+    # Both, in one run: the model, and the misspelt parameter of the block that names it.
+    assert done.stderr.splitlines() == [
+        f"error: {flow}: workflow 'detect_person': 2 problem(s)",
+        f"  models.person: not a valid ONNX model: {fake}: Protobuf parsing failed.",
+        "  blocks[0].confidance: unknown parameter (did you mean 'confidence'?)",
+    ]
+
+
 def test_a_workflow_is_not_valid_with_a_config_whose_model_does_not_load(
     write_config: WriteConfig, tmp_path: Path
 ) -> None:

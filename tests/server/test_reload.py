@@ -140,6 +140,9 @@ def test_a_dry_run_answers_the_plan_and_changes_nothing(server: LiveServer) -> N
     assert [m.id for m in server.runtime.models_status()] == models
     bad = server.call("POST", "/v1/config/reload?dry_run=maybe")
     assert bad.status == 422 and bad.error["details"] == ["dry_run: true or false"]
+    misspelt = server.call("POST", "/v1/config/reload?dry_rn=true")  # not applied either
+    assert misspelt.status == 422
+    assert misspelt.error["details"] == ["'dry_rn': unknown (known: dry_run)"]
     operation = server.call("GET", "/openapi.json").json()["paths"]["/v1/config/reload"]["post"]
     assert [(q["name"], q["in"]) for q in operation["parameters"]] == [("dry_run", "query")]
     applied = server.call("POST", "/v1/config/reload")  # the same plan, now applied

@@ -20,7 +20,11 @@ async def reload(request: web.Request) -> web.Response:
 
 
 def dry_run(request: web.Request) -> bool:
-    """The `dry_run` query flag: true/false (or 1/0); absent is false."""
+    """The `dry_run` query flag: true/false (or 1/0); absent is false. Another query
+    parameter is refused: a misspelt `dry_rn=true` must not apply the reload."""
+    unknown = sorted(set(request.query) - {"dry_run"})
+    if unknown:
+        raise InvalidError("invalid query", [f"{unknown[0][:64]!r}: unknown (known: dry_run)"])
     text = request.query.get("dry_run", "false").lower()
     if text not in FLAGS:
         raise InvalidError("invalid query", ["dry_run: true or false"])
