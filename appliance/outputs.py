@@ -172,14 +172,18 @@ class Outputs:
         if kind == "mqtt":
             options["on_command"] = self._on_command
             cfg = _with_checked_files(name, cfg, self._files)
-            if not self._take_commands and isinstance(cfg, MqttConfig):
-                commands = cfg.commands.model_copy(update={"enabled": False})
-                cfg = cfg.model_copy(update={"commands": commands})
-            if self._client_suffix:
-                client_id = getattr(cfg, "client_id", "") + self._client_suffix
-                cfg = cfg.model_copy(update={"client_id": client_id})
+            if isinstance(cfg, MqttConfig):
+                cfg = self._for_this_process(cfg)
         sink: Sink = sink_class(kind)(name, cfg, **options)
         return sink
+
+    def _for_this_process(self, cfg: MqttConfig) -> MqttConfig:
+        """One of `serve --workers`' processes: its own client id (the broker drops a
+        duplicate's session), and commands only where they are taken."""
+        update: dict[str, Any] = {"client_id": cfg.client_id + self._client_suffix}
+        if not self._take_commands:
+            update["commands"] = cfg.commands.model_copy(update={"enabled": False})
+        return cfg.model_copy(update=update)
 
     # -- routing -----------------------------------------------------------------------
     def publisher(self, stream_id: str, outputs: Sequence[OutputConfig]) -> Publish:

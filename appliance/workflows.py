@@ -116,13 +116,11 @@ class WorkflowCache:
             try:
                 compiled = compile_workflow(spec, context)
             except WorkflowError as exc:
-                if failures and exc.problems:  # its own problems beside the models'
-                    models = [str(f).removeprefix(f"{origin} ") for f in failures]
-                    raise WorkflowError([*models, *exc.problems], exc.name) from None
                 if not failures:
                     raise
+                raise _models_failed(failures, exc.problems, origin, spec.name) from None
             if failures:
-                raise _models_failed(failures, origin, spec.name)
+                raise _models_failed(failures, [], origin, spec.name)
             if not self._pool.acquire(self._bound(compiled)):
                 raise AssertionError("unreachable: the workflow's models are leased")
             return compiled
@@ -133,11 +131,15 @@ class WorkflowCache:
         return {m: self._pool.handles[m] for m in compiled.models}
 
 
-def _models_failed(failures: list[Exception], origin: str, name: str) -> Exception:
-    """One model's failure as itself; several as one WorkflowError listing them."""
-    if len(failures) == 1:
+def _models_failed(
+    failures: list[Exception], problems: list[str], origin: str, name: str
+) -> Exception:
+    """The workflow's own models that did not load, with its other `problems`: one
+    model's failure alone as itself; else one WorkflowError listing them all."""
+    if len(failures) == 1 and not problems:
         return failures[0]
-    return WorkflowError([str(f).removeprefix(f"{origin} ") for f in failures], name)
+    models = [str(f).removeprefix(f"{origin} ") for f in failures]
+    return WorkflowError([*models, *problems], name)
 
 
 def workflow_document(
