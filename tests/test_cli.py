@@ -4,8 +4,10 @@ models, real H.264 video; bad input gets a located message and exit code 1."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,14 @@ import pytest
 import yaml
 
 from appliance.models.session import provider_problem
-from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, detect_workflow, person_model
+from tests.support.appliance import (
+    APPLIANCE,
+    DEMO_CLIP,
+    ROOT,
+    clean_env,
+    detect_workflow,
+    person_model,
+)
 
 WriteConfig = Callable[[dict[str, Any]], Path]
 
@@ -350,6 +359,20 @@ def test_v_and_q_move_the_level_before_or_after_the_command(write_config: WriteC
         quiet = appliance(*args)  # ... says nothing with -q, and its answer still
         assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
         assert "valid config: 1 model(s)" in quiet.stdout
+
+
+def test_log_lines_are_stamped_in_utc_whatever_the_local_zone() -> None:
+    """`2026-12-01T05:04:10.146Z`: ISO 8601 in UTC even where the machine's zone is not."""
+    before = datetime.now(UTC)
+    done = subprocess.run(
+        [*APPLIANCE, "-v", "validate", str(ROOT / "configs" / "demo.yaml")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=clean_env(TZ="America/New_York"),  # UTC-5 or -4: a local stamp would be off
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stamp = done.stderr.split(" ", 1)[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), done.stderr
+    assert abs((datetime.fromisoformat(stamp) - before).total_seconds()) < 60
 
 
 def test_a_reader_that_leaves_early_is_not_an_error() -> None:
