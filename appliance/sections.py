@@ -33,6 +33,11 @@ class ServerConfig(Strict):
     file_roots: list[Path] | None = None
     # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
     drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+    # The hosts a stream's source may name (host names, IP addresses or CIDR networks such
+    # as 10.1.0.0/16), for streams added over the API and from the config alike. None: any
+    # host. Set it so a token holder cannot use sources to probe the internal network.
+    allowed_source_hosts: Annotated[list[Annotated[str, Field(min_length=1, max_length=253)]],
+                                    Field(max_length=256)] | None = None  # fmt: skip
 
 
 MiB = 1024 * 1024
@@ -58,6 +63,21 @@ class LimitsConfig(Strict):
     max_workflow_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
     max_labels_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
     max_model_bytes: Annotated[int, Field(ge=1)] = 2048 * MiB  # protobuf's own cap is 2 GiB
+    # A labels file has one class name a line: COCO has 80, ImageNet 1000, Open Images
+    # about 20 000 boxes' classes at most; a name is a few words.
+    max_labels: Annotated[int, Field(ge=1)] = 20_000
+    max_label_chars: Annotated[int, Field(ge=1)] = 256
+    # Blocks in one workflow: the shipped ones have 2 to 8; a graph of hundreds is a mistake
+    # or an attack on the compiler.
+    max_blocks: Annotated[int, Field(ge=1, le=10_000)] = 256
+    # HTTP connections (docs/security.md, "Connections"): a client must send a request's
+    # headers within header_timeout_s of connecting (or of its previous answer), an idle
+    # keep-alive connection is closed after keepalive_timeout_s, and at most
+    # max_connections are open at once, max_connections_per_client from one address.
+    header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    keepalive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    max_connections: Annotated[int, Field(ge=1)] = 1024
+    max_connections_per_client: Annotated[int, Field(ge=1)] = 256
     # A worker busy on one frame for longer is reported `stalled` and its stream restarted.
     worker_stall_s: Annotated[float, Field(gt=0)] = 30.0
 
