@@ -10,6 +10,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
 
+from appliance.hosts import HostEntry
+
 
 class Strict(BaseModel):
     """Unknown keys are errors (a misspelt option must not be ignored); values frozen."""
@@ -29,14 +31,17 @@ class ServerConfig(Strict):
     # 16 MiB: a large photo as base64 for /v1/workflows/run, with room to spare.
     max_body_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     # Where files named over the API (workflows, models, labels, videos) may live, after
-    # symlinks are followed; relative to the config file. None: the config's directory.
+    # symlinks are followed; relative to the config file. None: the folders of the files
+    # the config names itself (appliance/request_files.py), not the config's folder.
     file_roots: list[Path] | None = None
     # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
     drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     # The hosts a stream's source may name (host names, IP addresses or CIDR networks such
     # as 10.1.0.0/16), for streams added over the API and from the config alike. None: any
     # host. Set it so a token holder cannot use sources to probe the internal network.
-    allowed_source_hosts: Annotated[list[Annotated[str, Field(min_length=1, max_length=253)]],
+    # Names match names exactly; a name not listed must resolve into the networks, checked
+    # again before each connection (appliance/hosts.py).
+    allowed_source_hosts: Annotated[list[Annotated[HostEntry, Field(min_length=1, max_length=253)]],
                                     Field(max_length=256)] | None = None  # fmt: skip
 
 
@@ -70,10 +75,11 @@ class LimitsConfig(Strict):
     # Blocks in one workflow: the shipped ones have 2 to 8; a graph of hundreds is a mistake
     # or an attack on the compiler.
     max_blocks: Annotated[int, Field(ge=1, le=10_000)] = 256
-    # HTTP connections (docs/security.md, "Connections"): a client must send a request's
-    # headers within header_timeout_s of connecting (or of its previous answer), an idle
-    # keep-alive connection is closed after keepalive_timeout_s, and at most
-    # max_connections are open at once, max_connections_per_client from one address.
+    # HTTP connections (docs/security.md, "Connections"): a client must send its first
+    # request's headers within header_timeout_s of connecting, and a kept-alive
+    # connection its next request's within keepalive_timeout_s of the previous answer
+    # (else it is closed); at most max_connections are open at once,
+    # max_connections_per_client from one address (server/connections.py).
     header_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     keepalive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     max_connections: Annotated[int, Field(ge=1)] = 1024
@@ -118,9 +124,10 @@ class WebRtcConfig(Strict):
     # STUN/TURN for peers behind NAT. None by default: a public server nobody configured
     # would learn who watches which appliance (aiortc's own default is Google's STUN).
     ice_servers: Annotated[list[IceServerConfig], Field(max_length=8)] = Field(default_factory=list)
-    # The addresses offered as host candidates; empty: every interface's but loopback
-    # (aioice's rule). An appliance with several NICs names the viewers' network here;
-    # loopback needs ["127.0.0.1"].
+    # The addresses offered as host candidates; empty: the server's bind address when it
+    # is a single one (127.0.0.1 offers only loopback), else every interface's but
+    # loopback (aioice's rule, for 0.0.0.0, :: or a host name). An appliance with several
+    # NICs bound to 0.0.0.0 names the viewers' network here.
     host_addresses: Annotated[list[IPvAnyAddress], Field(max_length=16)] = Field(
         default_factory=list
     )

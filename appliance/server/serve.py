@@ -26,6 +26,7 @@ from appliance.models.session import ModelLoadError
 from appliance.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE, AuthPolicy
+from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
 from appliance.status import StreamStatus
 from pipelines.errors import WorkflowError
@@ -69,7 +70,7 @@ class Server:
                 "the appliance",
                 host,
             )
-        self.app = build_app(runtime, policy)
+        self.app = build_app(runtime, policy, host)  # a worker: the gateway's host
         self.app[INSECURE] = policy.insecure
         self.drain_timeout_s = runtime.config.server.drain_timeout_s
         self._requests = InFlight()
@@ -78,8 +79,15 @@ class Server:
         # The drain is InFlight's: by aiohttp's cleanup only idle connections are left.
         # A `--workers` worker logs no access lines: its gateway logs each request once.
         access = logging.getLogger("aiohttp.access") if unix is None else None
-        self._runner = web.AppRunner(
-            self.app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S, access_log=access
+        # Slow and idle connections are closed, and the open ones capped (connections.py).
+        limit_hits = runtime.metrics.limit_hits
+        guard = ConnectionGuard(
+            runtime.limits,
+            local=unix is not None,
+            on_hit=lambda limit: limit_hits.labels(limit).inc(),
+        )
+        self._runner = GuardedRunner(
+            self.app, guard, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S, access_log=access
         )
 
     @property
@@ -92,6 +100,7 @@ class Server:
     async def startup(self) -> None:
         """Models and streams first (fail fast, nothing served), then the HTTP site."""
         await asyncio.get_running_loop().run_in_executor(None, self.runtime.start)
+        raise_open_files_limit(self.runtime.limits)
         await self._runner.setup()
         site: web.BaseSite
         if self.unix is not None:

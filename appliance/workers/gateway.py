@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +51,7 @@ class Gateway:
         policy: AuthPolicy,
         shard: str | None,
         owners: dict[str, int] | None = None,
+        connection_hits: Mapping[str, int] | None = None,
     ) -> None:
         self.clients = clients
         self.policy = policy
@@ -59,6 +60,8 @@ class Gateway:
         # still starting owns its streams: 503, not 404), then what the workers list.
         self.owners: dict[str, int] = dict(owners or {})
         self.windows = WindowFanOut(clients, self)
+        # Limit -> connections the gateway's own listener closed (server/connections.py).
+        self.connection_hits: Mapping[str, int] = {} if connection_hits is None else connection_hits
         self._turn = itertools.count()
 
     def workers_view(self) -> list[dict[str, Any]]:
@@ -140,7 +143,15 @@ async def metrics(request: web.Request) -> web.Response:
     for w in gw.clients.workers.workers:
         up.add_metric([str(w.index)], 1.0 if w.index in texts else 0.0)
         restarts.add_metric([str(w.index)], float(w.restarts))
-    body = await in_thread(merge_metrics, texts, [up, restarts])
+    # The gateway's own connection refusals, beside the workers' request refusals.
+    hits = CounterMetricFamily(
+        "appliance_limit_hits",
+        "Refused by a configured limit (limits.*).",
+        labels=["limit", "worker"],
+    )
+    for limit, count in sorted(gw.connection_hits.items()):
+        hits.add_metric([limit, "gateway"], float(count))
+    body = await in_thread(merge_metrics, texts, [up, restarts, hits])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -43,8 +43,12 @@ def merge_metrics(texts: Mapping[int, str], own: Iterable[Metric] = ()) -> bytes
             label = str(index)
             for s in family.samples:
                 into.add_sample(s.name, {**s.labels, WORKER_LABEL: label}, s.value, s.timestamp)
+    for family in own:  # the supervisor's samples of a family the workers have join it
+        into = merged.setdefault(family.name, family)
+        if into is not family:
+            into.samples.extend(family.samples)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*merged.values(), *own]))
+    registry.register(_Families(merged.values()))
     return generate_latest(registry)
 
 

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from appliance.config import AppConfig, ConfigError
 from appliance.server.auth import AuthPolicy
+from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from appliance.server.serve import CLOSE_GRACE_S, EXIT_MARGIN_S
 from appliance.server.shutdown import InFlight, in_own_thread
 from appliance.sharding import Shard, assign
@@ -86,17 +87,23 @@ async def serve_workers(
     bound: list[str] = []  # the gateway's URL once it listens (the port may be 0 till then)
 
     def command(i: int) -> list[str]:
-        return options.command(i, socket_dir / f"w{i}.sock", shard, bound[0] if bound else None)
+        argv = options.command(i, socket_dir / f"w{i}.sock", shard, bound[0] if bound else None)
+        return [*argv, "--host", host]  # where viewers reach it: its WebRTC host candidate
 
     workers = WorkerSet(command, options.count, socket_dir)
     clients = WorkerClients(workers, policy.token, config.limits.request_timeout_s)
     ids = [s.id for s in (config if shard is None else shard.apply(config)).streams]
     owners = assign(ids, options.count)  # the rule each worker applies to itself
-    gateway = Gateway(clients, policy, None if shard is None else str(shard), owners)
+    # The public listener: slow and idle connections closed, the open ones capped, as a
+    # single process's (the workers' Unix sockets behind it need no per-client cap).
+    guard = ConnectionGuard(config.limits)
+    gateway = Gateway(
+        clients, policy, None if shard is None else str(shard), owners, connection_hits=guard.hits
+    )
     app = build_gateway(gateway, config.server.max_body_bytes)
     requests = InFlight()
     app.middlewares.append(requests.middleware())
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
+    runner = GuardedRunner(app, guard, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
     loop, stop = asyncio.get_running_loop(), stop or asyncio.Event()
     workers.on_fatal = functools.partial(loop.call_soon_threadsafe, stop.set)
     hangup: Callable[[], None] = functools.partial(_on_hangup, gateway, set())
@@ -108,6 +115,7 @@ async def serve_workers(
     await clients.open()
     watchdog: asyncio.Task[None] | None = None
     try:
+        raise_open_files_limit(config.limits)  # for the gateway's connections (workers: theirs)
         # First: a port in use starts no worker.
         port = await _listen(runner, host, port)
         bound.append(gateway_url(host, port))
