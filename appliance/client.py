@@ -9,6 +9,9 @@ come back as the server's own models (appliance/server/schemas.py: `RunResult`, 
 A non-2xx answer raises `ApplianceAPIError` built from the API's
 `{"error": {"code", "message", "details"}}` body; a server that cannot be reached raises
 `ApplianceConnectionError` naming the URL (credentials masked).
+
+`verify_webhook` and `ReplayGuard` (appliance/webhook_receiver.py) are for the other
+direction: a program that receives the appliance's webhooks checks each delivery.
 """
 
 from __future__ import annotations
@@ -37,6 +40,26 @@ from appliance.status import (
     StreamStatus,
     WindowStatus,
 )
+
+# The receiving side, for a program that takes the appliance's webhooks (docs/outputs.md).
+from appliance.webhook_receiver import (
+    ReplayGuard,
+    WebhookDelivery,
+    WebhookVerificationError,
+    verify_webhook,
+)
+
+__all__ = [
+    "TOKEN_ENV",
+    "ApplianceAPIError",
+    "ApplianceClient",
+    "ApplianceClientError",
+    "ApplianceConnectionError",
+    "ReplayGuard",
+    "WebhookDelivery",
+    "WebhookVerificationError",
+    "verify_webhook",
+]
 
 T = TypeVar("T")
 

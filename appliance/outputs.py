@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, SecretStr
 
 from appliance.config import ConfigError, OutputConfig, unknown_sink
+from appliance.errors import FileAccessError
 from appliance.files import FileKind, FilePolicy
 from appliance.masking import mask_url
 from appliance.metrics import Metrics
@@ -167,11 +168,11 @@ class Outputs:
         kind = str(cfg.model_dump()["type"])  # every sink config has one (sinks.registry)
         send = self._metrics.sink_send_seconds.labels(name)
         options: dict[str, Any] = {"observe_send": send.observe}
+        cfg = _with_checked_files(name, cfg, self._files)
         if kind == "webhook":
             options["data_dir"] = self._data_dir
         if kind == "mqtt":
             options["on_command"] = self._on_command
-            cfg = _with_checked_files(name, cfg, self._files)
             if isinstance(cfg, MqttConfig):
                 cfg = self._for_this_process(cfg)
         sink: Sink = sink_class(kind)(name, cfg, **options)
@@ -254,16 +255,28 @@ class Outputs:
                 seen[outcome] = now
 
 
+# A secret a sink may read from a file: the file's field, and the field it fills.
+_SECRET_FILES = {"password_file": "password", "secret_file": "secret"}
+
+
 def _with_checked_files(name: str, cfg: BaseModel, files: FilePolicy | None) -> BaseModel:
     """The sink's config with its TLS files checked by the access policy and made
     absolute (relative to the config file, like every path of the config), and a
-    `password_file` read through the policy into `password`."""
-    secret_file = getattr(cfg, "password_file", None)
-    if secret_file is not None and files is not None:
-        text = files.read_text(secret_file, FileKind.SECRET, f"sinks.{name}.password_file")
+    `password_file` or `secret_file` read through the policy into `password`, `secret`."""
+    commands = getattr(cfg, "commands", None)  # MQTT's commands.secret_file, the same way
+    if isinstance(commands, BaseModel):
+        read = _with_checked_files(f"{name}.commands", commands, files)
+        cfg = cfg.model_copy(update={"commands": read})
+    for file_field, value_field in _SECRET_FILES.items():
+        secret_file = getattr(cfg, file_field, None)
+        if secret_file is None or files is None:
+            continue
+        where = f"sinks.{name}.{file_field}"
         # One line: the value, without the newline an editor or `echo` adds.
-        secret = SecretStr(text.strip("\r\n"))
-        cfg = cfg.model_copy(update={"password": secret, "password_file": None})
+        text = files.read_text(secret_file, FileKind.SECRET, where).strip("\r\n")
+        if not text:  # a mount that did not happen: never sign or log in with ""
+            raise FileAccessError(FileKind.SECRET, str(secret_file), "empty", where, 422)
+        cfg = cfg.model_copy(update={value_field: SecretStr(text), file_field: None})
     tls = getattr(cfg, "tls", None)
     if tls is None or files is None:
         return cfg

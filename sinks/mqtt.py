@@ -4,7 +4,8 @@
     <prefix>/<stream>/events        one message per event (events.EventDetector)
     <prefix>/<stream>/status        retained: the stream's state and reason
     <prefix>/status                 retained "online"; the Last Will is "offline"
-    <prefix>/cmd/...                requests, when enabled (mqtt_commands)
+    <prefix>/cmd/...                requests, when enabled (mqtt_commands; signed: mqtt_auth)
+    <prefix>/cmd/reply              answers, or an MQTT 5 response topic under cmd/response/
 
 Threads: workers `offer` onto the OutboxQueue; paho's own network thread connects,
 reconnects with backoff and reports to the event loop (mqtt_client.Link); one loop task
@@ -44,7 +45,7 @@ from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction
 from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
-from sinks.mqtt_commands import CommandHandler, Request, answer
+from sinks.mqtt_commands import REPLY, CommandHandler, Request, answer
 from sinks.mqtt_config import MqttConfig
 
 log = logging.getLogger("sinks.mqtt")
@@ -101,6 +102,7 @@ class MqttSink:
         self._detectors: dict[str, EventDetector] = {}  # one per stream, fed by its worker
         self._snapshot_at: dict[str, float] = {}  # stream -> its last snapshot's done_mono
         self._commands: set[asyncio.Task[None]] = set()
+        self._refused = self._auth_refused = 0  # commands answered with an error; by auth
         self._closed = False  # stop() began: no more offers
         self._hanging_up = False  # stop() disconnects: the link going down is expected
         self._wake = asyncio.Event()  # something the delivery task waits on changed
@@ -113,6 +115,15 @@ class MqttSink:
         loop = asyncio.get_running_loop()
         self._queue.bind(loop)
         self._link = Link(self.name, self.config, self, loop)
+        commands = self.config.commands
+        if commands.enabled and commands.auth == "none":
+            log.warning(
+                "mqtt sink %s: commands are enabled without authentication: any client the "
+                "broker lets publish to %s/cmd/# can restart streams (set commands.auth: hmac, "
+                "and restrict the topic with broker ACLs: docs/security.md)",
+                self.name,
+                self._prefix,
+            )
         self._link.start()
         self._task = loop.create_task(self._deliver(), name=f"mqtt-{self.name}")
 
@@ -189,6 +200,7 @@ class MqttSink:
         self._put(msg)
 
     def status(self) -> SinkStatus:
+        commands = {"commands_refused": self._refused, "commands_auth_refused": self._auth_refused}
         return SinkStatus(
             name=self.name,
             type="mqtt",
@@ -202,6 +214,7 @@ class MqttSink:
                 "broker": f"{self.config.host}:{self.config.port}",
                 "connect_attempts": 0 if self._link is None else self._link.attempts,
                 "in_flight": len(self._unacked),
+                **(commands if self.config.commands.enabled else {}),
             },
         )
 
@@ -312,7 +325,10 @@ class MqttSink:
 
     async def _command(self, request: Request) -> None:
         body = await answer(request, self._on_command)
-        topic = request.reply_topic or f"{self._prefix}/cmd/reply"
+        self._refused += not body["ok"]
+        self._auth_refused += request.auth_refused
+        # parse() let through only a response topic under <prefix>/cmd/response/.
+        topic = request.reply_topic or f"{self._prefix}/{REPLY}"
         props = None
         if request.correlation is not None and self.config.protocol == "5":
             props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]

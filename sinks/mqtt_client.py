@@ -13,6 +13,7 @@ import logging
 import ssl
 import sys
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any, Protocol, cast
 
 import paho.mqtt.client as mqtt
@@ -20,6 +21,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from sinks.mqtt_auth import command_auth, signature_of
 from sinks.mqtt_commands import Request, parse
 from sinks.mqtt_config import MqttConfig
 
@@ -82,6 +84,7 @@ class Link:
     ) -> None:
         self.name, self.cfg, self._events, self._loop = name, cfg, events, loop
         self._prefix = cfg.topic_prefix
+        self._auth = command_auth(name, cfg.commands)  # used on paho's thread only
         self.attempts = 0  # connection attempts, each one counted by paho's thread
         self.client = client = build_client(cfg)
         client.on_pre_connect = self._on_pre_connect
@@ -161,13 +164,19 @@ class Link:
         self._post(self._events.acked, mid)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
-        props = msg.properties
+        props, payload = msg.properties, bytes(msg.payload)
         request = parse(
             msg.topic[len(self._prefix) + 1 :],
-            bytes(msg.payload),
+            payload,
             self.cfg.commands.max_payload_bytes,
             getattr(props, "ResponseTopic", None),
             getattr(props, "CorrelationData", None),
+            prefix=self._prefix,
         )
+        if request is not None and request.error is None and self._auth is not None:
+            header = signature_of(getattr(props, "UserProperty", None))
+            refusal = self._auth.refusal(msg.topic, payload, header)
+            if refusal is not None:
+                request = replace(request, error=refusal, auth_refused=True)
         if request is not None:
             self._post(self._events.request, request)

@@ -4,11 +4,17 @@
     <prefix>/cmd/streams/<id>/restart  {} or empty → on_command("restart", {"stream": id})
 
 The answer, `{"ok": true, "command": ..., "result": {...}}` or `{"ok": false, "error": ...}`,
-goes to the request's MQTT 5 response topic (with its correlation data) when it has one,
-else to `<prefix>/cmd/reply`, echoing the request's `id` (or `correlation`). A payload that
-is too large, not a JSON object, or names no known command is refused with an answer and
-never reaches the handler; a handler's KeyError / ValueError (an unknown stream, a bad
-argument) becomes an error answer with its message.
+goes to the request's MQTT 5 response topic (with its correlation data) when it has one
+under `<prefix>/cmd/response/`, else to `<prefix>/cmd/reply`, echoing the request's `id`
+(or `correlation`). The appliance publishes under its own prefix only: a response topic
+elsewhere would let any client make it publish, under its identity, where that client may
+not. So these are refused with an answer and never reach the handler: a payload that is
+too large or not a JSON object, a topic that names no known command, an `id` that is not
+an integer or a short printable string (nothing of it is echoed), a response topic outside
+`<prefix>/cmd/response/`, correlation data over MAX_CORRELATION_BYTES. `id` and
+`correlation` name the request; the handler gets the other keys as the command's
+arguments (the runtime validates them as the HTTP API does). A handler's KeyError /
+ValueError (an unknown stream, a bad argument) becomes an error answer with its message.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ CommandHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 log = logging.getLogger("sinks.mqtt")
 
 REPLY = "cmd/reply"  # under the prefix; our own answers, never read as requests
+RESPONSE = "cmd/response"  # under the prefix: the only place MQTT 5 response topics may name
+NAMING = ("id", "correlation")  # body keys that name the request; the rest are arguments
+MAX_ID_CHARS = 128  # an echoed string id
+MAX_ID = 2**63  # an echoed integer id lies in (-MAX_ID, MAX_ID): a 64-bit integer
+MAX_CORRELATION_BYTES = 128  # MQTT 5 correlation data echoed with the answer
+MAX_RESPONSE_CHARS = 256  # a response topic's levels below <prefix>/cmd/response/
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +48,8 @@ class Request:
     error: str | None = None
     reply_topic: str | None = None  # MQTT 5 response topic, when the request gave one
     correlation: bytes | None = None  # MQTT 5 correlation data, echoed with the answer
-    request_id: Any = None  # the body's "id" / "correlation", echoed in the answer
+    request_id: int | str | None = None  # the body's "id" / "correlation", echoed
+    auth_refused: bool = False  # refused by commands.auth (mqtt_auth)
 
 
 def parse(
@@ -45,9 +58,11 @@ def parse(
     max_bytes: int,
     reply_topic: str | None = None,
     correlation: bytes | None = None,
+    *,
+    prefix: str,
 ) -> Request | None:
-    """The request on topic `<prefix>/<rest>`; None for our own reply topic."""
-    if rest == REPLY or rest.startswith(REPLY + "/"):
+    """The request on topic `<prefix>/<rest>`; None for our own answers' topics."""
+    if any(rest == ours or rest.startswith(ours + "/") for ours in (REPLY, RESPONSE)):
         return None
     command, args = _route(rest)
     body: dict[str, Any] = {}
@@ -58,13 +73,56 @@ def parse(
         body, error = _body(payload)
     if error is None and command is None:
         error = f"unknown command topic {rest!r} (known: cmd/profiling, cmd/streams/<id>/restart)"
+    request_id, id_error = _request_id(body)
+    topic_error = _response_topic_refusal(reply_topic, prefix)
+    too_long = correlation is not None and len(correlation) > MAX_CORRELATION_BYTES
+    correlation_error = f"correlation data over {MAX_CORRELATION_BYTES} bytes" if too_long else None
     return Request(
         command=command or rest,
-        args={**body, **args},
-        error=error,
-        reply_topic=reply_topic,
-        correlation=correlation,
-        request_id=body.get("id", body.get("correlation")),
+        args={**{k: v for k, v in body.items() if k not in NAMING}, **args},
+        error=error or id_error or topic_error or correlation_error,
+        reply_topic=None if topic_error else reply_topic,
+        correlation=None if too_long else correlation,
+        request_id=None if id_error else request_id,
+    )
+
+
+def _request_id(body: dict[str, Any]) -> tuple[int | str | None, str | None]:
+    """The id to echo (None: none given), or why the request is refused: an id is an
+    integer or a string of at most MAX_ID_CHARS printable characters, never a structure."""
+    for key in NAMING:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < MAX_ID:
+            return value, None
+        if isinstance(value, str) and len(value) <= MAX_ID_CHARS and value.isprintable():
+            return value, None
+        return None, (
+            f"{key}: an integer or a string of at most {MAX_ID_CHARS} printable "
+            f"characters, got {_json_type(value)}"
+        )
+    return None, None
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
+    kind = names.get(type(value), "object")
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _response_topic_refusal(topic: str | None, prefix: str) -> str | None:
+    """Why the MQTT 5 response topic is refused (the answer then goes to cmd/reply)."""
+    base = f"{prefix}/{RESPONSE}/"
+    if topic is None:
+        return None
+    below = topic[len(base) :]
+    plain = not any(c in below for c in "+#\0")  # paho refuses to publish to a wildcard
+    if topic.startswith(base) and 0 < len(below) <= MAX_RESPONSE_CHARS and plain:
+        return None
+    return (
+        f"response topic refused: answers go only to a topic under {base} "
+        f"(at most {MAX_RESPONSE_CHARS} characters below it, no wildcards)"
     )
 
 

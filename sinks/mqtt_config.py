@@ -14,10 +14,12 @@ sinks:
     tls: {ca_file: /etc/ssl/ca.pem, cert_file: client.pem, key_file: client.key}
     queue: {max_messages: 10000, max_bytes: 16777216}
     reconnect: {initial_s: 0.5, max_s: 30}
-    commands: {enabled: false, max_payload_bytes: 4096}
+    commands: {enabled: false, max_payload_bytes: 4096, auth: none}
+    # signed commands (MQTT 5 only): {enabled: true, auth: hmac, secret_file: /run/secrets/cmd}
 ```
 
-TLS paths are accepted as paths here; the runtime checks them through its file policy.
+TLS paths and secret files are accepted as paths here; the runtime checks them (and reads
+the secret files) through its file policy.
 """
 
 from __future__ import annotations
@@ -78,10 +80,29 @@ class MqttBackoff(_Frozen):
 
 
 class MqttCommands(_Frozen):
-    """`<prefix>/cmd/...` requests; off unless enabled (they restart streams)."""
+    """`<prefix>/cmd/...` requests; off unless enabled (they restart streams).
+
+    `auth: hmac` refuses every request that does not carry a valid `signature` (MQTT 5
+    user property, sinks.signing's scheme over the request's topic and payload) made with
+    `secret` within `tolerance_s` of now, or that repeats one already seen."""
 
     enabled: bool = False
     max_payload_bytes: Annotated[int, Field(ge=16, le=MIB)] = 4096
+    auth: Literal["none", "hmac"] = "none"
+    secret: SecretStr | None = Field(default=None, min_length=1, repr=False)  # the HMAC key
+    # The key read from a file instead (a mounted secret), through the file policy.
+    secret_file: Path | None = None
+    # How far a signed time may be from the appliance's clock, seconds (Stripe's default).
+    tolerance_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+
+    @model_validator(mode="after")
+    def _one_secret_for_hmac(self) -> MqttCommands:
+        given = (self.secret is not None) + (self.secret_file is not None)
+        if self.auth == "hmac" and given != 1:
+            raise ValueError("auth: hmac needs one of secret, secret_file")
+        if self.auth == "none" and given:
+            raise ValueError("secret, secret_file: only with auth: hmac")
+        return self
 
 
 class MqttSnapshots(_Frozen):
@@ -133,4 +154,8 @@ class MqttConfig(_Frozen):
             raise ValueError("password and password_file: give one")
         if (self.password or self.password_file) is not None and self.username is None:
             raise ValueError("password needs username")
+        if self.commands.auth == "hmac" and self.protocol != "5":
+            raise ValueError(
+                'commands.auth: hmac needs protocol "5" (the signature is an MQTT 5 user property)'
+            )
         return self

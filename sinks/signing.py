@@ -7,15 +7,18 @@ As Stripe's and Slack's schemes do: the HMAC covers the Unix time `t` (seconds),
 message's id (a webhook's delivery id, an MQTT command's topic) and the body bytes
 exactly as sent, so neither a replayed old message nor a body moved to another id
 verifies. A receiver accepts `t` within `tolerance_s` of its own clock (default 300 s,
-Stripe's) and drops an id it has already seen inside that window. `v1` names the scheme:
-a later one can be sent beside it while receivers move over.
+Stripe's) and drops an id it has already seen inside that window (`ReplayGuard`). `v1`
+names the scheme: a later one can be sent beside it while receivers move over, and a
+sender rotating its key sends two `v1` values, one per key, while receivers move over.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 import time
+from collections import OrderedDict
 
 SCHEME = "v1"
 DEFAULT_TOLERANCE_S = 300.0  # five minutes, as Stripe's libraries default to
@@ -79,3 +82,50 @@ def _parse(header: str) -> tuple[int, list[str]]:
     if timestamp is None or not digests:
         raise SignatureError(f"malformed signature: expected t=<unix time>,{SCHEME}=<hex>")
     return timestamp, digests
+
+
+class ReplayGuard:
+    """The message ids accepted within the tolerance window, to drop a second message
+    with one: a replay inside the window (or a webhook retry whose 2xx answer was lost).
+    Bounded: at most `max_ids` ids, the oldest dropped first, each kept until every
+    signature of it is out of the window (a retry is signed afresh: it extends it).
+    Thread-safe. `forget` an id whose handling failed, so that its retry is accepted."""
+
+    def __init__(self, tolerance_s: float = DEFAULT_TOLERANCE_S, max_ids: int = 100_000) -> None:
+        if tolerance_s <= 0 or max_ids < 1:
+            raise ValueError(f"tolerance_s {tolerance_s} must be > 0, max_ids {max_ids} >= 1")
+        self._tolerance_s = tolerance_s
+        self._max_ids = max_ids
+        self._until: OrderedDict[str, float] = OrderedDict()  # id -> when its last verifies
+        self._lock = threading.Lock()
+
+    def accept(self, message_id: str, timestamp: int, now: float | None = None) -> bool:
+        """True the first time `message_id` comes within the window, False after.
+        `timestamp`: the verified signature's time (what `verify` returned)."""
+        now = time.time() if now is None else now
+        until = timestamp + self._tolerance_s  # a signature at `timestamp` verifies till then
+        with self._lock:
+            self._expire(now)
+            seen = message_id in self._until
+            self._until[message_id] = max(until, self._until.get(message_id, until))
+            self._until.move_to_end(message_id)
+            if len(self._until) > self._max_ids:
+                self._until.popitem(last=False)
+        return not seen
+
+    def forget(self, message_id: str) -> None:
+        """Accept `message_id` again (its handling failed: let its retry through)."""
+        with self._lock:
+            self._until.pop(message_id, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._until)
+
+    def _expire(self, now: float) -> None:
+        # Ids come in about the order they expire: stop at the first still in the window.
+        while self._until:
+            oldest, until = next(iter(self._until.items()))
+            if until >= now:
+                return
+            del self._until[oldest]

@@ -77,6 +77,10 @@ class WebhookSink:
     ) -> None:
         if not _NAME.fullmatch(name):
             raise ValueError(f"sink name {name!r}: expected {_NAME.pattern}")
+        if config.secret_file is not None and config.secret is None:
+            # sinks/ has no file policy: the runtime reads the file (appliance/outputs.py).
+            # Never send unsigned what the config asked to sign.
+            raise ValueError(f"sinks.{name}.secret_file: not read (only the runtime reads it)")
         self.name = name
         self.config = config
         self._url = safe_url(config.url)

@@ -1,30 +1,34 @@
 """One webhook POST and what its outcome means: the config, the request's headers and
 signature, and the classification of the answer (sent, retry, or give up).
 
-Semantics, as GitHub's and Stripe's webhooks have them: the body is signed with
-HMAC-SHA256 (`X-Appliance-Signature: sha256=<hex>`), every attempt of one delivery
-carries the same `X-Appliance-Delivery` id so a receiver can drop duplicates, 2xx is
-success, 429 and 5xx and network failures are retried, any other answer is final.
+Semantics, as GitHub's and Stripe's webhooks have them: every attempt of one delivery
+carries the same `X-Appliance-Delivery` id so a receiver can drop duplicates, and is
+signed afresh (`X-Appliance-Signature: t=<unix>,v1=<hex>`, sinks/signing.py) over its
+time, that id and the body, so a receiver can refuse a replay; 2xx is success, 429 and
+5xx and network failures are retried, any other answer is final.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from sinks import signing
 from sinks.deadletter import DeadLetterConfig, MiB
 from sinks.retry import BackoffConfig, retry_after_s
 
 ANSWER_BYTES = 1024  # of a refused answer kept for the dead letter: enough for an error
+EVENT_HEADER = "X-Appliance-Event"  # "prediction"
+DELIVERY_HEADER = "X-Appliance-Delivery"  # the delivery's id, the same on every attempt
+SIGNATURE_HEADER = "X-Appliance-Signature"  # sinks.signing's `t=...,v1=...`
 RESERVED_HEADERS = frozenset(
-    {"content-type", "x-appliance-event", "x-appliance-delivery", "x-appliance-signature"}
+    h.lower() for h in ("Content-Type", EVENT_HEADER, DELIVERY_HEADER, SIGNATURE_HEADER)
 )
 try:
     USER_AGENT = f"appliance/{version('appliance')}"
@@ -46,7 +50,11 @@ class WebhookConfig(_Strict):
 
     type: Literal["webhook"]
     url: str  # http or https; userinfo and query are never logged
-    secret: Annotated[str | None, Field(min_length=1, repr=False)] = None  # HMAC key
+    # The HMAC key of X-Appliance-Signature; never logged, never in status or repr.
+    secret: Annotated[SecretStr | None, Field(min_length=1, repr=False)] = None
+    # The key read from a file instead (a mounted Kubernetes or Docker secret): the
+    # appliance reads it through its file policy when the sink starts.
+    secret_file: Path | None = None
     # Extra headers (an API key, say): values are secrets, never logged or shown.
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0  # one attempt, connect to answer
@@ -79,6 +87,12 @@ class WebhookConfig(_Strict):
             raise ValueError(f"line breaks or NUL in header {', '.join(bad)}")
         return v
 
+    @model_validator(mode="after")
+    def _one_secret(self) -> WebhookConfig:
+        if self.secret is not None and self.secret_file is not None:
+            raise ValueError("secret and secret_file: give one")
+        return self
+
 
 def safe_url(url: str) -> str:
     """`scheme://host:port/path` only: userinfo and query may hold credentials, and
@@ -103,17 +117,18 @@ class Attempt:
 
 
 def headers_for(config: WebhookConfig, event: str, delivery_id: str, body: bytes) -> dict[str, str]:
-    """The request's headers; the signature covers exactly `body`, the bytes sent."""
+    """The request's headers, signed now: the signature covers the current time, the
+    delivery id and exactly `body`, the bytes sent."""
     headers = {
         **config.headers,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        "X-Appliance-Event": event,
-        "X-Appliance-Delivery": delivery_id,
+        EVENT_HEADER: event,
+        DELIVERY_HEADER: delivery_id,
     }
     if config.secret is not None:
-        digest = hmac.new(config.secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-        headers["X-Appliance-Signature"] = f"sha256={digest}"
+        key = config.secret.get_secret_value().encode("utf-8")
+        headers[SIGNATURE_HEADER] = signing.sign(key, delivery_id, body)
     return headers
 
 

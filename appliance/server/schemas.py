@@ -30,7 +30,8 @@ class ValidateRequest(_Request):
 
 
 class ProfilingRequest(_Request):
-    """One on-demand profiling window."""
+    """One on-demand profiling window: POST /v1/profiling's body, and the arguments of
+    the MQTT `profiling` command (appliance/commands.py), validated strictly by both."""
 
     duration_s: float = Field(
         gt=0, allow_inf_nan=False, description="seconds, at most profiling.max_window_s"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceClientError
-from appliance.commands import profiling_args, stream_id, unknown_command
+from appliance.commands import profiling_request, stream_id, unknown_command
 from appliance.config import AppConfig
 from appliance.server.auth import TOKEN_ENV
 from appliance.status import as_json
@@ -53,7 +53,9 @@ def _forward(client: ApplianceClient, name: str, args: dict[str, Any]) -> dict[s
             stream = client.restart_stream(stream_id(args))
             return {"stream": stream.id, "state": stream.state}
         if name == "profiling":
-            return as_json(client.start_profiling(*profiling_args(args)))  # type: ignore[no-any-return]
+            body = profiling_request(args)  # refused here as the gateway would refuse it
+            window = client.start_profiling(body.duration_s, body.streams, body.ort_operators)
+            return as_json(window)  # type: ignore[no-any-return]
     except ApplianceAPIError as exc:
         raise (KeyError if exc.status == 404 else ValueError)(exc.message) from None
     except ApplianceClientError as exc:  # the gateway did not answer: stopping, or gone

@@ -5,6 +5,9 @@ from a script and recording it; tests wait for N requests on a condition, never 
     with Receiver([Answer(500), Answer(500)]) as rx:  # then 200 for every later request
         ...
         first, second, third = rx.wait_for(3)
+
+A `check` answers before the script does, as a real receiver that verifies signatures
+would: `Receiver(check=lambda headers, body: None if ok(...) else Answer(401))`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 T = TypeVar("T")
+Check = Callable[[Mapping[str, str], bytes], "Answer | None"]  # an answer refuses the request
 WAIT_S = 10.0  # default wait for requests or loop calls: generous for a loaded CI machine
 
 
@@ -85,11 +89,18 @@ def bound_socket(port: int = 0) -> socket.socket:
 
 
 class Receiver:
-    """POST endpoint at `url`; answers come from `script` in order, then `default`."""
+    """POST endpoint at `url`; answers come from `check`, if it refuses the request, else
+    from `script` in order, then `default`."""
 
     def __init__(
-        self, script: Sequence[Answer] = (), *, port: int = 0, default: Answer = Answer()
+        self,
+        script: Sequence[Answer] = (),
+        *,
+        port: int = 0,
+        default: Answer = Answer(),
+        check: Check | None = None,
     ) -> None:
+        self._check = check
         self._script = list(script)
         self._default = default
         self._requests: list[Request] = []
@@ -141,9 +152,10 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        refused = self._check(request.headers, body) if self._check is not None else None
         with self._cond:
-            answer = self._script.pop(0) if self._script else self._default
-            headers = {k.lower(): v for k, v in request.headers.items()}
+            answer = refused or (self._script.pop(0) if self._script else self._default)
             self._requests.append(Request(time.monotonic(), headers, body, answer))
             self._cond.notify_all()
         if answer.hang:

@@ -389,9 +389,9 @@ def test_commands_run_through_the_handler_and_bad_ones_are_refused(
     assert errors[2] == f"payload too large: {len(big)} bytes > 256"
     assert errors[3].startswith("unknown command topic 'cmd/reboot'")
     assert sorted(handler.calls, key=str) == [  # refused requests never reach it
-        ("profiling", {"id": 2, "seconds": 5}),
-        ("restart", {"id": "r1", "stream": "cam"}),
-        ("restart", {"id": "r3", "stream": "nope"}),
+        ("profiling", {"seconds": 5}),  # `id` names the request: not an argument
+        ("restart", {"stream": "cam"}),
+        ("restart", {"stream": "nope"}),
     ]
     assert all(m.topic == "t/cmd/reply" for m in msgs)
 
@@ -400,9 +400,9 @@ def test_mqtt5_reply_goes_to_the_response_topic_with_correlation(
     mosquitto: Broker, subscriber: Any, sink_loop: SinkLoop, sink_log: LogWatch
 ) -> None:
     commands_sink(mosquitto, sink_loop, sink_log)
-    client: Subscriber = subscriber(mosquitto, "replies/me", protocol=mqtt.MQTTv5)
+    client: Subscriber = subscriber(mosquitto, "t/cmd/response/me", protocol=mqtt.MQTTv5)
     props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    props.ResponseTopic = "replies/me"
+    props.ResponseTopic = "t/cmd/response/me"
     props.CorrelationData = b"req-42"
     client.publish("t/cmd/streams/cam/restart", b"", props)
     reply = client.wait_for(lambda m: len(m) == 1)[0]

@@ -1,11 +1,10 @@
 """A stream's results reach a real webhook receiver through the runtime's outputs: the
-config declares the sink, the stream names it with a filter; a receiver that hangs costs
-the stream nothing (its results are dropped at the sink's bound, and counted)."""
+config declares the sink, the stream names it with a filter; the key may come from a
+`secret_file`, read through the file policy; a receiver that hangs costs the stream
+nothing (its results are dropped at the sink's bound, and counted)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from appliance.client import verify_webhook
 from appliance.config import parse_config
+from appliance.errors import FileAccessError, LimitError
 from appliance.runtime import Runtime
 from tests.server.live import wait_for
 from tests.sinks.receiver import Answer, Receiver
@@ -30,9 +31,12 @@ def start(tmp_path: Path) -> Iterator[Start]:
     started: list[Runtime] = []
 
     def run(url: str, output: dict[str, Any], **hook: Any) -> Runtime:
+        """`hook`'s fields override the sink's; a field given None is left out."""
+        sink = {k: v for k, v in {"type": "webhook", "url": url, "secret": SECRET, **hook}.items()
+                if v is not None}  # fmt: skip
         doc = {
             "models": {"person": person_model()},
-            "sinks": {"hook": {"type": "webhook", "url": url, "secret": SECRET, **hook}},
+            "sinks": {"hook": sink},
             "streams": [{"id": "cam", "workflow": detect_workflow(), "outputs": [output],
                          "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}}],
         }  # fmt: skip
@@ -51,9 +55,8 @@ def test_results_arrive_signed_in_order_at_the_filtered_rate(start: Start) -> No
         rt = start(rx.url, {"sink": "hook", "every_s": 0.2})
         got = rx.wait_for(4, WAIT_S)
         for request in got:
-            signature = hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
-            assert request.headers["x-appliance-signature"] == f"sha256={signature}"
-            assert request.headers["x-appliance-event"] == "prediction"
+            delivery = verify_webhook(SECRET, request.headers, request.body)
+            assert delivery.event == "prediction"
             body = request.json()
             assert body["stream"] == "cam" and set(body["outputs"]) == {"people"}
         seqs = [r.json()["seq"] for r in got]
@@ -81,3 +84,34 @@ def test_a_hanging_receiver_costs_the_stream_nothing(start: Start) -> None:
         assert len(rx.requests) == 1  # all the while, the first delivery hung
         status = rt.outputs.statuses()[0]
         assert status.queue_depth <= 5 and status.dropped >= 10
+
+
+def test_the_key_can_come_from_a_secret_file(start: Start, tmp_path: Path) -> None:
+    """`secret_file` (a mounted secret): read at start through the file policy, its
+    trailing newline dropped; deliveries verify with it; it shows nowhere."""
+    (tmp_path / "hook-secret").write_text("key-from-a-file\n")
+    with Receiver() as rx:
+        rt = start(rx.url, {"sink": "hook", "every_s": 0.5}, secret=None, secret_file="hook-secret")
+        got = rx.wait_for(2, WAIT_S)
+        for request in got:
+            verify_webhook("key-from-a-file", request.headers, request.body)
+        status = rt.outputs.statuses()[0]
+        assert status.up and "key-from-a-file" not in repr(status)
+
+
+@pytest.mark.parametrize(
+    ("content", "refused", "why"),
+    [
+        (None, FileAccessError, "file not found"),
+        ("x" * 10_000, LimitError, "over the size limit"),  # a key is small: 4 KiB at most
+        ("\n", FileAccessError, "empty"),  # a mount that did not happen
+    ],
+)
+def test_a_bad_secret_file_is_a_clear_error(
+    start: Start, tmp_path: Path, content: str | None, refused: type[Exception], why: str
+) -> None:
+    if content is not None:
+        (tmp_path / "hook-secret").write_text(content)
+    with pytest.raises(refused, match=why) as caught:
+        start("http://127.0.0.1:9/hook", {"sink": "hook"}, secret=None, secret_file="hook-secret")
+    assert "sinks.hook.secret_file: " in str(caught.value) and "hook-secret" in str(caught.value)

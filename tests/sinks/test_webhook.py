@@ -1,19 +1,20 @@
 """The webhook sink against a real aiohttp receiver on a loopback port: what is sent
-(body, headers, signature), retries and Retry-After, dead letters, bounds while the
-endpoint hangs, and shutdown. The sink runs on its own loop thread; the test thread plays
+(body, headers, a signature the client's `verify_webhook` takes, and refuses replayed or
+moved), retries and Retry-After, dead letters, bounds while the endpoint hangs, and
+shutdown. The sink runs on its own loop thread; the test thread plays
 the stream worker that calls `offer`."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -24,10 +25,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from appliance.client import WebhookDelivery, WebhookVerificationError, verify_webhook
 from pipelines.types import FrameResult
 from sinks.deadletter import DeadLetterConfig, DeadLetterFile
 from sinks.messages import prediction
 from sinks.retry import BackoffConfig, backoff_delay, retry_after_s
+from sinks.signing import DEFAULT_TOLERANCE_S, ReplayGuard
 from sinks.webhook import WebhookConfig, WebhookSink
 from sinks.webhook_http import safe_url
 from tests.sinks.receiver import WAIT_S, Answer, LoopThread, Receiver, Request, bound_socket
@@ -82,9 +85,9 @@ def dead_letters(sink: WebhookSink) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def signature_ok(request: Request, secret: str) -> bool:
-    want = "sha256=" + hmac.new(secret.encode(), request.body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(want, request.headers["x-appliance-signature"])
+def verified(request: Request, secret: str = SECRET) -> WebhookDelivery:
+    """The request's delivery, checked as a receiver would (WebhookVerificationError)."""
+    return verify_webhook(secret, request.headers, request.body)
 
 
 class LogWaiter(logging.Handler):
@@ -135,7 +138,10 @@ def test_deliveries_carry_body_ids_and_a_valid_signature(tmp_path: Path) -> None
         assert req.headers["content-type"] == "application/json"
         assert req.headers["x-appliance-event"] == "prediction"
         assert req.headers["authorization"] == "Bearer api-key-1"
-        assert signature_ok(req, SECRET)
+        delivery = verified(req)
+        assert delivery.id == req.headers["x-appliance-delivery"]
+        assert delivery.event == "prediction"
+        assert abs(delivery.timestamp - time.time()) < 60  # signed when sent
     assert sorted((r.json() for r in got), key=lambda m: m["seq"]) == [
         prediction(frame_result(seq)) for seq in range(3)
     ]
@@ -145,6 +151,7 @@ def test_deliveries_carry_body_ids_and_a_valid_signature(tmp_path: Path) -> None
     assert (status.sent, status.retried, status.dropped, status.state) == (3, 0, 0, "stopped")
     assert len(sent_s) == 3 and all(s > 0 for s in sent_s)
     assert SECRET not in repr(cfg) and "api-key-1" not in repr(cfg)
+    assert SECRET not in repr(status) and SECRET not in str(cfg.model_dump())
 
 
 def test_500s_then_recovery_deliver_once_with_the_same_id(tmp_path: Path) -> None:
@@ -156,7 +163,8 @@ def test_500s_then_recovery_deliver_once_with_the_same_id(tmp_path: Path) -> Non
             lt.call(sink.stop(5.0))
     assert [r.answer.status for r in rx.requests] == [500, 500, 500, 200]
     assert len({r.headers["x-appliance-delivery"] for r in got}) == 1
-    assert all(signature_ok(r, SECRET) and r.body == got[0].body for r in got)
+    assert all(verified(r).id == got[0].headers["x-appliance-delivery"] for r in got)
+    assert all(r.body == got[0].body for r in got)
     status = sink.status()
     assert (status.sent, status.retried, status.dead_lettered) == (1, 3, 0)
     assert dead_letters(sink) == []
@@ -171,6 +179,102 @@ def test_429_retry_after_is_honoured(tmp_path: Path) -> None:
     # The backoff alone would wait 0.01 s: the gap is the server's 1 s.
     assert second.time - first.time >= 0.95
     assert second.headers["x-appliance-delivery"] == first.headers["x-appliance-delivery"]
+    assert sink.status().sent == 1
+
+
+# -- signatures: what a receiver refuses ----------------------------------------------
+def refuse_unverified(headers: Mapping[str, str], body: bytes, now: float | None = None) -> Any:
+    """A receiver's check with the client's helper: 401 for what does not verify."""
+    try:
+        verify_webhook(SECRET, headers, body, now=now)
+    except WebhookVerificationError as exc:
+        return Answer(401, str(exc).encode())
+    return None
+
+
+def deliveries(n: int, tmp_path: Path, secret: str = SECRET) -> list[Request]:
+    """`n` deliveries as a receiver got them from a sink signing with `secret`."""
+    with Receiver() as rx:
+        sink = WebhookSink("hook", make_config(rx.url, secret=secret), data_dir=tmp_path)
+        with running(sink) as lt:
+            for seq in range(n):
+                sink.offer(frame_result(seq))
+            got = rx.wait_for(n)
+            lt.call(sink.stop(5.0))
+    return got
+
+
+def replay(url: str, request: Request) -> int:
+    """POST `request`'s headers and body again, as an attacker who recorded it would."""
+    headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+    req = urllib.request.Request(url, request.body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=WAIT_S) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_verifying_receiver_takes_signed_deliveries_and_refuses_a_wrong_key(
+    tmp_path: Path,
+) -> None:
+    with Receiver(check=refuse_unverified) as rx:
+        for name, secret in (("good", SECRET), ("bad", "another-key")):
+            sink = WebhookSink(name, make_config(rx.url, secret=secret), data_dir=tmp_path)
+            with running(sink) as lt:
+                sink.offer(frame_result(1))
+                sink.offer(frame_result(2))
+                rx.wait_for(2 if name == "good" else 4)
+                lt.call(sink.stop(5.0))
+            statuses = [r.answer.status for r in rx.requests[-2:]]
+            assert statuses == ([200, 200] if name == "good" else [401, 401]), name
+    # A 401 is final: the wrong key's deliveries are dead letters, saying why.
+    assert sink.status().dead_lettered == 2
+    assert all("does not match" in d["answer"] for d in dead_letters(sink))
+
+
+def test_a_delivery_replayed_after_the_tolerance_is_refused(tmp_path: Path) -> None:
+    [original] = deliveries(1, tmp_path)
+    delivery = verified(original)
+    later = delivery.timestamp + DEFAULT_TOLERANCE_S + 1  # the receiver's clock, replayed
+    with pytest.raises(WebhookVerificationError, match="tolerance 300 s"):
+        verify_webhook(SECRET, original.headers, original.body, now=later)
+    # The same request sent again to a receiver whose clock is past the window: refused.
+    with Receiver(check=lambda h, b: refuse_unverified(h, b, now=later)) as rx:
+        assert replay(rx.url, original) == 401
+        assert b"replay" in rx.wait_for(1)[0].answer.body
+    # Within the window the signature still verifies: the replay guard drops the id.
+    guard = ReplayGuard()
+    assert guard.accept(delivery.id, delivery.timestamp)
+    again = verified(original)
+    assert not guard.accept(again.id, again.timestamp)
+
+
+def test_a_body_moved_under_another_delivery_id_is_refused(tmp_path: Path) -> None:
+    first, second = deliveries(2, tmp_path)
+    other_id = second.headers["x-appliance-delivery"]
+    moved = {**first.headers, "x-appliance-delivery": other_id}
+    with pytest.raises(WebhookVerificationError, match="does not match"):
+        verify_webhook(SECRET, moved, first.body)  # first's body and signature, second's id
+    with pytest.raises(WebhookVerificationError, match="does not match"):
+        verify_webhook(SECRET, first.headers, second.body)  # another body, first's signature
+    # An id with a '.' could move bytes between the id and the body: never a delivery id.
+    shifted = {**first.headers, "x-appliance-delivery": first.headers["x-appliance-delivery"] + "."}
+    with pytest.raises(WebhookVerificationError, match="not a delivery id"):
+        verify_webhook(SECRET, shifted, first.body[1:])
+
+
+def test_a_retry_is_signed_afresh_with_the_same_id(tmp_path: Path) -> None:
+    """Each attempt is signed when it is sent: a retry after 2 s carries a later time (a
+    signature made once, at offer, would age out of a receiver's window while retrying)."""
+    with Receiver([Answer(503, headers={"Retry-After": "2"})]) as rx:
+        sink = WebhookSink("hook", make_config(rx.url, secret=SECRET), data_dir=tmp_path)
+        with running(sink):
+            sink.offer(frame_result(1))
+            first, second = rx.wait_for(2)
+    one, two = verified(first), verified(second)
+    assert one.id == two.id and first.body == second.body
+    assert two.timestamp >= one.timestamp + 1
     assert sink.status().sent == 1
 
 
@@ -307,6 +411,8 @@ def test_a_sink_stopped_before_it_started_dead_letters_what_it_held(tmp_path: Pa
         {"backoff": {"initial_s": 10, "max_s": 1}},
         {"retries": -1},
         {"unknown": 1},
+        {"secret": ""},
+        {"secret": "key", "secret_file": "/run/secrets/hook"},
     ],
 )
 def test_bad_configs_are_refused(fields: dict[str, Any]) -> None:
@@ -317,6 +423,14 @@ def test_bad_configs_are_refused(fields: dict[str, Any]) -> None:
 def test_bad_sink_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sink name"):
         WebhookSink("../x", make_config("http://127.0.0.1/h"), data_dir=tmp_path)
+
+
+def test_a_secret_file_the_runtime_did_not_read_is_refused(tmp_path: Path) -> None:
+    """The runtime reads `secret_file` (through its file policy) into `secret`; a sink
+    given the path alone would send unsigned what the config asked to sign."""
+    cfg = make_config("http://127.0.0.1/h", secret_file="/run/secrets/hook")
+    with pytest.raises(ValueError, match=r"sinks\.hook\.secret_file: not read"):
+        WebhookSink("hook", cfg, data_dir=tmp_path)
 
 
 def test_safe_url_shows_no_credentials() -> None:
