@@ -46,8 +46,10 @@ class LatestResults:
         return self._latest.get(stream_id)
 
     def forget(self, stream_id: str) -> None:
-        """A removed stream's last result goes with it."""
+        """A removed stream's last result goes with it; its readers' waits end now, so
+        they see at once that it is gone."""
         self._latest.pop(stream_id, None)
+        self._wake(stream_id)
 
     async def wait_newer(self, stream_id: str, count: int, timeout: float) -> Latest | None:
         """The newest result once the stream has published more than `count`; None on
@@ -82,7 +84,7 @@ class LatestResults:
 
     def _wake(self, stream_id: str) -> None:
         with self._lock:
-            waiting, self._waiters[stream_id] = self._waiters.get(stream_id, []), []
+            waiting = self._waiters.pop(stream_id, [])
         for loop, waiter in waiting:
             loop.call_soon_threadsafe(_resolve, waiter)
 

@@ -27,8 +27,11 @@ from appliance.server.webrtc import WebRtcSessions
 __all__ = ["RUNTIME", "build_app"]
 
 
-def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
-    """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind)."""
+def build_app(
+    runtime: Runtime, policy: AuthPolicy, bind_host: str | None = None
+) -> web.Application:
+    """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind);
+    `bind_host`, the address served on, is WebRTC's host candidate by default."""
     policy = dataclasses.replace(policy, open_paths=PROBES, public_paths=PUBLIC)
     max_body = runtime.config.server.max_body_bytes
     limits = runtime.limits
@@ -49,7 +52,7 @@ def build_app(runtime: Runtime, policy: AuthPolicy) -> web.Application:
         # add_route, not add_get: no implicit HEAD routes the document would not list.
         app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
     app[OPENAPI] = build_openapi(ROUTES, policy)
-    sessions = app[WEBRTC] = WebRtcSessions(runtime, runtime.config.webrtc)
+    sessions = app[WEBRTC] = WebRtcSessions(runtime, runtime.config.webrtc, bind_host)
     app.on_shutdown.append(lambda _: sessions.close_all())
     return app
 

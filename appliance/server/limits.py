@@ -66,7 +66,9 @@ class WorkSlots:
 
 class Watchers:
     """At most `size` long-lived readers (server-sent events, MJPEG) at once; the next
-    is refused with 429. On the event loop only."""
+    is refused with 429. A reader's slot is free again within readers.WATCH_S of its
+    client leaving or its stream being removed, due a result or not. On the event loop
+    only."""
 
     def __init__(self, size: int) -> None:
         self.size = size

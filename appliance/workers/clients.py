@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from appliance.server.errors import ApiError
+from appliance.server.readers import client_gone
 from appliance.workers.procs import WorkerSet
 
 # Not forwarded either way: they describe one connection, not the message (RFC 9110 7.6.1),
@@ -127,14 +128,27 @@ class WorkerClients:
 async def _stream_through(
     request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str]
 ) -> web.StreamResponse:
-    """Copy chunks until either side ends: the viewer leaving closes the worker's side."""
+    """Copy chunks until either side ends: the viewer leaving closes the worker's side,
+    at once even while the worker has nothing to send (a camera offline), so the worker's
+    reader ends and frees its watcher slot (server/readers.py)."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
+    copy = asyncio.ensure_future(_copy(upstream, response))
+    gone = asyncio.ensure_future(client_gone(request))
+    try:
+        await asyncio.wait({copy, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        copy.cancel()
+        gone.cancel()
+        await asyncio.gather(copy, gone, return_exceptions=True)
+    return response
+
+
+async def _copy(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
     with contextlib.suppress(aiohttp.ClientError, ConnectionError):
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)
         await response.write_eof()
-    return response
 
 
 def _why(exc: BaseException) -> str:

@@ -176,3 +176,24 @@ def test_sighup_reloads_and_a_bad_file_does_not_stop_the_server(
     ids = [s["id"] for s in served.json("/v1/streams")["streams"]]
     assert ids == ["a", "b"]
     assert served.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    "query, detail",
+    [("dry_run=false&dry_run=true", "dry_run: given 2 times (give it once: true or false)"),
+     ("dry_run=true&dry_run=true", "dry_run: given 2 times (give it once: true or false)"),
+     ("dry_run=1", "dry_run: true or false"),
+     ("dry_run=0", "dry_run: true or false"),
+     ("dry_run=True", "dry_run: true or false"),
+     ("dry_run=", "dry_run: true or false")],
+)  # fmt: skip
+def test_dry_run_is_true_or_false_given_once(
+    live_server: LiveFactory, query: str, detail: str
+) -> None:
+    server = live_server(config_doc())
+    rewrite(server, config_doc(draw_stream("new")))
+    reply = server.call("POST", f"/v1/config/reload?{query}")
+    assert (reply.status, reply.error["details"]) == (422, [detail]), reply.body
+    assert "new" not in server.runtime.streams  # refused: nothing applied
+    applied = server.call("POST", "/v1/config/reload?dry_run=false")
+    assert (applied.status, applied.json()["added"]) == (200, ["new"])

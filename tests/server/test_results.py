@@ -1,6 +1,7 @@
 """A stream's results over HTTP on a live server: the newest result, a JPEG snapshot at
 the stream's frame size, server-sent events in order (a slow reader skips, the stream
-goes on), MJPEG, and the bound on readers."""
+goes on), MJPEG, and the bound on readers: a reader that leaves, or whose stream is
+removed, frees its slot at once, even while nothing is due to it."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import Any
 
 import av
 import cv2
 import numpy as np
+import pytest
 
+from appliance.server.context import WATCHERS
 from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for
-from tests.support.appliance import DEMO_CLIP
+from tests.support.appliance import DEMO_CLIP, detect_workflow
 
 
 def clip_size() -> tuple[int, int]:
@@ -149,3 +152,80 @@ def test_event_streams_end_when_the_appliance_stops(live_server: LiveFactory) ->
         reader.start()
         assert server.stop()
         assert ended.wait(WAIT_S)
+
+
+OFFLINE = "rtsp://127.0.0.1:1/none"  # nothing listens there: a camera that never answers
+LEFT_S = 8.0  # a reader that left frees its slot well before this (SSE's heartbeat: 15 s)
+
+
+def offline_stream(stream_id: str) -> dict[str, Any]:
+    return {"id": stream_id, "source": {"url": OFFLINE, "open_timeout_s": 2},
+            "workflow": detect_workflow()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def idle_server(module_server: LiveFactory) -> LiveServer:
+    """`cam` (the clip, live) and `gone` (a camera that never answers), two readers at most."""
+    doc = config_doc(demo_stream("cam"), offline_stream("gone"))
+    server = module_server({**doc, "limits": {"max_watchers": 2}})
+    wait_for(lambda: server.stream("cam")["frames_processed"] > 0, WAIT_S, "cam processing")
+    return server
+
+
+def watching(server: LiveServer) -> int:
+    app = server.app
+    assert app is not None
+    return server.call_in_loop(lambda: app[WATCHERS].active)
+
+
+def open_reader(server: LiveServer, path: str) -> tuple[http.client.HTTPConnection, Any]:
+    """A reader whose answer has begun (200, headers read), with LEFT_S to read it."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=LEFT_S)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
+    resp = conn.getresponse()
+    assert resp.status == 200, (path, resp.status, resp.read()[:300])
+    return conn, resp
+
+
+def read_part(resp: http.client.HTTPResponse) -> bytes:
+    """The next MJPEG part's JPEG."""
+    assert resp.readline() == b"--frame\r\n"
+    headers = {}
+    while (line := resp.readline()) != b"\r\n":
+        name, _, value = line.decode().partition(":")
+        headers[name.lower()] = value.strip()
+    return resp.read(int(headers["content-length"]))
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/streams/gone/events", "/v1/streams/gone/video.mjpeg",
+     "/v1/streams/cam/video.mjpeg?max_fps=0.01"],  # one frame, then the next in 100 s
+    ids=["events-offline", "mjpeg-offline", "mjpeg-tiny-fps"],
+)  # fmt: skip
+def test_readers_that_leave_while_nothing_is_due_free_their_slots(
+    idle_server: LiveServer, path: str
+) -> None:
+    for _ in range(2):  # twice: the slots freed the first time are usable again
+        readers = [open_reader(idle_server, path) for _ in range(2)]
+        if "max_fps" in path:
+            for _conn, resp in readers:
+                assert read_part(resp)  # the first frame came; the next is not due
+        assert watching(idle_server) == 2
+        assert idle_server.call("GET", path).status == 429  # the limit is really there
+        for conn, _resp in readers:
+            conn.close()  # the client leaves while its stream has nothing to send
+        wait_for(lambda: watching(idle_server) == 0, LEFT_S, "the readers' slots to be free")
+
+
+def test_removing_a_stream_ends_its_readers(idle_server: LiveServer) -> None:
+    added = idle_server.call("POST", "/v1/streams", json_body=offline_stream("doomed"))
+    assert added.status == 201, added.body
+    readers = [open_reader(idle_server, f"/v1/streams/doomed/{route}")
+               for route in ("events", "video.mjpeg")]  # fmt: skip
+    assert watching(idle_server) == 2
+    assert idle_server.call("DELETE", "/v1/streams/doomed").status == 200
+    for conn, resp in readers:
+        with closing(conn):
+            assert resp.read() == b""  # the answer ended (a timeout: it went on)
+    assert watching(idle_server) == 0

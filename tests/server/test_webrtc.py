@@ -13,12 +13,14 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from ipaddress import ip_address
 from typing import Any
 
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
+from appliance.server.webrtc.ice import host_addresses_for
 from pipelines.blocks._draw import PALETTE
 from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for
@@ -325,3 +327,43 @@ def webrtc_sessions(live: LiveServer) -> list[str]:
 
     assert live.app is not None
     return live.app[WEBRTC].session_ids()
+
+
+def host_candidates(sdp: str) -> set[str]:
+    """The addresses of an SDP's host candidates (`a=candidate:... IP PORT typ host`)."""
+    found = set()
+    for line in sdp.splitlines():
+        if line.startswith("a=candidate:"):
+            fields = line.split()
+            assert fields[7] == "host", line  # no STUN/TURN configured: nothing else
+            found.add(fields[4])
+    return found
+
+
+def test_a_server_bound_to_loopback_offers_only_loopback(live_server: LiveFactory) -> None:
+    """No `webrtc.host_addresses`: the bind address (127.0.0.1) is the only candidate,
+    not every interface's address, and a viewer on loopback connects."""
+    server = live_server(config_doc(demo_stream("cam")))
+    wait_for(lambda: server.stream("cam")["frames_processed"] > 0, 30.0, "cam processing")
+
+    async def watch() -> str:
+        async with viewer(server, "cam") as (_, answer, frames, _m):
+            await asyncio.wait_for(frames.get(), WAIT_S)
+            return str(answer["sdp"])
+
+    answer = asyncio.run(asyncio.wait_for(watch(), 60))
+    assert host_candidates(answer) == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    "configured, bind, offered",
+    [([], "127.0.0.1", ["127.0.0.1"]), ([], "192.0.2.7", ["192.0.2.7"]), ([], "::1", ["::1"]),
+     ([], "0.0.0.0", []), ([], "::", []), ([], "", []), ([], "appliance.local", []),
+     (["10.0.0.2"], "127.0.0.1", ["10.0.0.2"]), (["10.0.0.2"], "0.0.0.0", ["10.0.0.2"])],
+)  # fmt: skip
+def test_host_candidates_default_to_a_specific_bind_address(
+    configured: list[str], bind: str, offered: list[str]
+) -> None:
+    """[] means aioice's rule: every interface's address but loopback."""
+    addresses = [ip_address(a) for a in configured]
+    assert host_addresses_for(addresses, bind) == [ip_address(a) for a in offered]

@@ -20,18 +20,24 @@ async def reload(request: web.Request) -> web.Response:
 
 
 def dry_run(request: web.Request) -> bool:
-    """The `dry_run` query flag: true/false (or 1/0); absent is false. Another query
-    parameter is refused: a misspelt `dry_rn=true` must not apply the reload."""
+    """The `dry_run` query flag: `true` or `false`, given at most once; absent is false.
+    Anything else is refused rather than guessed at, since a guess that reads "false"
+    applies the reload: another parameter (a misspelt `dry_rn=true`), another value
+    (`1`, `yes`, `True`) or the flag twice (`?dry_run=false&dry_run=true`)."""
     unknown = sorted(set(request.query) - {"dry_run"})
     if unknown:
         raise InvalidError("invalid query", [f"{unknown[0][:64]!r}: unknown (known: dry_run)"])
-    text = request.query.get("dry_run", "false").lower()
-    if text not in FLAGS:
+    values = request.query.getall("dry_run", ["false"])
+    if len(values) > 1:
+        raise InvalidError(
+            "invalid query", [f"dry_run: given {len(values)} times (give it once: true or false)"]
+        )
+    if values[0] not in FLAGS:
         raise InvalidError("invalid query", ["dry_run: true or false"])
-    return FLAGS[text]
+    return FLAGS[values[0]]
 
 
-FLAGS = {"true": True, "1": True, "false": False, "0": False}
+FLAGS = {"true": True, "false": False}
 
 
 ROUTES = (
@@ -39,5 +45,6 @@ ROUTES = (
           (Reply(200, "applied (or, with dry_run, what would be)", Reloaded),),
           errors=(403, 409, 413, 422), tag="config",
           query={"dry_run": ({"type": "boolean", "default": False},
-                             "check and answer the plan, change nothing")}),
+                             "`true`: check and answer the plan, change nothing "
+                              "(`true` or `false`, given once)")}),
 )  # fmt: skip

@@ -6,7 +6,6 @@ reader skips results, it never makes the appliance buffer for it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import socket
@@ -19,6 +18,7 @@ from appliance.latest import Latest
 from appliance.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
+from appliance.server.readers import follow
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import LatestResult
 from sinks.messages import encode_jpeg, prediction
@@ -69,7 +69,8 @@ async def snapshot(request: web.Request) -> web.Response:
 async def result_events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: one `result` event per result the reader keeps up with (a slow
     reader gets the newest and skips the rest: `skipped` says how many), a comment every
-    15 s while the stream is idle. Ends when the client leaves or the appliance stops."""
+    15 s while the stream is idle. Ends when the client leaves, the stream is removed or
+    the appliance stops (readers.py)."""
     stream_id = _stream_id(request)
     rt = runtime_of(request)
     with request.app[WATCHERS].slot():
@@ -88,17 +89,16 @@ async def _send_events(
 ) -> None:
     # The first event is the newest result, with nothing skipped: a reader that just
     # came missed nothing.
-    now = rt.latest.get(stream_id)
-    seen = 0 if now is None else now.count - 1
-    while not rt.latest.closed:
-        latest = await rt.latest.wait_newer(stream_id, seen, HEARTBEAT_S)
+    last: int | None = None
+    async for latest in follow(request, rt, stream_id, idle_s=HEARTBEAT_S):
         if latest is None:
             await response.write(b": idle\n\n")
             continue
-        message = {**prediction(latest.result), "skipped": max(0, latest.count - seen - 1)}
-        seen = latest.count
+        skipped = 0 if last is None else max(0, latest.count - last - 1)
+        last = latest.count
+        message = {**prediction(latest.result), "skipped": skipped}
         data = json.dumps(message, separators=(",", ":"))
-        await response.write(f"event: result\nid: {seen}\ndata: {data}\n\n".encode())
+        await response.write(f"event: result\nid: {last}\ndata: {data}\n\n".encode())
         # aiohttp waits for the socket only every 64 KiB written; a reader that fell
         # behind must hold us here at once, so we skip to the newest result meanwhile.
         await request.writer.drain()
@@ -106,7 +106,8 @@ async def _send_events(
 
 async def video_mjpeg(request: web.Request) -> web.StreamResponse:
     """The `video` output as MJPEG (multipart/x-mixed-replace), at most `max_fps` frames
-    per second (default 10): for a browser `<img>` or VLC, no WebRTC needed."""
+    per second (default 10): for a browser `<img>` or VLC, no WebRTC needed. Ends as the
+    event stream does."""
     stream_id = _stream_id(request)
     interval = 1.0 / _max_fps(request)
     rt = runtime_of(request)
@@ -128,18 +129,15 @@ async def _send_frames(
     stream_id: str,
     interval: float,
 ) -> None:
-    seen = 0
-    while not rt.latest.closed:
-        latest = await rt.latest.wait_newer(stream_id, seen, HEARTBEAT_S)
+    # `interval` is the frame rate cap: results in between are skipped.
+    async for latest in follow(request, rt, stream_id, interval_s=interval):
         if latest is None:
             continue
-        seen = latest.count
         jpeg = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
         head = f"--{MJPEG_BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
         await response.write(f"{head}Content-Length: {len(jpeg)}\r\n\r\n".encode() + jpeg)
         await response.write(b"\r\n")
         await request.writer.drain()  # as for events: a slow reader skips frames
-        await asyncio.sleep(interval)  # the frame rate cap: results in between are skipped
 
 
 def _small_buffers(request: web.Request) -> None:

@@ -1,15 +1,19 @@
 """What WebRTC peers are told about the network: ICE servers from the config only, and the
-host addresses the appliance offers as candidates."""
+host addresses the appliance offers as candidates (the configured ones, else the server's
+bind address when it is a single one)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from ipaddress import IPv4Address, IPv6Address
+from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import aioice.ice
 from aiortc import RTCConfiguration, RTCIceServer
 
 from appliance.config import WebRtcConfig
+
+IPAddress = IPv4Address | IPv6Address
+AIOICE_HOST_ADDRESSES = aioice.ice.get_host_addresses  # aioice's own rule, kept to restore
 
 
 def rtc_configuration(config: WebRtcConfig) -> RTCConfiguration:
@@ -22,12 +26,27 @@ def rtc_configuration(config: WebRtcConfig) -> RTCConfiguration:
     return RTCConfiguration(iceServers=servers)
 
 
-def offer_host_addresses(addresses: Sequence[IPv4Address | IPv6Address]) -> None:
+def host_addresses_for(configured: Sequence[IPAddress], bind_host: str | None) -> list[IPAddress]:
+    """The host candidates to offer: `webrtc.host_addresses` when set; else the address
+    the server is bound to, when it is one (a viewer that reached the API there can reach
+    the media there too, and a loopback-only appliance offers only loopback); else none
+    given, i.e. aioice's rule, for a wildcard bind (0.0.0.0, ::) or a host name."""
+    if configured:
+        return list(configured)
+    try:
+        address = ip_address(bind_host or "")
+    except ValueError:  # a host name: it may stand for any of the interfaces
+        return []
+    return [] if address.is_unspecified else [address]
+
+
+def offer_host_addresses(addresses: Sequence[IPAddress]) -> None:
     """Offer exactly `addresses` as host candidates (none given: aioice's rule, every
     interface's address but loopback). aioice reads its interfaces in one module-level
     function and has no option for this, so that function is replaced, for the process:
     the appliance runs one WebRTC configuration."""
     if not addresses:
+        aioice.ice.get_host_addresses = AIOICE_HOST_ADDRESSES
         return
     v4 = [str(a) for a in addresses if a.version == 4]
     v6 = [str(a) for a in addresses if a.version == 6]

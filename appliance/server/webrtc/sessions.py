@@ -25,7 +25,11 @@ from appliance.config import WebRtcConfig
 from appliance.errors import LimitError, UnknownStreamError
 from appliance.runtime import Runtime
 from appliance.server.webrtc.feed import StreamFeed
-from appliance.server.webrtc.ice import offer_host_addresses, rtc_configuration
+from appliance.server.webrtc.ice import (
+    host_addresses_for,
+    offer_host_addresses,
+    rtc_configuration,
+)
 from appliance.server.webrtc.track import NewestFrameTrack
 
 log = logging.getLogger("appliance.webrtc")
@@ -57,7 +61,11 @@ class _Shared:
 class WebRtcSessions:
     """Every WebRTC session of one appliance; on the server's event loop only."""
 
-    def __init__(self, runtime: Runtime, config: WebRtcConfig) -> None:
+    def __init__(
+        self, runtime: Runtime, config: WebRtcConfig, bind_host: str | None = None
+    ) -> None:
+        """`bind_host`: the address the server listens on, offered as the host candidate
+        when `config.host_addresses` is empty and it is a single address (ice.py)."""
         self._runtime = runtime
         self._config = config
         self._sessions: dict[str, Session] = {}
@@ -67,7 +75,7 @@ class WebRtcSessions:
         self._sent = metrics.webrtc_frames_sent
         self._skipped = metrics.webrtc_skipped
         self._sweeper: asyncio.Task[None] | None = None
-        offer_host_addresses(config.host_addresses)
+        offer_host_addresses(host_addresses_for(config.host_addresses, bind_host))
 
     def session_ids(self) -> list[str]:
         return list(self._sessions)
