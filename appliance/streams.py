@@ -19,6 +19,7 @@ from pathlib import Path
 
 from appliance import status
 from appliance.config import StreamConfig
+from appliance.hosts import ANY_HOST, SourceHosts
 from appliance.metrics import StreamMetrics
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
@@ -73,6 +74,7 @@ class Stream:
         history: int = 50,
         trace: StreamTrace | None = None,
         on_state: Callable[[str, str, str], None] | None = None,
+        hosts: SourceHosts = ANY_HOST,
     ) -> None:
         self.id = cfg.id
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
@@ -89,7 +91,9 @@ class Stream:
         self.transitions: deque[Transition] = deque(maxlen=history)
         self.last_error: str | None = None
         self.slot = slot_for(cfg.source)
-        self._grabber = Grabber(cfg.id, cfg.source, self.slot, self._on_state, resolve_path)
+        self._grabber = Grabber(
+            cfg.id, cfg.source, self.slot, self._on_state, resolve_path, hosts=hosts
+        )
         if trace is not None:
             self._grabber.on_grabbed = trace.grabbed
         self._grabber.on_problem = self._on_problem

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config import SourceConfig
+from appliance.hosts import ANY_HOST, SourceHosts
 from appliance.sources.backoff import Backoff
 from appliance.sources.base import (
     SourceError,
@@ -75,8 +76,10 @@ class Grabber:
         resolve_path: Callable[[str], Path],
         *,
         rng: random.Random | None = None,
+        hosts: SourceHosts = ANY_HOST,
     ) -> None:
         self.stream_id = stream_id
+        self._hosts = hosts  # checked before each connection
         self._cfg = cfg
         self._slot = slot
         self._on_state = on_state
@@ -200,7 +203,7 @@ class Grabber:
         if self._stop.is_set():
             return None
         future = _open_in_thread(
-            lambda: open_source(self._cfg, self._resolve_path, stop=self._stop),
+            lambda: open_source(self._cfg, self._resolve_path, stop=self._stop, hosts=self._hosts),
             name=f"open:{self.stream_id}",
         )
         future.add_done_callback(lambda _f: self._wake.set())

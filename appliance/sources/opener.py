@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from appliance.config import SourceConfig
-from appliance.sources.base import VideoSource, source_kind
+from appliance.hosts import ANY_HOST, SourceHosts
+from appliance.sources.base import SourceError, VideoSource, mask_url, source_kind
 from appliance.sources.pyav import open_pyav
 from appliance.sources.rtp import UnsupportedCodecError, open_rtp
 
@@ -18,14 +19,21 @@ def open_source(
     resolve_path: Callable[[str], Path],
     *,
     stop: threading.Event | None = None,
+    hosts: SourceHosts = ANY_HOST,
 ) -> VideoSource:
     """Open the source a config names; raises SourceError naming the (masked) URL or path.
+
+    A host `hosts` (server.allowed_source_hosts) does not allow, its name looked up again
+    now, is refused before anything connects: every reader, and the HTTP probe, start here.
 
     RTSP cameras go to the RTP reader (rtp.py) unless `reader: ffmpeg` or FFmpeg
     `options` are configured, or their video is neither H.264 nor H.265. Blocks up to
     `cfg.open_timeout_s` (twice, at worst, when an unsupported codec is found first).
     `stop` lets another thread end `frames()`.
     """
+    refusal = hosts.connect_refusal(cfg.url)
+    if refusal is not None:
+        raise SourceError(f"{mask_url(cfg.url)}: {refusal}")
     if source_kind(cfg.url) == "rtsp" and cfg.reader == "auto" and not cfg.options:
         with contextlib.suppress(UnsupportedCodecError):
             return open_rtp(cfg, stop=stop)

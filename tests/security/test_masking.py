@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.masking import MaskingFilter, install, mask_url
+from appliance.masking import MaskingFilter, install, mask_one_url, mask_url
 from appliance.sources import mask_url as reexported
 
 # The issue's words alone, then inside names as services spell them, then the short
@@ -96,6 +97,91 @@ def test_other_parameters_are_kept(name: str) -> None:
 )
 def test_text_without_secrets_is_unchanged(text: str) -> None:
     assert mask_url(text) == text
+
+
+# Issue 23: forms FFmpeg (or a browser) still reads as user:password@host, and credentials
+# in a camera's path. Each masked as it is written, the password nowhere.
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("rtsp:// admin:PW@cam/x", "rtsp://***:***@cam/x"),  # FFmpeg skips the space
+        ("refused 'rtsp://\t admin:PW@cam/x'", "refused 'rtsp://***:***@cam/x'"),
+        ("rtsp:/admin:PW@cam/x", "rtsp:/***:***@cam/x"),  # one slash: FFmpeg skips it
+        ("rtsp:admin:PW@cam/x", "rtsp:***:***@cam/x"),  # none
+        ("(rtsp:/admin:PW@cam/x)", "(rtsp:/***:***@cam/x)"),
+        ("http:\\\\admin:PW@cam\\x", "http:\\\\***:***@cam\\x"),  # a browser's slashes
+        ("http:/\\admin:PW@cam/x", "http:/\\***:***@cam/x"),
+        ("rtsp://admin:PW%40cam/x", "rtsp://***:***%40cam/x"),  # an encoded "@" as the "@"
+        ("rtsp://a@b:PW@@cam/x", "rtsp://***:***@cam/x"),  # the last "@" ends it
+        ("rtsp://admin:P\\W@cam/x", "rtsp://***:***@cam/x"),
+        ("rtsp://admin:PW@rtsp:/u:PW2@cam/x", "rtsp://***:***@rtsp:/***:***@cam/x"),
+        ("x.rtsp://admin:PW@cam/x", "x.rtsp://***:***@cam/x"),
+        (
+            "rtsp://cam/user=admin_password=PW_channel=1_stream=0.sdp?real_stream",
+            "rtsp://cam/user=admin_password=***_channel=1_stream=0.sdp?real_stream",
+        ),
+        ("rtsp://cam/password=PW/channel=1", "rtsp://cam/password=***/channel=1"),
+        (
+            "rtsp://cam/user=admin&password=PW&channel=1",
+            "rtsp://cam/user=admin&password=***&channel=1",
+        ),
+        ("rtsp://cam/user=admin_pwd=P.W._channel=1", "rtsp://cam/user=admin_pwd=***_channel=1"),
+        (
+            "stream cam: rtsp://cam/x_token=PW: refused",
+            "stream cam: rtsp://cam/x_token=***: refused",
+        ),
+        ("rtsp://cam/live?password=PW_channel=1&x=1", "rtsp://cam/live?password=***&x=1"),
+    ],
+)
+def test_malformed_and_path_credentials_are_masked(text: str, masked: str) -> None:
+    assert mask_url(text) == masked
+    assert mask_url(masked) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "note:me@host",  # a user name alone after one slash or none: prose, not a URL
+        "stream cam1: running at 12:30",
+        "rtsp://cam/live/channel_1/sub_stream",
+        "config: server.allowed_source_hosts: 10.1.0.0/16",
+    ],
+)
+def test_prose_near_those_forms_is_kept(text: str) -> None:
+    assert mask_url(text) == text
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("rtsp://ad min:PW@cam/x", "rtsp://***:***@cam/x"),  # whitespace inside
+        ("rtsp://admin:P\x01W@cam/x?token=T", "rtsp://***:***@cam/x?token=***"),
+        (" rtsp:/ admin:PW@cam/x", " rtsp:/ ***:***@cam/x"),
+        ("rtsp://admin:P?W@cam/x", "rtsp://***:***@cam/x"),
+        ("rtsp://cam/x", "rtsp://cam/x"),
+        ("/media/a@b.mp4", "/media/a@b.mp4"),
+    ],
+)
+def test_one_url_is_masked_however_malformed(url: str, masked: str) -> None:
+    assert mask_one_url(url) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "@" + "a:" * 100_000,  # each "a:" could begin a one-slash userinfo
+        "@" + "a." * 100_000 + "://",  # each "a" could begin a scheme
+        "a:\\\\" * 50_000 + "@",  # backslashes do not end the userinfo
+        "=" + "_a" * 100_000,  # each "_" could begin a path parameter
+        "_password=" + "_a" * 100_000,
+    ],
+)
+def test_masking_stays_linear(text: str) -> None:
+    """It runs on every log record: a text made to backtrack must not stall the process
+    (a quadratic scan of these takes minutes)."""
+    started = time.perf_counter()
+    mask_url(text)
+    assert time.perf_counter() - started < 5.0
 
 
 def test_sources_keep_importing_it() -> None:
