@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -20,6 +21,8 @@ from pydantic import (
     field_validator,
 )
 
+from appliance.hosts import SourceHosts, url_host
+from appliance.masking import mask_one_url
 from appliance.sections import (
     IceServerConfig,
     LimitsConfig,
@@ -97,17 +100,53 @@ class SourceConfig(Strict):
 
     @field_validator("url")
     @classmethod
-    def _not_empty(cls, v: str) -> str:
+    def _a_source(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be empty")
-        scheme, sep, _ = v.partition("://")
-        if sep and scheme.lower() not in URL_KINDS:
-            # Else read as a file name, and "file not found" would hide the real fault.
-            raise ValueError(
-                f"unsupported URL scheme {scheme!r} (supported: {', '.join(URL_KINDS)}; "
-                "or a video file's path, or /dev/videoN)"
-            )
+        problem = _url_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
+
+
+# A URL's scheme: what FFmpeg splits a URL on is the first ":", with "//" or without.
+_URL_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]*):")
+_URL_FORM = "scheme://[user:password@]host[:port]/path"
+
+
+def _url_problem(url: str) -> str | None:
+    """Why a source URL would be read otherwise than it looks, or None (a file's path
+    too). The message shows the URL masked: it is refused before anything masks it.
+    FFmpeg reads `rtsp:/u:pw@cam` and `rtsp:// u:pw@cam` as `rtsp://u:pw@cam`."""
+    scheme = _URL_SCHEME.match(url)
+    has_slashes = scheme is not None and url[scheme.end() :].startswith("//")
+    if scheme is None or not (has_slashes or scheme[1].lower() in URL_KINDS):
+        return None  # a file's path, or a /dev/videoN
+    if scheme[1].lower() not in URL_KINDS:
+        # Else read as a file name, and "file not found" would hide the real fault.
+        return (
+            f"unsupported URL scheme {scheme[1]!r} (supported: {', '.join(URL_KINDS)}; "
+            "or a video file's path, or /dev/videoN)"
+        )
+    shown = repr(mask_one_url(url))
+    odd = next((c for c in url if c.isspace() or not c.isprintable()), None)
+    if odd is not None:
+        return (
+            f"{shown}: whitespace and control characters are not allowed in a URL "
+            f"(found {odd!r} at position {url.index(odd)}); percent-encode them (%20)"
+        )
+    if not has_slashes:
+        return f'malformed URL {shown}: "//" must follow the scheme ({_URL_FORM})'
+    if not url_host(url):
+        return f"malformed URL {shown}: no host ({_URL_FORM})"
+    try:
+        _ = urlsplit(url).port  # parsed when read
+    except ValueError:
+        return (
+            f"malformed URL {shown}: the port is not a number from 0 to 65535 (a password's"
+            ' "/", "?" or "#" must be percent-encoded)'
+        )
+    return None
 
 
 _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -159,12 +198,6 @@ class AppConfig(Strict):
         """A path from the config, made absolute against the config file's directory."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base_dir / p).resolve()
-
-    @property
-    def file_roots(self) -> tuple[Path, ...]:
-        """`server.file_roots` resolved (symlinks followed), or the config's directory."""
-        roots = self.server.file_roots or [self.base_dir]
-        return tuple(self.resolve(r).resolve() for r in roots)
 
     @field_validator("streams")
     @classmethod
@@ -239,7 +272,15 @@ def _check_references(config: AppConfig) -> list[str]:
     for i, stream in enumerate(config.streams):
         if isinstance(stream.workflow, Path):
             problems += _missing(config, stream.workflow, f"streams[{i}].workflow")
+    problems += _host_problems(config)
     return problems
+
+
+def _host_problems(config: AppConfig) -> list[str]:
+    """Streams whose source names a host server.allowed_source_hosts does not allow."""
+    hosts = SourceHosts.of(config.server.allowed_source_hosts)
+    refused = ((i, hosts.refusal(s.source.url)) for i, s in enumerate(config.streams))
+    return [f"streams[{i}].source.url: {problem}" for i, problem in refused if problem]
 
 
 def sink_configs(config: AppConfig) -> dict[str, BaseModel]:

@@ -5,16 +5,20 @@ Two policies exist per runtime (docs/security.md):
 - the owner's (`FilePolicy.owner`): the config file and the CLI are run by whoever owns the
   machine, so any path they name may be read; the regular-file rule and size caps still
   hold, so a config that names `/dev/zero` as a workflow fails instead of eating memory;
-- the requests' (`FilePolicy.requests`): paths that arrive over the API, and everything
-  those files name in turn, resolve (symlinks followed) only under `server.file_roots`,
-  and the loaded config file itself (it holds the API token) is never one of them.
+- the requests' (appliance/request_files.py builds it): paths that arrive over the API,
+  and everything those files name in turn, resolve (symlinks followed) only under its
+  roots, and the loaded config file (it holds the API token) and every secret file the
+  config names (passwords, TLS keys) are never among them.
 
 The rules, in the order they are checked, so that a refused path reveals nothing about
-what lies outside the roots: under a root → not the config file → exists → a regular
+what lies outside the roots: under a root → exists → not a denied file (the config, a
+secret: matched by device and inode, so another link to one is refused too) → a regular
 file (no devices, FIFOs, sockets, directories) → at most the kind's size cap. Reads are
-bounded by the cap as well (a file may grow between the check and the read), and the open
-never blocks (O_NONBLOCK: a FIFO swapped in after the check cannot hang a request).
-Messages name the rule and the path as it was given, never the file's content.
+bounded by the cap as well (a file may grow between the check and the read), the open
+never blocks (O_NONBLOCK: a FIFO swapped in after the check cannot hang a request), and
+the opened file is checked again (a denied file swapped in after the check is refused).
+A labels file is also capped in lines and their length (`read_labels`). Messages name the
+rule and the path as it was given, never the file's content.
 """
 
 from __future__ import annotations
@@ -67,27 +71,29 @@ def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
 class FilePolicy:
     """Where files may be, how large, and the directory relative paths start from.
 
-    `roots` None means the owner's policy (any path). `base` is the directory of the
-    document that names the file (the config, or a workflow file).
+    `roots` None means the owner's policy (any path); `shown_roots`, the same roots as
+    answers name them. `base` is the directory of the document that names the file (the
+    config, or a workflow file). `denied`: files never read under this policy, absolute
+    path -> what it is, for the message (the config file, a secret file it names).
     """
 
     base: Path
-    caps: Mapping[FileKind, int]
+    limits: LimitsConfig
     roots: tuple[Path, ...] | None = None
-    denied: frozenset[Path] = field(default_factory=frozenset)
+    shown_roots: tuple[str, ...] = ()
+    denied: Mapping[Path, str] = field(default_factory=dict)
 
     @classmethod
     def owner(cls, config: AppConfig) -> FilePolicy:
-        return cls(config.base_dir, size_caps(config.limits))
-
-    @classmethod
-    def requests(cls, config: AppConfig, config_path: Path | None) -> FilePolicy:
-        denied = frozenset({config_path.resolve()}) if config_path is not None else frozenset()
-        return cls(config.base_dir, size_caps(config.limits), config.file_roots, denied)
+        return cls(config.base_dir, config.limits)
 
     @property
     def restricted(self) -> bool:
         return self.roots is not None
+
+    @property
+    def caps(self) -> dict[FileKind, int]:
+        return size_caps(self.limits)
 
     def at(self, base: Path) -> FilePolicy:
         """The same policy for paths named by a document in `base`."""
@@ -97,7 +103,7 @@ class FilePolicy:
         """The checked, absolute path of `name`; FileAccessError or LimitError if refused."""
         resolved = self._resolve(name, kind, where)
         info = self._stat(resolved, name, kind, where)
-        self._check_size(info.st_size, name, kind)
+        self._check_size(info.st_size, name, kind, where)
         return resolved
 
     def check_source(self, source: SourceConfig, where: str) -> None:
@@ -125,10 +131,12 @@ class FilePolicy:
         except OSError as exc:
             raise FileAccessError(kind, str(name), f"cannot open: {exc.strerror}", where) from None
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the check
+            info = os.fstat(fd)
+            self._check_not_denied(info, name, kind, where)  # swapped since the check
+            if not stat.S_ISREG(info.st_mode):
                 raise FileAccessError(kind, str(name), "not a regular file", where)
             data = f.read(-1 if cap is None else cap + 1)
-        self._check_size(len(data), name, kind)
+        self._check_size(len(data), name, kind, where)
         return data
 
     def read_text(self, name: Path | str, kind: FileKind, where: str = "") -> str:
@@ -140,6 +148,25 @@ class FilePolicy:
             rule = f"not UTF-8 text (byte {exc.start})"
             raise FileAccessError(kind, str(name), rule, where) from None
 
+    def read_labels(self, name: Path | str, where: str = "") -> str:
+        """A labels file's text: one class name a line, at most `limits.max_labels` of them
+        and each at most `limits.max_label_chars` long (LimitError, 413), so that a labels
+        file, whose names come back in answers, cannot carry an arbitrary text file."""
+        text = self.read_text(name, FileKind.LABELS, where)
+        labels = [label for line in text.splitlines() if (label := line.strip())]
+        prefix = f"{where}: " if where else ""
+        count, chars = self.limits.max_labels, self.limits.max_label_chars
+        if len(labels) > count:
+            message = f"{prefix}labels file {str(name)!r} has {len(labels)} labels"
+            raise LimitError("limits.max_labels", count, message, status=413)
+        for i, label in enumerate(labels, 1):
+            if len(label) > chars:
+                message = (
+                    f"{prefix}labels file {str(name)!r}: label {i} has {len(label)} characters"
+                )
+                raise LimitError("limits.max_label_chars", chars, message, status=413)
+        return text
+
     # -- the rules -------------------------------------------------------------------
     def _resolve(self, name: Path | str, kind: FileKind, where: str) -> Path:
         text = str(name)
@@ -148,15 +175,28 @@ class FilePolicy:
         # `~` is the owner's shorthand; in a request it is just a directory name.
         p = Path(text).expanduser() if self.roots is None else Path(text)
         resolved = (p if p.is_absolute() else self.base / p).resolve()
-        if self.roots is not None:
-            if not any(resolved.is_relative_to(root) for root in self.roots):
-                roots = ", ".join(str(r) for r in self.roots)
-                rule = f"outside the file roots ({roots}; server.file_roots)"
-                raise FileAccessError(kind, text, rule, where)
-            if resolved in self.denied:
-                rule = "the appliance's config file is never read over the API"
-                raise FileAccessError(kind, text, rule, where)
+        if self.roots is not None and not any(resolved.is_relative_to(r) for r in self.roots):
+            raise FileAccessError(kind, text, self._outside_rule(), where)
         return resolved
+
+    def _outside_rule(self) -> str:
+        if not self.roots:
+            return ("outside the file roots (there are none: server.file_roots is empty, or "
+                    "unset and the config names no models, workflows or video files)")  # fmt: skip
+        return f"outside the file roots ({', '.join(self.shown_roots)}; server.file_roots)"
+
+    def _check_not_denied(
+        self, info: os.stat_result, name: Path | str, kind: FileKind, where: str
+    ) -> None:
+        """Refuse a denied file by identity (device and inode), however it is reached: a
+        symlink, a hard link, a secret mount's rotated target."""
+        for path, what in self.denied.items():
+            try:
+                denied = path.stat()
+            except OSError:
+                continue  # not there: nothing to protect
+            if (denied.st_dev, denied.st_ino) == (info.st_dev, info.st_ino):
+                raise FileAccessError(kind, str(name), f"{what} is never read over the API", where)
 
     def _stat(self, resolved: Path, name: Path | str, kind: FileKind, where: str) -> os.stat_result:
         try:
@@ -165,17 +205,34 @@ class FilePolicy:
             raise FileAccessError(kind, str(name), "file not found", where, 422) from None
         except OSError as exc:
             raise FileAccessError(kind, str(name), f"cannot read: {exc.strerror}", where) from None
+        self._check_not_denied(info, name, kind, where)
         if not stat.S_ISREG(info.st_mode):
             what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
             raise FileAccessError(kind, str(name), what, where)
         return info
 
-    def _check_size(self, size: int, name: Path | str, kind: FileKind) -> None:
+    def _check_size(self, size: int, name: Path | str, kind: FileKind, where: str = "") -> None:
         cap = self.caps.get(kind)
         if cap is not None and size > cap:
+            prefix = f"{where}: " if where else ""
             raise LimitError(
                 f"limits.max_{kind.value}_bytes",
                 cap,
-                f"{kind.value} file {str(name)!r} is over the size limit",
+                f"{prefix}{kind.value} file {str(name)!r} is over the size limit",
                 status=413,
             )
+
+
+def shown_path(config: AppConfig, path: Path | str, named: Path | None = None) -> str:
+    """How answers name a path of the config, so that they do not spell out the host's
+    layout: relative to the config's folder when it lies there, else as the config names
+    it. `named`: the config's name for a folder an absolute `path` lies in (the traces
+    folder, for a trace or dead-letter file)."""
+    p = Path(path)
+    if named is not None and p.is_absolute():
+        folder = config.resolve(named)
+        if p.is_relative_to(folder):
+            p = named / p.relative_to(folder)
+    if p.is_absolute() and p.is_relative_to(config.base_dir):
+        p = p.relative_to(config.base_dir)
+    return str(p) if p.is_absolute() else os.path.normpath(p)

@@ -26,6 +26,9 @@ class ReloadPlan:
     removed: list[str] = field(default_factory=list)
     changed: list[StreamConfig] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    # The file's config as read, before a shard took its share of the streams: what the
+    # request policy (appliance/request_files.py) derives from.
+    source: AppConfig | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict[str, list[str]]:
         return {
@@ -46,11 +49,12 @@ def plan_file_reload(
     """The config file at `path` read again (only `shard`'s streams, if given) and diffed
     against `old`; ReloadError for what a reload cannot apply. `running`: every running
     stream's id -> its workflow digest."""
-    new = load_config(path)
-    new = new if shard is None else shard.apply(new)
+    source = load_config(path)
+    new = source if shard is None else shard.apply(source)
     if new.sinks != old.sinks:
         raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
     plan = plan_reload(old, new, changed_workflows(new, files, running))
+    plan.source = source
     taken = [c.id for c in plan.added if c.id in running]
     if taken:  # added over the API since: the file must not silently replace them
         raise ReloadError(

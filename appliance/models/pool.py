@@ -139,7 +139,7 @@ class ModelPool:
     # -- under the lock ----------------------------------------------------------------
     def _load(self, model_id: str, spec: ModelSpec, files: FilePolicy, where: str) -> None:
         def read_labels(path: Any) -> str:
-            return files.read_text(path, FileKind.LABELS, f"{where}.labels_file")
+            return files.read_labels(path, f"{where}.labels_file")
 
         try:
             loaded = load_model(model_id, spec, lambda p: p, read_text=read_labels)

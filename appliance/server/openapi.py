@@ -20,7 +20,8 @@ REF = "#/components/schemas/{model}"
 ERRORS = {
     400: "malformed JSON, a body that is not an object, an undecodable image",
     401: "missing or wrong bearer token",
-    403: "a file the access policy refuses (server.file_roots, regular files only)",
+    403: "a file the access policy refuses (outside the file roots, the config or a secret "
+    "file it names, not a regular file)",
     404: "unknown stream or profiling window id",
     408: "the request took longer than limits.request_timeout_s and was cancelled",
     409: "conflict with the running state, or a count limit reached; nothing was changed",

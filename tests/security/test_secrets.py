@@ -24,8 +24,9 @@ import yaml
 from appliance.client import ApplianceClient
 from appliance.config import ConfigError, parse_config
 from appliance.server.routes import ROUTES
+from appliance.server.routing import Route
 from tests.server.conftest import WAIT_S, config_doc, demo_stream
-from tests.server.live import LiveServer, wait_for, write_yaml
+from tests.server.live import LiveServer, Reply, wait_for, write_yaml
 from tests.support.appliance import APPLIANCE, ROOT, Served, clean_env, detect_workflow, free_port
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
@@ -95,7 +96,7 @@ def test_no_answer_log_or_trace_of_a_live_server_holds_the_secret(
     for sid in ("cam", "api-cam"):
         wait_for(functools.partial(_retried, live, sid), WAIT_S, f"{sid} retrying")
     wait_for(functools.partial(_sinks_failed, live), WAIT_S, "both sinks failing")
-    window = _profiling_window(live)
+    window = profiling_window(live)
 
     _check_refusals(live)
     _check_reload_refused(live)
@@ -118,7 +119,7 @@ def _retried(live: LiveServer, stream_id: str) -> bool:
     return int(live.stream(stream_id)["reconnects"]) >= RECONNECTS
 
 
-def _profiling_window(live: LiveServer) -> str:
+def profiling_window(live: LiveServer) -> str:
     """A 1 s window over every stream, ended; its id."""
     reply = live.call("POST", "/v1/profiling", json_body={"duration_s": 1})
     assert reply.status == 202, reply.body
@@ -159,22 +160,29 @@ def _check_reload_refused(live: LiveServer) -> None:
     assert_clean("the refused reload", reply.body.decode(), "transport", "password=***")
 
 
-def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> None:
-    """Every GET route of the table, `{id}` filled with every stream or the window. The
-    streaming ones (events, MJPEG) never end; they send what `latest` answers."""
+def get_routes(
+    live: LiveServer, stream_ids: list[str], window: str
+) -> Iterator[tuple[Route, str, Reply]]:
+    """(route, path, answer) for every GET route of the table, `{id}` filled with every
+    stream or the window. The streaming ones (events, MJPEG) never end; they send what
+    `latest` answers."""
     ids = {"/v1/streams/": stream_ids, "/v1/profiling/": [window], "/streams/": stream_ids}
-    answers = []
     for route in (r for r in ROUTES if r.method == "GET" and not r.streaming):
         prefix, has_id, suffix = route.path.partition("{id}")
         assert not has_id or prefix in ids, f"fill {route.path}'s id in this test"
         for path in [prefix + i + suffix for i in ids[prefix]] if has_id else [route.path]:
-            reply = live.call("GET", path)
-            # These cameras never connect: their results routes answer "no result yet".
-            no_result = reply.status == 404 and route.tag == "results"
-            assert reply.status == 200 or no_result, (path, reply.status, reply.body[:300])
-            text = reply.body.decode(errors="replace")  # snapshot.jpg is a JPEG
-            assert_clean(path, text)
-            answers.append(text)
+            yield route, path, live.call("GET", path)
+
+
+def _check_get_routes(live: LiveServer, stream_ids: list[str], window: str) -> None:
+    answers = []
+    for route, path, reply in get_routes(live, stream_ids, window):
+        # These cameras never connect: their results routes answer "no result yet".
+        no_result = reply.status == 404 and route.tag == "results"
+        assert reply.status == 200 or no_result, (path, reply.status, reply.body[:300])
+        text = reply.body.decode(errors="replace")  # snapshot.jpg is a JPEG
+        assert_clean(path, text)
+        answers.append(text)
     every = "\n".join(answers)
     assert_clean("the GET answers", every, "rtsp://***:***@127.0.0.1", "password=***&token=***",
                  '"name": "bus"', '"name": "hook"')  # fmt: skip

@@ -29,7 +29,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.server.conftest import TOKEN, WAIT_S, demo_stream
+from appliance.config import parse_config
+from appliance.errors import LimitError
+from appliance.runtime import Runtime
+from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import MODELS, detect_workflow, person_model
 
@@ -201,3 +204,112 @@ def test_ffmpeg_options_that_widen_what_it_opens_are_refused_over_the_api(tree: 
     body["source"] = {"url": "demo.mp4", "options": {"probesize": "32768"}}  # harmless: kept
     assert tree.server.call("POST", "/v1/streams", json_body=body).status == 201
     assert tree.server.call("DELETE", "/v1/streams/opts").status == 200
+
+
+def _labels_body(name: str) -> dict[str, Any]:
+    labelled = {**person_model(), "path": "person.onnx", "labels": None, "labels_file": name}
+    return {"workflow": {**detect_workflow("m"), "models": {"m": labelled}}}
+
+
+def test_labels_files_are_capped_in_count_and_length(tree: Tree) -> None:
+    """A labels file's names come back in answers: more than limits.max_labels of them,
+    or one longer than limits.max_label_chars, is refused (413) naming the limit."""
+    (tree.root / "many.txt").write_text("".join(f"class{i}\n" for i in range(20_001)))
+    (tree.root / "long.txt").write_text(f"person\n{'x' * 257}\n")
+    (tree.root / "fine.txt").write_text(f"person\n{'x' * 256}\n\n")
+    for name, limit in [("many.txt", "limits.max_labels = 20000"),
+                        ("long.txt", "limits.max_label_chars = 256")]:  # fmt: skip
+        reply = tree.server.call("POST", VALIDATE, json_body=_labels_body(name))
+        assert (reply.status, reply.error["code"]) == (413, "payload_too_large"), reply.body
+        assert limit in reply.error["message"] and "m.labels_file" in reply.error["message"]
+        assert "x" * 257 not in reply.body.decode()
+    ok = tree.server.call("POST", VALIDATE, json_body=_labels_body("fine.txt"))
+    assert ok.status == 200, ok.body
+    metrics = tree.server.call("GET", "/metrics").body.decode()
+    assert 'appliance_limit_hits_total{limit="limits.max_labels"} 1.0' in metrics
+    assert 'appliance_limit_hits_total{limit="limits.max_label_chars"} 1.0' in metrics
+
+
+def test_the_configs_own_labels_file_is_capped_too(tmp_path: Path) -> None:
+    (tmp_path / "labels.txt").write_text("".join(f"class{i}\n" for i in range(11)))
+    model = {**person_model(), "labels": None, "labels_file": "labels.txt"}
+    doc = {"models": {"person": model}, "limits": {"max_labels": 10}}
+    runtime = Runtime(parse_config(doc, tmp_path))
+    limit = r"models.person.labels_file: .*has 11 labels \(limits.max_labels = 10\)"
+    try:
+        with pytest.raises(LimitError, match=limit):
+            runtime.prepare()
+    finally:
+        runtime.stop()
+
+
+def _layout(folder: Path) -> None:
+    """config.yaml's folder: its models, workflows and video in their own folders, and
+    what else may lie beside a config (another workflow, notes, a key)."""
+    for sub in ("models", "workflows", "media", "more"):
+        (folder / sub).mkdir()
+    shutil.copy(MODELS / "person_ssdlite.onnx", folder / "models" / "person.onnx")
+    (folder / "models" / "labels.txt").write_text("person\n")
+    shutil.copy(MODELS.parent / "media" / "demo.mp4", folder / "media" / "clip.mp4")
+    own_model = {**person_model(), "path": "../models/person.onnx"}
+    own = {**detect_workflow("own"), "models": {"own": own_model}}
+    for name in ("workflows/ok.yaml", "beside.yaml", "more/later.yaml"):
+        write_yaml(folder, own, name)
+    (folder / "deploy.key").write_text(f"{MARKER}\n")
+
+
+def _default_roots_doc() -> dict[str, Any]:
+    model = {**person_model(), "path": "models/person.onnx", "labels": None,
+             "labels_file": "models/labels.txt"}  # fmt: skip
+    source = {"url": "media/clip.mp4", "loop": True}
+    return {
+        "server": {"token": TOKEN},  # no file_roots: the default
+        "models": {"person": model},
+        "streams": [{"id": "cam", "source": source, "workflow": "workflows/ok.yaml"}],
+    }
+
+
+def test_the_default_roots_are_the_folders_of_the_configs_own_files(
+    tmp_path: Path, live_server: LiveFactory
+) -> None:
+    """Not the config's folder: what lies beside the config is no request's business;
+    the folders of its models, workflows (and their models) and videos are."""
+    _layout(tmp_path)
+    server = live_server(_default_roots_doc())
+    for name in ("workflows/ok.yaml", "media/../workflows/ok.yaml"):
+        assert server.call("POST", VALIDATE, json_body={"workflow": name}).status == 200
+    stream = {"id": "api", "source": "media/clip.mp4", "workflow": "workflows/ok.yaml"}
+    assert server.call("POST", "/v1/streams", json_body=stream).status == 201
+    roots = "outside the file roots (models, media, workflows; server.file_roots)"
+    for name in ("beside.yaml", "deploy.key", "more/later.yaml", "config.yaml", str(tmp_path)):
+        reply = server.call("POST", VALIDATE, json_body={"workflow": name})
+        assert reply.status == 403, (name, reply.body)
+        assert roots in reply.error["message"] and MARKER not in reply.body.decode()
+        assert str(tmp_path) not in reply.error["message"].replace(f"'{tmp_path}'", "")
+    labelled = {**_labels_body("deploy.key")}
+    assert server.call("POST", VALIDATE, json_body=labelled).status == 403
+
+
+def test_a_reload_moves_the_default_roots_with_the_config(
+    tmp_path: Path, live_server: LiveFactory
+) -> None:
+    _layout(tmp_path)
+    doc = _default_roots_doc()
+    server = live_server(doc)
+    later = {"workflow": "more/later.yaml"}
+    assert server.call("POST", VALIDATE, json_body=later).status == 403
+    doc["streams"].append({**doc["streams"][0], "id": "later", "workflow": "more/later.yaml"})
+    write_yaml(tmp_path, doc, "config.yaml")
+    assert server.call("POST", "/v1/config/reload").status == 200
+    assert server.call("POST", VALIDATE, json_body=later).status == 200
+
+
+def test_a_config_that_names_no_files_gives_the_api_none(
+    tmp_path: Path, live_server: LiveFactory
+) -> None:
+    _layout(tmp_path)
+    server = live_server({"server": {"token": TOKEN}})
+    reply = server.call("POST", VALIDATE, json_body={"workflow": "workflows/ok.yaml"})
+    assert (reply.status, reply.error["code"]) == (403, "forbidden"), reply.body
+    assert "there are none" in reply.error["message"]
+    assert "server.file_roots is empty, or unset" in reply.error["message"]

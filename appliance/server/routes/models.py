@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from aiohttp import web
 
+from appliance.files import shown_path
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import ModelList
@@ -12,8 +15,11 @@ from appliance.status import as_json
 
 async def list_models(request: web.Request) -> web.Response:
     """Every loaded model, from the config's `models:` and from workflows' own."""
-    models = await in_thread(runtime_of(request).models_status)
-    return web.json_response({"models": as_json(models)})
+    rt = runtime_of(request)
+    models = await in_thread(rt.models_status)
+    # Paths as the config's folder sees them, not the host's layout (where possible).
+    shown = [dataclasses.replace(m, path=shown_path(rt.config, m.path)) for m in models]
+    return web.json_response({"models": as_json(shown)})
 
 
 ROUTES = (

@@ -7,9 +7,12 @@ less. A camera down or a stream stalled is a readiness matter, and the superviso
 
 from __future__ import annotations
 
+import dataclasses
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from appliance.files import shown_path
 from appliance.server.auth import INSECURE
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
@@ -31,7 +34,12 @@ async def ready(request: web.Request) -> web.Response:
     """Readiness: models loaded, every stream past `starting`, none stalled (a stalled
     stream counts until its restarted stream processes a frame), the runtime alive.
     `insecure`: the API is open without a token on an exposed address."""
-    status = await in_thread(runtime_of(request).status)
+    rt = runtime_of(request)
+    status = await in_thread(rt.status)
+    # The trace folder as the config names it, not the host's absolute path.
+    folder = shown_path(rt.config, status.profiling.trace_dir, rt.config.profiling.dir)
+    profiling = dataclasses.replace(status.profiling, trace_dir=folder)
+    status = dataclasses.replace(status, profiling=profiling)
     body = Readiness.of(status, insecure=request.app.get(INSECURE, False))
     return web.json_response(as_json(body), status=200 if body.ready else 503)
 

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 from aiohttp import web
 
+from appliance.config import AppConfig
+from appliance.files import shown_path
 from appliance.server.context import runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import SinkList
-from appliance.status import as_json
+from appliance.status import SinkStatus, as_json
 
 
 async def list_sinks(request: web.Request) -> web.Response:
     """Every sink of the config, with its state and counters (last error masked)."""
-    return web.json_response({"sinks": as_json(runtime_of(request).sinks_status())})
+    rt = runtime_of(request)
+    sinks = [_shown_files(rt.config, s) for s in rt.sinks_status()]
+    return web.json_response({"sinks": as_json(sinks)})
+
+
+def _shown_files(config: AppConfig, status: SinkStatus) -> SinkStatus:
+    """The absolute paths among a sink's details (a webhook's dead-letter file, kept in
+    the traces folder) named as the config names that folder, not by the host's layout."""
+    named = config.profiling.dir
+    extra = {k: shown_path(config, v, named) if isinstance(v, str) and os.path.isabs(v) else v
+             for k, v in status.extra.items()}  # fmt: skip
+    return dataclasses.replace(status, extra=extra)
 
 
 ROUTES = (
