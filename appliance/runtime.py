@@ -19,7 +19,7 @@ from pathlib import Path
 from appliance.blocklatency import BlockLatencies
 from appliance.checking import Problems
 from appliance.commands import command
-from appliance.config import AppConfig, StreamConfig, sink_configs
+from appliance.config import AppConfig, ConfigError, StreamConfig, sink_configs
 from appliance.control import one_change_at_a_time
 from appliance.errors import (
     LimitError,
@@ -28,6 +28,7 @@ from appliance.errors import (
     UnknownStreamError,
 )
 from appliance.files import FilePolicy
+from appliance.hosts import SourceHosts
 from appliance.latest import LatestResults
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
@@ -37,6 +38,7 @@ from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
 from appliance.reads import RuntimeReads
 from appliance.reload import ReloadPlan, plan_file_reload
+from appliance.request_files import request_policy
 from appliance.sharding import Shard
 from appliance.streams import Stream, stop_all
 from appliance.supervisor import Supervisor, restart_stalled
@@ -77,8 +79,9 @@ class Runtime(RuntimeReads):
         self.profiler = Profiler(prof, trace_dir, self.metrics)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
+        self.hosts = SourceHosts.of(config.server.allowed_source_hosts)  # sources may reach
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
-        self.request_files = FilePolicy.requests(config, config_path)  # the API's: roots
+        self.request_files = request_policy(config, config_path)  # the API's: roots
         # Sinks and in-process subscribers; dead letters go beside the traces.
         self.outputs = Outputs(
             sink_configs(config),
@@ -99,7 +102,7 @@ class Runtime(RuntimeReads):
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
         )
-        self.workflows = WorkflowCache(self.pool)
+        self.workflows = WorkflowCache(self.pool, max_blocks=self.limits.max_blocks)
         self.pool.on_release = self.workflows.forget_model
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
         self.streams: dict[str, Stream] = {}
@@ -221,6 +224,7 @@ class Runtime(RuntimeReads):
                 next(self._generations),  # a restart's frame flows get ids of their own
             ),
             on_state=self.outputs.stream_state,
+            hosts=self.hosts,
         )
         with self._lock:
             self._check_room(cfg.id)
@@ -247,6 +251,8 @@ class Runtime(RuntimeReads):
         with self._lock:
             self._check_room(cfg.id)
         self.outputs.check(cfg.outputs)
+        if problem := self.hosts.refusal(cfg.source.url):  # no look-up: nothing to learn
+            raise ConfigError([f"source.url: {problem}"], f"stream {cfg.id!r}")
         files = self._files_for(requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}", files)
         try:
@@ -332,6 +338,8 @@ class Runtime(RuntimeReads):
             self._start_stream(cfg, compiled[cfg.id])
         for cfg in plan.added:
             self._start_stream(cfg, compiled[cfg.id])
+        # The API's roots follow the new file's models, workflows and videos.
+        self.request_files = request_policy(plan.source or new, self.config_path)
         log.info("config reloaded: %s", plan.summary())
         return plan
 

@@ -21,7 +21,7 @@ from appliance.models import ModelBatcher, ModelLoadError
 from appliance.models.pool import ModelPool
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
-from pipelines.errors import WorkflowError
+from pipelines.errors import TooManyBlocksError, WorkflowError
 from pipelines.executor import CompiledWorkflow
 from pipelines.spec import WorkflowSpec, parse_workflow_text
 
@@ -36,9 +36,12 @@ _Entry = tuple[CompiledWorkflow, dict[str, ModelBatcher]]
 class WorkflowCache:
     """`compile` leases, `release` ends the lease; `forget_model` is the pool's callback."""
 
-    def __init__(self, pool: ModelPool, size: int = CACHE_SIZE) -> None:
+    def __init__(
+        self, pool: ModelPool, size: int = CACHE_SIZE, max_blocks: int | None = None
+    ) -> None:
         self._pool = pool
         self._size = size
+        self._max_blocks = max_blocks  # limits.max_blocks: counted before anything is validated
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -54,16 +57,20 @@ class WorkflowCache:
         `unavailable`, models whose failure to load was reported already (BuildContext).
 
         WorkflowError and ModelLoadError name `where` and, for files, the file;
-        FileAccessError and LimitError name the rule or limit.
+        FileAccessError and LimitError name the rule or limit (limits.max_blocks: the
+        workflow's block count, refused before any other work on it).
         """
         document, origin, base = workflow_document(files, workflow, where)
         try:
-            spec = parse_workflow(document)
+            spec = parse_workflow(document, self._max_blocks)
             digest = workflow_digest(spec)
             cached = self._cached(digest)
             if cached is not None:
                 return cached
             compiled = self._compile(spec, files.at(base), origin, unavailable)
+        except TooManyBlocksError as exc:
+            message = f"{origin}: workflow {exc.name!r} has {exc.count} blocks"
+            raise LimitError("limits.max_blocks", exc.limit, message, status=413) from None
         except WorkflowError as exc:
             name = f"{origin}: workflow {exc.name!r}"
             raise WorkflowError(exc.problems, name, exc.follow_ons) from None

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipelines import graph
 from pipelines.blocks.base import (
     LIKE,
     OPTIONAL,
@@ -25,7 +26,12 @@ from pipelines.blocks.base import (
     Kind,
     ModelUnavailableError,
 )
-from pipelines.errors import WorkflowError, format_location, pydantic_message
+from pipelines.errors import (
+    TooManyBlocksError,
+    WorkflowError,
+    format_location,
+    pydantic_message,
+)
 from pipelines.executor import (
     FIRST_FREE_SLOT,
     FRAME_SLOT,
@@ -38,6 +44,9 @@ from pipelines.registry import DEFAULT_REGISTRY, BlockImportError, BlockRegistry
 from pipelines.spec import RESERVED_IDS, BlockSpec, WorkflowSpec
 
 FRAME_REF = "frame"
+# Names compared for did-you-mean hints in one compilation (a few µs each): every hint
+# for a workflow of a few misspellings, a bounded ~12 ms for one of hundreds.
+HINT_COMPARISONS = 2048
 SUBKINDS = frozenset({("tracks", "detections")})  # (got, wanted): tracks are detections with ids
 
 
@@ -64,9 +73,19 @@ class _Compilation:
         # to one is not reported again, one root cause gives one message.
         self.broken: set[str] = set()
         self.follow_ons: list[str] = []  # blocks naming a model that did not load
+        self.kinds: dict[tuple[str, str], Kind] = {}  # (block, output) -> kind, once known
+        self.hint_budget = HINT_COMPARISONS
 
     def error(self, where: str, message: str) -> None:
         self.problems.append(f"{where}: {message}")
+
+    def hint(self, name: str, candidates: list[str]) -> str:
+        """A did-you-mean while the compilation's budget of compared names lasts: each
+        costs a difflib ratio, and n misspelt references among n blocks would be n²."""
+        if len(candidates) > self.hint_budget:
+            return ""
+        self.hint_budget -= len(candidates)
+        return _hint(name, candidates)
 
     # -- pass 1: every block's type, parameters and input references ---------------
     def declare(self, blocks: list[BlockSpec]) -> None:
@@ -99,7 +118,7 @@ class _Compilation:
     def _block_class(self, where: str, type_name: str) -> type[BlockType] | None:
         if type_name not in self.registry:
             names = self.registry.names()
-            hint = _hint(type_name, names) or f" (known: {', '.join(names)})"
+            hint = self.hint(type_name, names) or f" (known: {', '.join(names)})"
             self.error(f"{where}.type", f"unknown block type {type_name!r}{hint}")
             return None
         try:
@@ -158,7 +177,7 @@ class _Compilation:
             if block_id in self.broken:
                 return None  # its own problem is reported
             self.error(
-                where, f"unknown block {block_id!r}{_hint(block_id, [*self.nodes, FRAME_REF])}"
+                where, f"unknown block {block_id!r}{self.hint(block_id, [*self.nodes, FRAME_REF])}"
             )
             return None
         out_name = out_name or next(iter(node.cls.outputs), "")
@@ -166,16 +185,39 @@ class _Compilation:
             outs = ", ".join(node.cls.outputs) or "none"
             self.error(where, f"block {block_id!r} has no output {out_name!r} (outputs: {outs})")
             return None
-        got = self.out_kind(node, out_name, set())
+        got = self.out_kind(node, out_name)
         return self._check_kind(where, ref, got, want, (node.outs[out_name], block_id))
 
-    def out_kind(self, node: _Node, out_name: str, seen: set[str]) -> Kind:
-        """An output's kind; `like:<input>` follows that input's reference (cycles: any)."""
-        kind = node.cls.outputs[out_name]
-        if not kind.startswith(LIKE):
-            return kind  # type: ignore[return-value]  # a Kind, by BlockType's contract
-        ref = node.refs.get(kind.removeprefix(LIKE))
-        if ref is None or node.spec.id in seen:
+    def out_kind(self, node: _Node, out_name: str) -> Kind:
+        """An output's kind; `like:<input>` follows that input's reference back to a
+        declared kind (`any` for a broken or circular chain). Iterative and memoized: a
+        chain of n pass-through blocks costs O(n) once, not once per reference to it."""
+        path: dict[tuple[str, str], None] = {}  # outputs whose kind is the chain's end
+        key = (node.spec.id, out_name)
+        while True:
+            if key in self.kinds:
+                kind = self.kinds[key]
+                break
+            if key in path:  # a circle of pass-throughs: order() reports it
+                kind = "any"
+                break
+            path[key] = None
+            step = self._kind_or_source(self.nodes[key[0]], key[1])
+            if not isinstance(step, tuple):
+                kind = step
+                break
+            key = step
+        for waiting in path:
+            self.kinds[waiting] = kind
+        return kind
+
+    def _kind_or_source(self, node: _Node, out_name: str) -> Kind | tuple[str, str]:
+        """An output's kind, or for `like:<input>` the (block, output) that input reads."""
+        declared = node.cls.outputs[out_name]
+        if not declared.startswith(LIKE):
+            return declared  # type: ignore[return-value]  # a Kind, by BlockType's contract
+        ref = node.refs.get(declared.removeprefix(LIKE))
+        if ref is None:
             return "any"
         if ref == FRAME_REF:
             return "image"
@@ -186,7 +228,7 @@ class _Compilation:
         source_out = source_out or next(iter(source.cls.outputs), "")
         if source_out not in source.cls.outputs:
             return "any"
-        return self.out_kind(source, source_out, seen | {node.spec.id})
+        return source_id, source_out
 
     def _check_kind(
         self, where: str, ref: str, got: Kind, want: Kind, found: tuple[int, str | None]
@@ -198,22 +240,13 @@ class _Compilation:
 
     # -- pass 3: order and bind ------------------------------------------------------
     def order(self) -> list[_Node]:
-        """Kahn's topological sort, stable in file order; cycles become errors."""
-        pending = {bid: set(n.deps) & self.nodes.keys() for bid, n in self.nodes.items()}
-        ordered: list[_Node] = []
-        while True:
-            ready = [bid for bid, deps in pending.items() if not deps]
-            if not ready:
-                break
-            for bid in ready:
-                ordered.append(self.nodes[bid])
-                del pending[bid]
-            for deps in pending.values():
-                deps.difference_update(ready)
-        for cycle in _cycles(pending):
+        """Kahn's topological sort by levels, file order within a level (pipelines.graph);
+        blocks left over sit on or behind a cycle: each cycle is an error."""
+        ordered, left = graph.levels({bid: node.deps for bid, node in self.nodes.items()})
+        for cycle in graph.cycles(left):
             first = self.nodes[cycle[0]]
             self.error(f"blocks[{first.index}]", "cycle " + " → ".join([*cycle, cycle[0]]))
-        return ordered
+        return [self.nodes[bid] for bid in ordered]
 
     def bind(self, ordered: list[_Node], ctx: BuildContext) -> list[Step]:
         steps = []
@@ -244,9 +277,13 @@ def compile_workflow(
     source: WorkflowSpec | Mapping[str, Any],
     ctx: BuildContext,
     registry: BlockRegistry = DEFAULT_REGISTRY,
+    *,
+    max_blocks: int | None = None,
 ) -> CompiledWorkflow:
-    """Compile a workflow; raises WorkflowError listing every problem found."""
-    spec = parse_workflow(source)
+    """Compile a workflow; raises WorkflowError listing every problem found, or
+    TooManyBlocksError past `max_blocks` (None: no cap; every pass is linear in blocks
+    and references, the cap bounds the work a document can ask for)."""
+    spec = parse_workflow(source, max_blocks)
     comp = _Compilation(registry)
     comp.declare(spec.blocks)
     comp.resolve()
@@ -270,18 +307,30 @@ def compile_workflow(
     return compiled
 
 
-def parse_workflow(source: WorkflowSpec | Mapping[str, Any]) -> WorkflowSpec:
-    """Validate the document's structure; raises WorkflowError with locations."""
+def parse_workflow(
+    source: WorkflowSpec | Mapping[str, Any], max_blocks: int | None = None
+) -> WorkflowSpec:
+    """Validate the document's structure; raises WorkflowError with locations, or
+    TooManyBlocksError (counted before anything else is validated) past `max_blocks`."""
     if isinstance(source, WorkflowSpec):
+        _check_count(source.blocks, source.name, max_blocks)
         return source
     if not isinstance(source, Mapping):
         raise WorkflowError([f"(top): expected a mapping, got {type(source).__name__}"])
+    _check_count(source.get("blocks"), source.get("name"), max_blocks)
     try:
         return WorkflowSpec.model_validate(source)
     except ValidationError as exc:
         name = source.get("name") if isinstance(source.get("name"), str) else "workflow"
         problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
         raise WorkflowError(problems, str(name)) from None
+
+
+def _check_count(blocks: object, name: object, max_blocks: int | None) -> None:
+    if max_blocks is not None and isinstance(blocks, list) and len(blocks) > max_blocks:
+        raise TooManyBlocksError(
+            len(blocks), max_blocks, name if isinstance(name, str) else "workflow"
+        )
 
 
 def workflow_digest(spec: WorkflowSpec) -> str:
@@ -314,24 +363,6 @@ def _check_unused(comp: _Compilation, output_slots: set[int]) -> None:
                 f"the output of {node.spec.id!r} is never used "
                 f"(use it in another block or in `outputs`, or remove the block)",
             )
-
-
-def _cycles(pending: Mapping[str, set[str]]) -> list[list[str]]:
-    """One representative path per cycle left after the topological sort."""
-    seen: set[str] = set()
-    cycles = []
-    for start in pending:
-        if start in seen:
-            continue
-        path: list[str] = []
-        node = start
-        while node not in path and node not in seen:
-            path.append(node)
-            node = min(pending[node])
-        if node in path:
-            cycles.append(path[path.index(node) :])
-        seen.update(path)
-    return cycles
 
 
 def _hint(name: str, candidates: list[str]) -> str:

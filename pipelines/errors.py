@@ -69,3 +69,13 @@ class WorkflowError(Exception):
         shown = self.problems or self.follow_ons
         lines = "\n".join(f"  {p}" for p in shown)
         super().__init__(f"{name}: {len(shown)} problem(s)\n{lines}")
+
+
+class TooManyBlocksError(WorkflowError):
+    """A workflow with more blocks than its caller allows, refused on the count alone,
+    before any of its blocks is looked at. `count` and `limit` say by how much."""
+
+    def __init__(self, count: int, limit: int, name: str = "workflow") -> None:
+        super().__init__([f"blocks: {count} blocks, more than the {limit} allowed"], name)
+        self.count = count
+        self.limit = limit

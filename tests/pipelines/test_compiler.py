@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.blocks.base import BlockParams, BlockType, BuildContext, StepFactory, stateless
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
-from pipelines.errors import WorkflowError
+from pipelines.errors import TooManyBlocksError, WorkflowError
 from pipelines.registry import BlockRegistry
 from pipelines.types import Frame
 
@@ -57,9 +57,22 @@ class StreamName(BlockType):
         return stateless(lambda frame: frame.stream_id)
 
 
+class Same(BlockType):
+    """value -> value, of the kind it reads (`like:`): a pass-through, as filter is."""
+
+    type_name = "same"
+    inputs = {"value": ("any", None)}
+    outputs = {"value": "like:value"}
+
+    @classmethod
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+        return stateless(lambda value: value)
+
+
 REGISTRY = BlockRegistry(
     {
         "invert": f"{__name__}:Invert",
+        "same": f"{__name__}:Same",
         "brightness": f"{__name__}:Brightness",
         "stream_name": f"{__name__}:StreamName",
         "detect": "pipelines.blocks.detect:DetectBlock",
@@ -259,3 +272,56 @@ def test_a_misspelt_parameter_gets_a_did_you_mean() -> None:
     assert "blocks[0].min_heigth: unknown parameter (did you mean 'min_height'?)" in found
     far = next(p for p in found if p.startswith("blocks[0].tint:"))
     assert "(known: " in far and "min_height" in far
+
+
+# -- deep and large graphs (issue 23): iterative, linear walks and a cap on blocks -------
+GENEROUS_S = 10.0  # linear compiles take well under a second; the quadratic ones took minutes
+
+
+def chain(n: int, first: str = "frame") -> dict[str, Any]:
+    """n pass-through blocks, each reading the one before; the first reads `first`."""
+    blocks = [{"id": f"b{i}", "type": "same", "value": f"b{i - 1}"} for i in range(n)]
+    blocks[0]["value"] = first
+    return {"name": "chain", "blocks": blocks, "outputs": {"video": f"b{n - 1}"}}
+
+
+def test_a_chain_of_5000_blocks_compiles_and_runs_without_recursion() -> None:
+    """Each block's kind comes from the one before it, 5000 deep: once a RecursionError
+    past ~1000 blocks, and cubic time below (900 blocks: 3 s)."""
+    t0 = time.perf_counter()
+    wf = compile_(chain(5000))
+    assert time.perf_counter() - t0 < GENEROUS_S
+    assert wf.block_ids == tuple(f"b{i}" for i in range(5000))
+    assert int(wf.instantiate().run(frame(42)).image[0, 0, 0]) == 42  # an image all through
+
+
+def test_a_long_cycle_is_reported_as_one_cycle() -> None:
+    doc = chain(3000, first="b2999")  # b0 reads the last: one circle of 3000 blocks
+    t0 = time.perf_counter()
+    found = problems(doc)
+    assert time.perf_counter() - t0 < GENEROUS_S
+    ids = ["b0", *(f"b{i}" for i in range(2999, 0, -1)), "b0"]
+    assert found == ["blocks[0]: cycle " + " → ".join(ids)]
+
+
+def test_many_misspelt_references_are_all_reported_in_bounded_time() -> None:
+    """Each did-you-mean compares a name with every block's: hints stop past a budget,
+    so 2000 misspellings among 2000 blocks are not 4 million comparisons (20 s)."""
+    blocks = [{"id": f"block{i}", "type": "invert", "image": f"blok{i}x"} for i in range(2000)]
+    t0 = time.perf_counter()
+    found = problems({"blocks": blocks, "outputs": {"video": "block0"}})
+    assert time.perf_counter() - t0 < GENEROUS_S
+    assert len(found) == 2000
+    assert found[0] == "blocks[0].image: unknown block 'blok0x' (did you mean 'block0'?)"
+    assert found[-1] == "blocks[1999].image: unknown block 'blok1999x'"
+
+
+def test_more_blocks_than_the_cap_are_refused_on_the_count_alone() -> None:
+    """Not one block is looked at: malformed ones too give the count, not 11 problems."""
+    with pytest.raises(TooManyBlocksError) as caught:
+        compile_workflow({"name": "big", "blocks": [{}] * 11}, CTX, REGISTRY, max_blocks=10)
+    assert (caught.value.count, caught.value.limit, caught.value.name) == (11, 10, "big")
+    assert caught.value.problems == ["blocks: 11 blocks, more than the 10 allowed"]
+    assert compile_workflow(chain(10), CTX, REGISTRY, max_blocks=10).block_ids[-1] == "b9"
+    with pytest.raises(TooManyBlocksError):  # a parsed spec is counted too
+        compile_workflow(parse_workflow(chain(11)), CTX, REGISTRY, max_blocks=10)
