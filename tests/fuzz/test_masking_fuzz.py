@@ -79,10 +79,12 @@ def test_the_password_never_shows_in_malformed_forms(
 @given(AROUND, HOSTS, st.text(PATH_VALUE, min_size=4, max_size=16), AROUND)
 def test_a_path_password_never_shows(before: str, host: str, password: str, after: str) -> None:
     url = f"rtsp://{host}/user=admin_password={password}_channel=1_stream=0.sdp"
-    assume(password not in before + " " + after and password not in host)
+    expected = f"rtsp://{host}/user=admin_password={MASK}_channel=1_stream=0.sdp"
+    # A password that is part of the URL's own words ("pass") cannot be told apart.
+    assume(password not in before + " " + after and password not in expected)
     masked = mask_url(f"{before} {url} {after}")
     assert password not in masked
-    assert f"rtsp://{host}/user=admin_password={MASK}_channel=1_stream=0.sdp" in masked
+    assert expected in masked
 
 
 @fuzz(200)
