@@ -359,6 +359,7 @@ def test_a_server_bound_to_loopback_offers_only_loopback(live_server: LiveFactor
     "configured, bind, offered",
     [([], "127.0.0.1", ["127.0.0.1"]), ([], "192.0.2.7", ["192.0.2.7"]), ([], "::1", ["::1"]),
      ([], "0.0.0.0", []), ([], "::", []), ([], "", []), ([], "appliance.local", []),
+     ([], "localhost", ["127.0.0.1"]), ([], "LocalHost.", ["127.0.0.1"]),
      (["10.0.0.2"], "127.0.0.1", ["10.0.0.2"]), (["10.0.0.2"], "0.0.0.0", ["10.0.0.2"])],
 )  # fmt: skip
 def test_host_candidates_default_to_a_specific_bind_address(

@@ -29,10 +29,13 @@ def rtc_configuration(config: WebRtcConfig) -> RTCConfiguration:
 def host_addresses_for(configured: Sequence[IPAddress], bind_host: str | None) -> list[IPAddress]:
     """The host candidates to offer: `webrtc.host_addresses` when set; else the address
     the server is bound to, when it is one (a viewer that reached the API there can reach
-    the media there too, and a loopback-only appliance offers only loopback); else none
-    given, i.e. aioice's rule, for a wildcard bind (0.0.0.0, ::) or a host name."""
+    the media there too, and a loopback-only appliance offers only loopback; `localhost`
+    is loopback's name); else none given, i.e. aioice's rule, for a wildcard bind
+    (0.0.0.0, ::) or another host name."""
     if configured:
         return list(configured)
+    if (bind_host or "").lower().rstrip(".") == "localhost":  # RFC 6761: always loopback
+        return [ip_address("127.0.0.1")]
     try:
         address = ip_address(bind_host or "")
     except ValueError:  # a host name: it may stand for any of the interfaces
