@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,27 @@ def config(folder: Path) -> Any:
     return parse_config(doc, folder)
 
 
-def run(folder: Path, traces: dict[str, Path]) -> None:
+def run(folder: Path, traces: dict[str, Path], cores: set[int]) -> None:
+    # Linux applies this to the calling thread alone, and every thread it starts inherits
+    # it: each run (decoder, worker, batcher) keeps to its own core. Unpinned, the two
+    # realtime cameras tick in phase and one run's frames kept queueing behind the
+    # other's on the same core: a few % of bias, one way or the other for a whole run,
+    # seen past 10 % (a false regression) late in the suite.
+    os.sched_setaffinity(0, cores)
     folder.mkdir()
     traces[folder.name] = run_to_rolling_trace(config(folder), FRAMES, 120)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Rolling traces `a` and `b` of the same config, run at the same time."""
+    """Rolling traces `a` and `b` of the same config, run at the same time, a core each
+    (the same core for both on a one-core machine)."""
     base = tmp_path_factory.mktemp("aa")
     traces: dict[str, Path] = {}
-    threads = [threading.Thread(target=run, args=(base / name, traces)) for name in "ab"]
+    available = sorted(os.sched_getaffinity(0))
+    cores = [{available[0]}, {available[-1]}]
+    threads = [threading.Thread(target=run, args=(base / name, traces, core))
+               for name, core in zip("ab", cores, strict=True)]  # fmt: skip
     for t in threads:
         t.start()
     for t in threads:
