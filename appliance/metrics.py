@@ -23,6 +23,10 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 BATCH_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
 
+# Also the help of the `serve --workers` gateway's own family (its connection refusals).
+LIMIT_HITS_HELP = "Requests and connections refused by a configured limit (limits.*)."
+
+
 class Metrics:
     """Every metric the appliance exports, registered in `self.registry`."""
 
@@ -87,7 +91,7 @@ class Metrics:
             ["stream"], registry=r,
         )  # fmt: skip
         self.limit_hits = Counter(
-            "appliance_limit_hits", "Requests refused by a configured limit (limits.*).",
+            "appliance_limit_hits", LIMIT_HITS_HELP,
             ["limit"], registry=r,
         )  # fmt: skip
         self.file_refusals = Counter(

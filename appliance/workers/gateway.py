@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.errors import UnknownStreamError
+from appliance.metrics import LIMIT_HITS_HELP
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
@@ -144,11 +145,7 @@ async def metrics(request: web.Request) -> web.Response:
         up.add_metric([str(w.index)], 1.0 if w.index in texts else 0.0)
         restarts.add_metric([str(w.index)], float(w.restarts))
     # The gateway's own connection refusals, beside the workers' request refusals.
-    hits = CounterMetricFamily(
-        "appliance_limit_hits",
-        "Refused by a configured limit (limits.*).",
-        labels=["limit", "worker"],
-    )
+    hits = CounterMetricFamily("appliance_limit_hits", LIMIT_HITS_HELP, labels=["limit", "worker"])
     for limit, count in sorted(gw.connection_hits.items()):
         hits.add_metric([limit, "gateway"], float(count))
     body = await in_thread(merge_metrics, texts, [up, restarts, hits])
