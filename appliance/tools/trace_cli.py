@@ -1,8 +1,10 @@
-"""`appliance trace summarize|diff`: read traces, print fingerprints and regressions.
+"""`appliance trace summarize|diff|fingerprint`: read traces, print fingerprints and
+regressions, make the regression watch's baseline.
 
-Exit codes: 0 ok; 1 a file is not a trace (`error: ...` on stderr); 2 usage (argparse);
-3 `diff --fail-over PCT` found a block, model, frame or frame age slower, materially and
-significantly (appliance/tools/regression.py says what that means).
+Exit codes: 0 ok; 1 a file is not a trace (`error: ...` on stderr); 2 usage (argparse),
+and any error of `fingerprint` (no baseline written); 3 `diff --fail-over PCT` found a
+block, model, frame or frame age slower, materially and significantly
+(appliance/tools/regression.py says what that means).
 """
 
 from __future__ import annotations
@@ -15,13 +17,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from appliance.tools.baseline_file import (
+    MIN_SPANS,
+    FingerprintError,
+    fingerprint_baselines,
+    left_out_line,
+    table,
+    write_baselines,
+)
 from appliance.tools.fingerprint import Fingerprint, fingerprint, fingerprint_file
 from appliance.tools.ranktest import MIN_SAMPLES
 from appliance.tools.regression import SLOWER, Gate, Row, compare_traces, describe, samples
 from appliance.tools.trace_file import TraceFormatError, load_events
+from appliance.watch.baseline import MAX_SAMPLES
 
 EXIT_BAD_INPUT = 1
 EXIT_REGRESSION = 3  # not 2: argparse's usage error, which a CI gate must tell apart
+EXIT_NO_BASELINE = 1  # `fingerprint` wrote nothing: bad input (appliance/cli.py exit codes)
 
 Command = Callable[[argparse.Namespace], int]
 OpRow = tuple[str, float, float, float | None]  # op type, µs per call before, after, change %
@@ -57,7 +69,8 @@ DIFF_HEAD = (
 
 
 def add_trace_commands(sub: Any) -> None:
-    """Register `trace summarize` and `trace diff` on the `appliance` parser's subparsers."""
+    """Register `trace summarize`, `diff` and `fingerprint` on the `appliance` parser's
+    subparsers."""
     trace = sub.add_parser("trace", help="summarize a trace or compare two")
     actions = trace.add_subparsers(required=True, metavar="ACTION")
 
@@ -73,6 +86,39 @@ def add_trace_commands(sub: Any) -> None:
     _add_gate_options(diff)
     diff.add_argument("--json", action="store_true")
     diff.set_defaults(func=_guarded(cmd_diff))
+    _add_fingerprint(actions)
+
+
+def _add_fingerprint(actions: Any) -> None:
+    fp = actions.add_parser(
+        "fingerprint", help="a trace made into a baseline for profiling.watch.baseline"
+    )
+    fp.add_argument("file", type=Path, help="a rolling or window trace (.json[.gz])")
+    fp.add_argument("-o", "--output", type=Path, required=True, metavar="BASELINE.json")
+    fp.add_argument(
+        "--reservoir",
+        type=_reservoir,
+        default=1000,
+        metavar="N",
+        help="samples a row keeps at most, a uniform sample (default %(default)s)",
+    )
+    fp.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="keep only this stream's rows, as the trace names it (repeatable; every "
+        "model's rows are kept)",
+    )
+    fp.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        type=_rename,
+        metavar="OLD=NEW",
+        help="the trace's stream OLD is NEW in the config that reads the baseline (repeatable)",
+    )
+    fp.set_defaults(func=cmd_fingerprint)
 
 
 def _add_gate_options(diff: argparse.ArgumentParser) -> None:
@@ -110,6 +156,20 @@ def _confidence(text: str) -> float:
     if not 0.5 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {text}")
     return value
+
+
+def _reservoir(text: str) -> int:
+    value = int(text)
+    if not MIN_SPANS <= value <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"must be {MIN_SPANS} to {MAX_SAMPLES}, got {text}")
+    return value
+
+
+def _rename(text: str) -> tuple[str, str]:
+    old, sep, new = text.partition("=")
+    if not (old and sep and new) or "/" in new:
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW (stream ids, no '/'), got {text!r}")
+    return old, new
 
 
 def _guarded(func: Command) -> Command:
@@ -166,6 +226,28 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+# -- fingerprint --------------------------------------------------------------------------
+def cmd_fingerprint(args: argparse.Namespace) -> int:
+    renames = dict(args.rename)
+    if len(renames) < len(args.rename):
+        print("error: --rename: a stream renamed twice", file=sys.stderr)
+        return EXIT_NO_BASELINE
+    try:
+        made = fingerprint_baselines(args.file, args.reservoir, args.stream, renames)
+        write_baselines(args.output, made.baselines)
+    except (TraceFormatError, FingerprintError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NO_BASELINE
+    except OSError as exc:
+        print(f"error: {exc.filename or args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_NO_BASELINE
+    print("\n".join(table(made)))
+    print(f"wrote {len(made.baselines)} rows to {args.output}")
+    if (line := left_out_line(made)) is not None:
+        print(line, file=sys.stderr)
+    return 0
 
 
 # -- diff ---------------------------------------------------------------------------------
