@@ -1,13 +1,15 @@
-"""What a config reload changes: streams added, removed, changed; models added.
+"""What a config reload changes: streams added, removed, changed; models added or changed.
 
-A stream counts as changed when its entry in the file changed, or when the workflow
-file it names now has a different content (its normalised digest). Streams added over
-the API are not in either file and are left alone.
+A stream counts as changed when its entry in the file changed, when the workflow file it
+names now has a different content (its normalised digest), or when a model of the
+config's `models:` that its workflow runs has a new definition: it restarts on the model
+loaded anew (appliance/models/pool.py). Streams added over the API are not in either
+file and are left alone (on the model they run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,15 +47,17 @@ def plan_file_reload(
     files: FilePolicy,
     running: Mapping[str, str],
     shard: Shard | None = None,
+    uses: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[AppConfig, ReloadPlan]:
     """The config file at `path` read again (only `shard`'s streams, if given) and diffed
     against `old`; ReloadError for what a reload cannot apply. `running`: every running
-    stream's id -> its workflow digest."""
+    stream's id -> its workflow digest; `uses`: its id -> the models its workflow runs."""
     source = load_config(path)
     new = source if shard is None else shard.apply(source)
     if new.sinks != old.sinks:
         raise ReloadError("sinks: changed in the file; restart the appliance to apply them")
-    plan = plan_reload(old, new, changed_workflows(new, files, running))
+    changed = changed_workflows(new, files, running) | using_changed_models(old, new, uses or {})
+    plan = plan_reload(old, new, changed)
     plan.source = source
     taken = [c.id for c in plan.added if c.id in running]
     if taken:  # added over the API since: the file must not silently replace them
@@ -65,8 +69,8 @@ def plan_file_reload(
 
 
 def plan_reload(old: AppConfig, new: AppConfig, changed_workflows: set[str]) -> ReloadPlan:
-    """Diff two configs. `changed_workflows`: ids of streams whose workflow file changed."""
-    _check_models(old, new)
+    """Diff two configs. `changed_workflows`: ids of streams whose workflow file (or a
+    model it runs) changed."""
     before = {s.id: s for s in old.streams}
     after = {s.id: s for s in new.streams}
     plan = ReloadPlan()
@@ -81,16 +85,18 @@ def plan_reload(old: AppConfig, new: AppConfig, changed_workflows: set[str]) -> 
     return plan
 
 
-def _check_models(old: AppConfig, new: AppConfig) -> None:
-    """A model whose definition changed would need its session and every stream using it
-    rebuilt: refused, with the model named (restart the appliance for that)."""
-    for model_id, spec in new.models.items():
-        previous = old.models.get(model_id)
-        if previous is not None and previous != spec:
-            raise ReloadError(
-                f"models.{model_id}: changed definition; a running model cannot be replaced "
-                "by a reload (restart the appliance), nothing was changed"
-            )
+def changed_models(old: AppConfig, new: AppConfig) -> set[str]:
+    """Ids of the config's models declared in both with different definitions."""
+    return {m for m, spec in new.models.items() if m in old.models and old.models[m] != spec}
+
+
+def using_changed_models(
+    old: AppConfig, new: AppConfig, uses: Mapping[str, Collection[str]]
+) -> set[str]:
+    """Running streams (id -> the models their workflow runs) that run a config model
+    whose definition changed: the new one loads, and they must restart to run it."""
+    changed = changed_models(old, new)
+    return {sid for sid, models in uses.items() if changed.intersection(models)}
 
 
 def changed_workflows(new: AppConfig, files: FilePolicy, digests: Mapping[str, str]) -> set[str]:

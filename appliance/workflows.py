@@ -3,13 +3,20 @@ models each compilation runs to whoever uses it (a stream, a request).
 
 Compilations are cached by digest, least recently used out past `size`, since API calls
 may bring any number of inline workflows (running streams hold their own reference).
-Each entry keeps the batchers it was bound to: a model released and loaded again is
-another batcher, and a workflow bound to the old one must compile again.
+Each compilation keeps the batchers it was bound to: a model released and loaded again,
+or replaced by a new definition (a reloaded workflow file), is another batcher, and a
+workflow bound to the old one must compile again. A lease is on those batchers: the
+release of a workflow bound to a replaced model ends a lease on the replaced one.
+
+A workflow file's own models are declared from a place, the file and the model's key:
+declared differently from there again (the file edited), the model is loaded anew
+(ModelPool.ensure). An inline document's models have no place to be declared from again.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +50,9 @@ class WorkflowCache:
         self._size = size
         self._max_blocks = max_blocks  # limits.max_blocks: counted before anything is validated
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # Every compilation handed out -> the batchers it runs (what its leases are on).
+        self._bindings: weakref.WeakKeyDictionary[CompiledWorkflow, dict[str, ModelBatcher]]
+        self._bindings = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def compile(
@@ -60,14 +70,16 @@ class WorkflowCache:
         FileAccessError and LimitError name the rule or limit (limits.max_blocks: the
         workflow's block count, refused before any other work on it).
         """
-        document, origin, base = workflow_document(files, workflow, where)
+        document, origin, base, path = read_workflow(files, workflow, where)
         try:
             spec = parse_workflow(document, self._max_blocks)
             digest = workflow_digest(spec)
             cached = self._cached(digest)
             if cached is not None:
                 return cached
-            compiled = self._compile(spec, files.at(base), origin, unavailable)
+            # A file's model is declared from the file and its key, however it is named.
+            place = "" if path is None else f"{path} models."
+            compiled, bound = self._compile(spec, files.at(base), origin, unavailable, place)
         except TooManyBlocksError as exc:
             message = f"{origin}: workflow {exc.name!r} has {exc.count} blocks"
             raise LimitError("limits.max_blocks", exc.limit, message, status=413) from None
@@ -75,19 +87,32 @@ class WorkflowCache:
             name = f"{origin}: workflow {exc.name!r}"
             raise WorkflowError(exc.problems, name, exc.follow_ons) from None
         with self._lock:
-            self._entries[digest] = (compiled, self._bound(compiled))
+            self._entries[digest] = (compiled, bound)
+            self._bindings[compiled] = bound
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return compiled
 
     def release(self, workflow: CompiledWorkflow) -> None:
-        """End the lease `compile` gave on the workflow's models."""
-        self._pool.release(workflow.models)
+        """End the lease `compile` gave on the workflow's models: on the batchers it was
+        bound to, even where a model was replaced since."""
+        with self._lock:
+            bound = self._bindings.get(workflow)
+        if bound is None:  # not compiled here: its models' current batchers
+            handles = self._pool.handles
+            bound = {m: handles[m] for m in workflow.models if m in handles}
+        self._pool.release(bound.values())
 
     def forget_model(self, model_id: str) -> None:
-        """A model was released: compilations bound to its batcher must not be reused."""
+        """A model was released or replaced: compilations bound to a batcher that is no
+        longer its current one must not be reused."""
+        current = self._pool.handles.get(model_id)  # the pool calls under its lock: settled
         with self._lock:  # called inside the pool's lock: never taken the other way round
-            stale = [d for d, (_, bound) in self._entries.items() if model_id in bound]
+            stale = [
+                digest
+                for digest, (_, bound) in self._entries.items()
+                if model_id in bound and bound[model_id] is not current
+            ]
             for digest in stale:
                 del self._entries[digest]
 
@@ -101,25 +126,33 @@ class WorkflowCache:
         return entry[0] if self._pool.acquire(entry[1]) else None
 
     def _compile(
-        self, spec: WorkflowSpec, files: FilePolicy, origin: str, unavailable: frozenset[str]
-    ) -> CompiledWorkflow:
+        self,
+        spec: WorkflowSpec,
+        files: FilePolicy,
+        origin: str,
+        unavailable: frozenset[str],
+        place: str,
+    ) -> tuple[CompiledWorkflow, dict[str, ModelBatcher]]:
         """Load the workflow's own models (each leased while it compiles), compile, and
-        lease the models its blocks run. A model that does not load does not stop the
-        compile: the workflow's own problems are reported with it, in one WorkflowError,
-        and the blocks that name it are not (BuildContext.unavailable)."""
-        declared: list[str] = []
+        lease the models its blocks run; returns the compilation and those batchers. A
+        model that does not load does not stop the compile: the workflow's own problems
+        are reported with it, in one WorkflowError, and the blocks that name it are not
+        (BuildContext.unavailable). `place`: the file's, a key's prefix ("": inline)."""
+        declared: dict[str, ModelBatcher] = {}
         failures: list[Exception] = []
         try:
             for model_id, model in spec.models.items():
                 try:
                     where = f"{origin} models.{model_id}".lstrip()  # an inline doc: no origin
-                    self._pool.ensure(model_id, model, files, where)
+                    key = place and f"{place}{model_id}"
+                    declared[model_id] = self._pool.ensure(model_id, model, files, where, place=key)
                 except MODEL_FAILURES as exc:
                     failures.append(exc)
                     continue
-                declared.append(model_id)
             failed = unavailable | {m for m in spec.models if m not in declared}
-            context = BuildContext(models=self._pool.handles, unavailable=failed)
+            # One view of the batchers, so the blocks run the ones the leases are on.
+            handles = {**self._pool.handles, **declared}
+            context = BuildContext(models=handles, unavailable=failed)
             try:
                 compiled = compile_workflow(spec, context)
             except WorkflowError as exc:
@@ -128,14 +161,12 @@ class WorkflowCache:
                 raise _models_failed(failures, exc.problems, origin, spec.name) from None
             if failures:
                 raise _models_failed(failures, [], origin, spec.name)
-            if not self._pool.acquire(self._bound(compiled)):
-                raise AssertionError("unreachable: the workflow's models are leased")
-            return compiled
+            bound = {m: handles[m] for m in compiled.models}
+            if not self._pool.acquire(bound):  # a config model replaced meanwhile (reload)
+                raise ModelLoadError(f"{origin}: a model it runs was replaced; try again")
+            return compiled, bound
         finally:
-            self._pool.release(declared)
-
-    def _bound(self, compiled: CompiledWorkflow) -> dict[str, ModelBatcher]:
-        return {m: self._pool.handles[m] for m in compiled.models}
+            self._pool.release(declared.values())
 
 
 def _models_failed(
@@ -155,9 +186,17 @@ def workflow_document(
     """(document, origin for messages, base directory for its relative paths); a file is
     read through `files`, the policy of whoever named it. An empty `where`: the file is
     the thing checked (`appliance validate wf.yaml`), its path is the origin."""
+    document, origin, base, _ = read_workflow(files, workflow, where)
+    return document, origin, base
+
+
+def read_workflow(
+    files: FilePolicy, workflow: WorkflowRef, where: str
+) -> tuple[Mapping[str, Any], str, Path, Path | None]:
+    """`workflow_document`'s answer and the file's checked path (None: inline)."""
     if isinstance(workflow, Path):
         path = files.path(workflow, FileKind.WORKFLOW, where)
         text = files.read_text(path, FileKind.WORKFLOW, where)
         origin = f"{where} ({path})" if where else str(path)
-        return parse_workflow_text(text, origin), origin, path.parent
-    return workflow, where, files.base
+        return parse_workflow_text(text, origin), origin, path.parent, path
+    return workflow, where, files.base, None

@@ -1,15 +1,22 @@
 """Every loaded model of a process, by id: one ONNX Runtime session and batcher each.
 
 Models come from the config's `models:` and from workflows' own `models:`; the same id
-declared twice with the same file and settings is loaded once, with different ones it is
-an error naming both places.
+declared twice with the same file and settings is loaded once. Declared with different
+ones from two places, it is an error naming both; declared anew from the same place (the
+config's `models.<id>`, or one key of one workflow file, edited and reloaded), the new
+definition loads as the model's successor: new leases get it, while the old batcher
+serves the leases it still has and is released when the last one ends.
 
 Models are leased: a stream holds its workflow's models for its life, a request for its
-call. The config's models are pinned. A model nobody leases is idle: up to
-`limits.idle_models` idle models stay loaded for reuse (least recently used released
-first), so models that API workflows declare do not pile up. At most
-`limits.max_models` are loaded at once; beyond that idle ones are released, and when none
-is idle the load is refused with LimitError.
+call; leases are of one batcher each (`release` names the batchers). The config's models
+are pinned. A model nobody leases is idle: up to `limits.idle_models` idle models stay
+loaded for reuse (least recently used released first), so models that API workflows
+declare do not pile up. At most `limits.max_models` are loaded at once; beyond that idle
+ones are released, and when none is idle the load is refused with LimitError (a
+successor is not counted: it replaces a model).
+
+A reload `hold`s the pool while it checks the new config: replaced batchers are not
+stopped meanwhile, so a failed or dry-run reload can `restore` them as they were.
 
 After each batch the pool records the model's metrics (inference time, batch size, queue
 waits) and then calls `on_batch`, the hook the runtime injects (its trace spans): the
@@ -20,8 +27,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import LimitError
@@ -42,7 +50,26 @@ class ModelConflictError(ModelLoadError):
     """One model id declared with two different definitions."""
 
 
+@dataclass(eq=False)  # compared by identity: two loads of one spec are two entries
+class _Loaded:
+    """One loaded definition of a model and its leases."""
+
+    model_id: str
+    batcher: ModelBatcher
+    spec: ModelSpec  # resolved: absolute paths
+    where: str  # where it was declared, for messages
+    place: str  # what declared it, to tell a redeclaration; "": cannot be redeclared
+    users: int = 0
+    pinned: bool = False
+
+
 class ModelPool:
+    @dataclass(frozen=True, eq=False)
+    class Hold:
+        """The models current when `hold` was called (what `restore` goes back to)."""
+
+        entries: Mapping[str, _Loaded]
+
     def __init__(
         self,
         metrics: Metrics,
@@ -56,18 +83,20 @@ class ModelPool:
         self._on_batch = on_batch
         self._max_models = max_models
         self._idle_models = idle_models
-        # Told the id of every model released, under the pool's lock (it must not call
-        # back into the pool).
+        # Told the id of every model released or replaced (its batcher is no longer the
+        # current one), under the pool's lock (it must not call back into the pool).
         self.on_release: Callable[[str], None] | None = None
-        self._batchers: dict[str, ModelBatcher] = {}
-        self._specs: dict[str, tuple[ModelSpec, str]] = {}  # id -> (resolved spec, where)
-        self._users: Counter[str] = Counter()
-        self._pinned: set[str] = set()
+        self._current: dict[str, _Loaded] = {}
+        self._batchers: dict[str, ModelBatcher] = {}  # id -> the current entry's batcher
+        self._retired: list[_Loaded] = []  # replaced, still leased (or held)
+        self._loaded: dict[ModelBatcher, _Loaded] = {}  # current and retired
         self._idle: OrderedDict[str, None] = OrderedDict()  # least recently used first
+        self._holds = 0  # while > 0, retired batchers nobody leases are not stopped yet
         self._lock = threading.Lock()
 
     @property
     def handles(self) -> Mapping[str, ModelBatcher]:
+        """Each model's current batcher, by id."""
         return self._batchers
 
     def ensure(
@@ -78,21 +107,32 @@ class ModelPool:
         where: str,
         *,
         pin: bool = False,
+        place: str | None = None,
     ) -> ModelBatcher:
         """The running batcher for this model, loading it on first use, leased once to
-        the caller (`release` it); or pinned: the config's models are never released."""
+        the caller (`release` it); or pinned: the config's models are never released.
+
+        `place` (default: `where`) is what declares it: declared differently from the
+        same place, the new definition loads as the model's successor; from another
+        place (or an empty `place`: an inline document), ModelConflictError."""
         resolved = _resolved(spec, files, where)
+        place = where if place is None else place
         released: list[ModelBatcher] = []
         try:
             with self._lock:
-                known = self._specs.get(model_id)
-                if known is not None and known[0] != resolved:
-                    raise ModelConflictError(
-                        f"{where}: model {model_id!r} is already declared differently at {known[1]}"
-                    )
+                known = self._current.get(model_id)
                 if known is None:
                     released = self._make_room(where)
-                    self._load(model_id, resolved, files, where)
+                    self._make_current(self._load(model_id, resolved, files, where, place))
+                elif known.spec != resolved:
+                    if not place or known.place != place:
+                        raise ModelConflictError(
+                            f"{where}: model {model_id!r} is already declared differently "
+                            f"at {known.where}"
+                        )
+                    # Loaded first: a definition that fails to load replaces nothing.
+                    successor = self._load(model_id, resolved, files, where, place)
+                    released = self._succeed(known, successor)
                 self._take(model_id, pin)
                 return self._batchers[model_id]
         finally:
@@ -100,7 +140,8 @@ class ModelPool:
 
     def acquire(self, expected: Mapping[str, ModelBatcher]) -> bool:
         """Lease these models if each id still runs the batcher given; False (nothing
-        leased) when one was released since, e.g. a cached workflow that must recompile."""
+        leased) when one was released or replaced since, e.g. a cached workflow that
+        must recompile."""
         with self._lock:
             if any(self._batchers.get(m) is not b for m, b in expected.items()):
                 return False
@@ -108,36 +149,81 @@ class ModelPool:
                 self._take(model_id, pin=False)
             return True
 
-    def release(self, model_ids: Iterable[str]) -> None:
-        """End one lease of each; unleased models become idle, the oldest idle released."""
+    def release(self, batchers: Iterable[ModelBatcher]) -> None:
+        """End one lease of each batcher: an unleased current model becomes idle (the
+        oldest idle released), an unleased replaced one is released."""
+        released: list[ModelBatcher] = []
         with self._lock:
-            for model_id in model_ids:
-                if self._users[model_id] > 0:
-                    self._users[model_id] -= 1
-                    self._batchers[model_id].set_producers(self._users[model_id])
-                if self._users[model_id] == 0 and model_id not in self._pinned:
+            for batcher in batchers:
+                entry = self._loaded.get(batcher)
+                if entry is None:
+                    continue  # released already: nothing leased it any more
+                if entry.users > 0:
+                    entry.users -= 1
+                    batcher.set_producers(entry.users)
+                if entry.users > 0:
+                    continue
+                if self._current.get(entry.model_id) is entry:
+                    if not entry.pinned:
+                        self._idle[entry.model_id] = None
+                        self._idle.move_to_end(entry.model_id)
+                elif self._holds == 0:
+                    released.append(self._release_retired(entry))
+            released += self._evict(len(self._idle) - self._idle_models)
+        self._stop_released(released)
+
+    def hold(self) -> ModelPool.Hold:
+        """Keep every replaced batcher loaded until `unhold`, leased or not, so that
+        `restore` can go back to the models current now."""
+        with self._lock:
+            self._holds += 1
+            return ModelPool.Hold(dict(self._current))
+
+    def restore(self, hold: ModelPool.Hold) -> None:
+        """Make the models current at `hold` current again where a successor replaced
+        them since (the successor is retired: released once unleased and unheld)."""
+        with self._lock:
+            for model_id, old in hold.entries.items():
+                now = self._current.get(model_id)
+                if now is old or old not in self._retired:
+                    continue  # not replaced (or, unheld, released since)
+                self._retired.remove(old)
+                self._idle.pop(model_id, None)
+                if now is not None:
+                    self._retired.append(now)
+                self._make_current(old)
+                if old.users == 0 and not old.pinned:
                     self._idle[model_id] = None
-                    self._idle.move_to_end(model_id)
-            released = self._evict(len(self._idle) - self._idle_models)
+                self._notify(model_id)
+                log.info("model %r: back to its definition at %s", model_id, old.where)
+
+    def unhold(self, hold: ModelPool.Hold) -> None:
+        """End `hold`: replaced batchers nobody leases any more are released."""
+        with self._lock:
+            self._holds -= 1
+            done = [] if self._holds else [e for e in self._retired if e.users == 0]
+            released = [self._release_retired(entry) for entry in done]
         self._stop_released(released)
 
     def session_spec(self, model_id: str) -> SessionSpec:
         """The session options a loaded model was created with."""
-        return self._specs[model_id][0].session
+        return self._current[model_id].spec.session
 
     def describe(self) -> list[ModelStatus]:
         """What `GET /v1/models` answers: interface, providers, batching, counters."""
         with self._lock:
-            batchers = [(b, self._users[m], m in self._pinned) for m, b in self._batchers.items()]
-        return [_describe(b, users, pinned) for b, users, pinned in batchers]
+            entries = [(e.batcher, e.users, e.pinned) for e in self._current.values()]
+        return [_describe(b, users, pinned) for b, users, pinned in entries]
 
     def stop(self, timeout: float) -> bool:
         with self._lock:
-            batchers = list(self._batchers.values())
+            batchers = list(self._loaded)
         return all([b.stop(timeout) for b in batchers])
 
     # -- under the lock ----------------------------------------------------------------
-    def _load(self, model_id: str, spec: ModelSpec, files: FilePolicy, where: str) -> None:
+    def _load(
+        self, model_id: str, spec: ModelSpec, files: FilePolicy, where: str, place: str
+    ) -> _Loaded:
         def read_labels(path: Any) -> str:
             return files.read_labels(path, f"{where}.labels_file")
 
@@ -148,28 +234,57 @@ class ModelPool:
             raise ModelLoadError(f"{where}: {reason}") from exc
         batcher = ModelBatcher(loaded, spec.batching, self._observer(model_id))
         batcher.start()
-        self._batchers[model_id] = batcher
-        self._specs[model_id] = (spec, where)
+        entry = _Loaded(model_id, batcher, spec, where, place)
+        self._loaded[batcher] = entry
+        return entry
+
+    def _make_current(self, entry: _Loaded) -> None:
+        self._current[entry.model_id] = entry
+        self._batchers[entry.model_id] = entry.batcher
+
+    def _succeed(self, old: _Loaded, new: _Loaded) -> list[ModelBatcher]:
+        """`new` replaces `old`: old keeps its leases and is released when they (and
+        any hold) end; an idle one at once. Returns the batchers to stop."""
+        self._idle.pop(old.model_id, None)
+        self._make_current(new)
+        self._retired.append(old)
+        self._notify(old.model_id)  # compilations bound to the old batcher: stale
+        log.info(
+            "model %r: loaded anew (%s changed); the old one serves its %d leases",
+            old.model_id, new.where, old.users,
+        )  # fmt: skip
+        if old.users or self._holds:
+            return []
+        return [self._release_retired(old)]
+
+    def _release_retired(self, entry: _Loaded) -> ModelBatcher:
+        self._retired.remove(entry)
+        del self._loaded[entry.batcher]
+        self._forget_metrics(entry.model_id)
+        self._notify(entry.model_id)
+        log.info("model %r: its replaced definition (%s) released", entry.model_id, entry.where)
+        return entry.batcher
 
     def _take(self, model_id: str, pin: bool) -> None:
+        entry = self._current[model_id]
         if pin:
-            self._pinned.add(model_id)
+            entry.pinned = True
         else:
-            self._users[model_id] += 1
+            entry.users += 1
             # Each lease is a stream or a request that may submit: the batcher stops
             # waiting for company once all of them wait (batcher.py).
-            self._batchers[model_id].set_producers(self._users[model_id])
+            entry.batcher.set_producers(entry.users)
         self._idle.pop(model_id, None)
 
     def _make_room(self, where: str) -> list[ModelBatcher]:
         """Release idle models until one more fits under max_models; LimitError if none
         is idle (every loaded model is in use)."""
-        over = len(self._batchers) + 1 - self._max_models
+        over = len(self._loaded) + 1 - self._max_models
         if over > len(self._idle):
             raise LimitError(
                 "limits.max_models",
                 self._max_models,
-                f"{where}: {len(self._batchers)} models are loaded and in use",
+                f"{where}: {len(self._loaded)} models are loaded and in use",
             )
         return self._evict(over)
 
@@ -177,13 +292,23 @@ class ModelPool:
         released = []
         for _ in range(max(0, count)):
             model_id, _ = self._idle.popitem(last=False)
-            released.append(self._batchers.pop(model_id))
-            del self._specs[model_id], self._users[model_id]
-            self._metrics.remove_model(model_id)
-            if self.on_release is not None:
-                self.on_release(model_id)
+            entry = self._current.pop(model_id)
+            del self._batchers[model_id], self._loaded[entry.batcher]
+            released.append(entry.batcher)
+            self._forget_metrics(model_id)
+            self._notify(model_id)
             log.info("model %r released (idle; limits.idle_models)", model_id)
         return released
+
+    def _forget_metrics(self, model_id: str) -> None:
+        """Drop the id's series once no batcher of it is left: they are labelled by id
+        only, so a successor (or a predecessor still serving) records into them too."""
+        if model_id not in self._current and all(e.model_id != model_id for e in self._retired):
+            self._metrics.remove_model(model_id)
+
+    def _notify(self, model_id: str) -> None:
+        if self.on_release is not None:
+            self.on_release(model_id)
 
     def _stop_released(self, released: list[ModelBatcher]) -> None:
         for batcher in released:  # outside the lock: stop joins the batcher's thread

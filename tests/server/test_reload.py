@@ -104,8 +104,11 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], int, str]] = {
     "two invalid workflows": (
         lambda d: d["streams"].extend([bad_workflow(), {**bad_workflow(), "id": "new2"}]), 422,
         "streams.new2.workflow: workflow 'draw': outputs.video: unknown block 'ghost'"),
-    "changed model": (lambda d: d["models"].update(person=person_model(max_batch_size=8)), 409,
-                      "models.person: changed definition"),
+    # A changed model loads anew (tests/test_reload_models.py); one that cannot load
+    # changes nothing, the old one goes on serving.
+    "changed model that does not load": (
+        lambda d: d["models"].update(person={**person_model(), "path": __file__}), 422,
+        "models.person"),
 }  # fmt: skip
 
 
