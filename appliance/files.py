@@ -55,6 +55,7 @@ class FileKind(StrEnum):
     VIDEO = "video"  # streamed by FFmpeg, never read whole: no cap
     CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key
     SECRET = "secret"  # a password read from a file (a mounted secret)
+    BASELINE = "baseline"  # profiling.watch.baseline: `appliance trace fingerprint`'s
 
 
 def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
@@ -62,6 +63,7 @@ def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
         FileKind.WORKFLOW: limits.max_workflow_bytes,
         FileKind.LABELS: limits.max_labels_bytes,
         FileKind.MODEL: limits.max_model_bytes,
+        FileKind.BASELINE: limits.max_baseline_bytes,
         FileKind.CERTIFICATE: CERTIFICATE_BYTES,
         FileKind.SECRET: SECRET_BYTES,
     }

@@ -75,6 +75,39 @@ class Metrics:
         self.trace_errors = Counter(
             "appliance_trace_write_errors", "Trace files that could not be written.", registry=r
         )
+        self.block_regression = Gauge(
+            "appliance_block_regression", "1 while the regression watch holds the block "
+            "slower than its baseline (beyond what a host slowdown explains).",
+            ["stream", "block"], registry=r,
+        )  # fmt: skip
+        self.block_regression_ratio = Gauge(
+            "appliance_block_regression_ratio", "The block's median over its baseline's, "
+            "host slowdown taken out, at the watch's latest comparison.",
+            ["stream", "block"], registry=r,
+        )  # fmt: skip
+        self.model_regression = Gauge(
+            "appliance_model_regression", "1 while a model's session.run is slower than "
+            "its baseline.", ["model"], registry=r,
+        )  # fmt: skip
+        self.model_regression_ratio = Gauge(
+            "appliance_model_regression_ratio", "A model's session.run median over its "
+            "baseline's, host slowdown taken out.", ["model"], registry=r,
+        )  # fmt: skip
+        self.host_slowdown = Gauge(
+            "appliance_host_slowdown", "1 while the host is slower as a whole than when "
+            "the baselines were learned (probe and rows agree).", registry=r,
+        )  # fmt: skip
+        self.host_slowdown_ratio = Gauge(
+            "appliance_host_slowdown_ratio", "The host factor at the latest comparison "
+            "(1: nothing put on the host).", registry=r,
+        )  # fmt: skip
+        self.watch_comparisons = Counter(
+            "appliance_watch_comparisons", "Rows judged against their baseline.", registry=r
+        )
+        self.regressions = Counter(
+            "appliance_regressions", "Regressions raised by the watch, by kind (block, "
+            "model, queue, frame age, host).", ["kind"], registry=r,
+        )  # fmt: skip
         self.window_active = Gauge(
             "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
         )
@@ -137,8 +170,10 @@ class Metrics:
 
     def remove_model(self, model_id: str) -> None:
         """Drop a released model's series: API workflows may name any number of models."""
-        for metric in (self.model_inference, self.model_queue, self.model_batch_size):
-            _remove(metric, model_id)
+        for histogram in (self.model_inference, self.model_queue, self.model_batch_size):
+            _remove(histogram, model_id)
+        for gauge in (self.model_regression, self.model_regression_ratio):
+            _remove(gauge, model_id)
 
 
 class StreamMetrics:
@@ -173,6 +208,8 @@ class StreamMetrics:
         m, sid = self._metrics, self._id
         for block, btype in self._block_labels:
             _remove(m.block_latency, sid, block, btype)
+            _remove(m.block_regression, sid, block)  # the watch sets them again if it runs
+            _remove(m.block_regression_ratio, sid, block)
         for metric in (m.workflow_latency, m.frame_age, m.stream_up, m.reconnects, m.source_fps):
             _remove(metric, sid)
         for outcome in ("processed", "dropped", "failed"):

@@ -213,6 +213,19 @@ class Outputs:
             if publish is not None:
                 publish(stream_id, state, mask_url(reason))
 
+    def publish_event(self, streams: list[str] | None, event: dict[str, Any]) -> None:
+        """An event not made by a frame (the regression watch's), for these streams (None:
+        the appliance as a whole), to every sink that sends events (any thread)."""
+        for sink in self.sinks.values():
+            publish = getattr(sink, "publish_event", None)
+            if publish is None:
+                continue
+            for stream_id in streams if streams is not None else [None]:
+                try:
+                    publish(stream_id, event)
+                except Exception:  # a sink's bug must not stop the watch
+                    log.exception("sink %s failed to take a %s event", sink.name, event["type"])
+
     def check(self, outputs: Sequence[OutputConfig]) -> None:
         """ConfigError unless every output names a running sink (a stream added over the
         API is checked here; the config's streams were checked at load)."""

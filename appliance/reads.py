@@ -7,6 +7,7 @@ owns; nothing here changes what runs.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from appliance.status import (
 )
 from appliance.streams import Stream
 from appliance.supervisor import Supervisor
+from appliance.watch.report import WatchReport
+from appliance.watch.watch import Watch
 
 
 class RuntimeReads:
@@ -45,6 +48,7 @@ class RuntimeReads:
     shard: Shard | None
     started_at: float
     _block_latency: BlockLatencies
+    watch: Watch
     _stopping: threading.Event
 
     # -- running ---------------------------------------------------------------------
@@ -109,7 +113,23 @@ class RuntimeReads:
         models = self.pool.handles
         providers = {m: list(models[m].info.providers)
                      for m in stream.workflow.models if m in models}  # fmt: skip
-        return stream.status(providers, sinks)
+        status = stream.status(providers, sinks)
+        return dataclasses.replace(status, watch=self.watch.stream_status(stream.id))
+
+    def regressions(self) -> WatchReport:
+        """The regression watch: the host, active regressions and their history."""
+        return self.watch.report()
+
+    def rebaseline(self, stream_id: str) -> list[str]:
+        """Learn the stream's baselines again from now (after an intended change): the
+        rows that start over. The watch's only change; UnknownStreamError for an unknown
+        id. What runs is not touched."""
+        if stream_id not in self.streams:
+            raise UnknownStreamError(stream_id)
+        try:
+            return self.watch.rebaseline(stream_id)
+        except KeyError:  # removed meanwhile
+            raise UnknownStreamError(stream_id) from None
 
     def models_status(self) -> list[ModelStatus]:
         return self.pool.describe()

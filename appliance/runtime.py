@@ -32,6 +32,7 @@ from appliance.hosts import SourceHosts
 from appliance.latest import LatestResults
 from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
+from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
 from appliance.outputs import Outputs
 from appliance.profiling.hooks import StreamTrace
@@ -42,6 +43,7 @@ from appliance.request_files import request_policy
 from appliance.sharding import Shard
 from appliance.streams import Stream, stop_all
 from appliance.supervisor import Supervisor, restart_stalled
+from appliance.watch.setup import build_watch
 from appliance.workflows import WorkflowCache, WorkflowRef
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
@@ -96,9 +98,15 @@ class Runtime(RuntimeReads):
         self.outputs.subscribe(self.latest)
         self._block_latency = BlockLatencies()  # each stream's recent per-block latency
         self.outputs.subscribe(self._block_latency)
+        # The regression watch: each result and batch against its baseline (appliance/watch).
+        self.watch = build_watch(
+            prof.watch, trace_dir, self.files, self.metrics, self.profiler,
+            self.outputs.publish_event,
+        )  # fmt: skip
+        self.outputs.subscribe(self.watch)
         self.pool = ModelPool(
             self.metrics,
-            on_batch=self.profiler.on_batch,  # the batch's spans
+            on_batch=self._on_batch,  # the batch's spans, and the watch's samples
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
         )
@@ -160,6 +168,8 @@ class Runtime(RuntimeReads):
         for cfg, workflow in prepared:
             self._start_stream(cfg, workflow)
         self.profiler.start()
+        self.watch.changed("start", "the appliance started")
+        self.watch.start()
         self.supervisor.start()
 
     def load_models(self, problems: Problems, pin: bool = True) -> frozenset[str]:
@@ -230,6 +240,7 @@ class Runtime(RuntimeReads):
             self._check_room(cfg.id)
             self.streams[cfg.id] = stream
         self._block_latency.attach(cfg.id, blocks)
+        self.watch.attach(cfg.id, workflow.block_ids, workflow.block_models)
         stream.start()
         return stream
 
@@ -283,6 +294,7 @@ class Runtime(RuntimeReads):
             raise UnknownStreamError(stream_id)
         ended = stream.stop(timeout)
         self._block_latency.detach(stream_id)
+        self.watch.detach(stream_id)
         self.release_workflow(stream.workflow)
         stream.metrics.remove()
         log.info("stream %s removed", stream_id)
@@ -300,56 +312,83 @@ class Runtime(RuntimeReads):
         files = self._files_for(stream_id in self._requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}", files)
         self._stop_stream(stream_id)
+        self.watch.changed("restart", f"stream {stream_id!r} restarted")
         return self._start_stream(cfg, workflow)
 
     @one_change_at_a_time
     def reload(self, dry_run: bool = False) -> ReloadPlan:
         """Apply the config file as it is now: streams added, removed or changed are
         started, stopped or restarted; unchanged ones keep running untouched. Everything
-        is checked (config, models, workflows) before anything changes. `dry_run`: check
-        and answer the plan, change nothing (models it loaded stay idle, for the apply)."""
+        is checked (config, models, workflows) before anything changes. A model declared
+        anew (the config's, or a workflow file's own) loads beside the old one, which
+        serves the streams still on it until they stop. `dry_run`: check and answer the
+        plan, change nothing (models it loaded stay idle, for the apply; models loaded
+        anew are dropped again)."""
+        with self.watch.still():  # its model loads and restarts are not the streams' latency
+            return self._reload(dry_run)
+
+    def _reload(self, dry_run: bool) -> ReloadPlan:
         if self.config_path is None:
             raise ReloadError("this runtime was not started from a config file")
-        digests = {i: s.workflow.digest for i, s in list(self.streams.items())}
-        new, plan = plan_file_reload(self.config_path, self.config, self.files, digests, self.shard)
+        running = list(self.streams.items())
+        digests = {i: s.workflow.digest for i, s in running}
+        uses = {i: s.workflow.models for i, s in running}  # a changed config model restarts them
+        new, plan = plan_file_reload(
+            self.config_path, self.config, self.files, digests, self.shard, uses
+        )
         old_config, self.config = self.config, new
         compiled: dict[str, CompiledWorkflow] = {}
         problems = Problems(str(self.config_path))  # every problem of the new config at once
-        leased: list[str] = []  # a dry run's models: leased for the check, not pinned
+        leased: list[ModelBatcher] = []  # a dry run's models: leased for the check, not pinned
+        # Until the reload is applied, a model it replaces is kept: the undo goes back to it.
+        hold = self.pool.hold()
         try:
             failed = self.load_models(problems, pin=not dry_run)
             if dry_run:
-                leased = [m for m in new.models if m not in failed]
+                leased = [self.pool.handles[m] for m in new.models if m not in failed]
             for c in [*plan.added, *plan.changed]:
                 with problems.check():
                     where = f"streams.{c.id}"
                     compiled[c.id] = self.compile_stream_workflow(c, where, unavailable=failed)
             problems.raise_any()
         except BaseException:
-            self._undo_reload(old_config, compiled, leased)
+            self._undo_reload(old_config, compiled, leased, hold)
             raise
         if dry_run:
-            self._undo_reload(old_config, compiled, leased)
+            self._undo_reload(old_config, compiled, leased, hold)
             return plan
-        for sid in plan.removed:
-            self.remove_stream(sid)
-        for cfg in plan.changed:
-            self.remove_stream(cfg.id)
-            self._start_stream(cfg, compiled[cfg.id])
-        for cfg in plan.added:
-            self._start_stream(cfg, compiled[cfg.id])
+        try:
+            for sid in plan.removed:
+                self.remove_stream(sid)
+            for cfg in plan.changed:
+                self.remove_stream(cfg.id)
+                self._start_stream(cfg, compiled[cfg.id])
+            for cfg in plan.added:
+                self._start_stream(cfg, compiled[cfg.id])
+        finally:  # the replaced models nothing runs any more are released
+            self.pool.unhold(hold)
         # The API's roots follow the new file's models, workflows and videos.
         self.request_files = request_policy(plan.source or new, self.config_path)
         log.info("config reloaded: %s", plan.summary())
+        done = (f"{k} {', '.join(v)}" for k, v in plan.summary().items() if v and k != "unchanged")
+        self.watch.changed("reload", "; ".join(done) or "nothing changed")
         return plan
 
     def _undo_reload(
-        self, config: AppConfig, compiled: Mapping[str, CompiledWorkflow], leased: list[str]
+        self,
+        config: AppConfig,
+        compiled: Mapping[str, CompiledWorkflow],
+        leased: list[ModelBatcher],
+        hold: ModelPool.Hold,
     ) -> None:
+        """The old config and models current again; what the reload loaded anew in their
+        place is released (the old ones were never stopped: `hold`)."""
         self.config = config
+        self.pool.restore(hold)  # first: a replacing model is never idle, nor evicted
         for workflow in compiled.values():
             self.release_workflow(workflow)
         self.pool.release(leased)
+        self.pool.unhold(hold)
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
@@ -377,6 +416,11 @@ class Runtime(RuntimeReads):
     def models(self) -> Mapping[str, ModelBatcher]:
         return self.pool.handles
 
+    def _on_batch(self, record: BatchRecord) -> None:
+        """Every model batch (on its batcher thread): its spans, then the watch's samples."""
+        self.profiler.on_batch(record)
+        self.watch.models(record)
+
     # -- supervision -------------------------------------------------------------------
 
     def stop_streams(self, timeout: float) -> bool:
@@ -394,6 +438,7 @@ class Runtime(RuntimeReads):
         deadline = time.monotonic() + timeout
         self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
         self.profiler.windows.stop()
+        self.watch.stop(timeout / 4)
         return stop_all(list(self.streams.values()), max(0.1, deadline - time.monotonic()))
 
     def _on_stalled(self, stream: Stream, reason: str) -> None:

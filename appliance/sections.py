@@ -67,6 +67,8 @@ class LimitsConfig(Strict):
     max_image_pixels: Annotated[int, Field(ge=1)] = 40_000_000
     max_workflow_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
     max_labels_bytes: Annotated[int, Field(ge=1)] = 1 * MiB
+    # A watch baseline: about 8 bytes of JSON per sample, 1000 samples per row.
+    max_baseline_bytes: Annotated[int, Field(ge=1)] = 16 * MiB
     max_model_bytes: Annotated[int, Field(ge=1)] = 2048 * MiB  # protobuf's own cap is 2 GiB
     # A labels file has one class name a line: COCO has 80, ImageNet 1000, Open Images
     # about 20 000 boxes' classes at most; a name is a few words.
@@ -88,6 +90,42 @@ class LimitsConfig(Strict):
     worker_stall_s: Annotated[float, Field(gt=0)] = 30.0
 
 
+class WatchConfig(Strict):
+    """The regression watch (docs/profiling.md, "Regression watch"): each stream's block,
+    model and frame-age latencies against a baseline, with `trace diff`'s rule."""
+
+    enabled: bool = True
+    interval_s: Annotated[float, Field(ge=1, le=3600)] = 30.0  # one comparison per interval
+    # After a stream (re)starts or a model loads: skipped (ONNX Runtime's first runs,
+    # caches filling), neither learned nor compared.
+    warmup_s: Annotated[float, Field(ge=0, le=3600)] = 20.0
+    learn_s: Annotated[float, Field(gt=0, le=86400)] = 180.0  # a new row's baseline
+    reservoir: Annotated[int, Field(ge=100, le=20000)] = 1000  # samples a baseline keeps
+    # Recent samples compared per row and interval (a uniform sample when more came).
+    window_samples: Annotated[int, Field(ge=50, le=20000)] = 1000
+    # trace diff's gate (appliance/tools/regression.py), with its CLI's names.
+    fail_over_pct: Annotated[float, Field(ge=0, le=1000)] = 10.0
+    min_ms: Annotated[float, Field(ge=0)] = 0.2
+    min_frame_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.999
+    # The host is slower when its speed probe and the shift every row shares agree on
+    # more than this (%); blocks are then judged on what that shift does not explain.
+    host_pct: Annotated[float, Field(gt=0, le=1000)] = 10.0
+    confirm_intervals: Annotated[int, Field(ge=1, le=100)] = 1  # slower in a row to raise
+    recover_intervals: Annotated[int, Field(ge=1, le=100)] = 2  # not slower in a row to end
+    # The evidence: a profiling window the watch opens itself on a regression, at most
+    # once per stream per cooldown_s.
+    evidence_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    cooldown_s: Annotated[float, Field(ge=0)] = 600.0
+    # A baseline made by `appliance trace fingerprint` (CI's, shared by a fleet); through
+    # the file-access policy, relative to the config file. None: learned here.
+    baseline: Path | None = None
+    # Rows never raised, as the API names them: "cam1/blur", "model:faces".
+    mute: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=1024)] = Field(
+        default_factory=list
+    )
+
+
 class ProfilingConfig(Strict):
     """Continuous profiling: rolling Chrome traces and latency histograms."""
 
@@ -106,6 +144,7 @@ class ProfilingConfig(Strict):
     ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 16
     ort_max_runs_per_window: Annotated[int, Field(ge=1, le=1000)] = 100
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
+    watch: WatchConfig = WatchConfig()
 
 
 class IceServerConfig(Strict):

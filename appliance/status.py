@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from appliance.watch.report import StreamWatch
 from pipelines.types import iso_utc
 from sinks.base import SinkStatus
 
@@ -91,6 +92,8 @@ class StreamStatus:
     """Each of those sinks' state (connected, reconnecting, ...)."""
     transitions: list[Transition]
     """Oldest first, the last few."""
+    watch: StreamWatch | None = None
+    """The regression watch: its state, each row's latest verdict, active regressions."""
 
 
 @dataclass(frozen=True, slots=True)

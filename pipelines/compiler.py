@@ -301,9 +301,10 @@ def compile_workflow(
     digest = workflow_digest(spec)
     compiled = CompiledWorkflow(spec.name, digest, steps, outputs, video, comp.n_slots, gated)
     # The models its blocks run (every model-running block names it `model`).
-    compiled.models = tuple(
-        sorted({m for n in ordered if isinstance(m := getattr(n.params, "model", None), str)})
-    )
+    compiled.block_models = {
+        n.spec.id: m for n in ordered if isinstance(m := getattr(n.params, "model", None), str)
+    }
+    compiled.models = tuple(sorted(set(compiled.block_models.values())))
     return compiled
 
 

@@ -64,6 +64,7 @@ class CompiledWorkflow:
         self.n_slots = n_slots
         self.gated = gated  # some block may return SKIP: check freshness per step
         self.models: tuple[str, ...] = ()  # model ids its blocks run, set by the compiler
+        self.block_models: dict[str, str] = {}  # block id -> the model it runs (compiler)
 
     def instantiate(self) -> WorkflowRun:
         """A runnable copy for one stream, with fresh per-stream block state."""

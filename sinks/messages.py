@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import cv2
@@ -24,6 +25,19 @@ def header(result: FrameResult) -> dict[str, Any]:
         "seq": result.seq,
         "capture_time": round(result.capture_time, 6),  # epoch seconds, for programs
         "captured_at": iso_utc(result.capture_time),  # the same, for people
+    }
+
+
+def notice(stream_id: str | None, event: dict[str, Any]) -> dict[str, Any]:
+    """An event not made by a frame (the regression watch's): which stream (None: the
+    appliance as a whole) and when, then the event itself."""
+    now = time.time()
+    return {
+        "v": SCHEMA_VERSION,
+        "stream": stream_id,
+        "time": round(now, 3),
+        "at": iso_utc(now),
+        **event,
     }
 
 

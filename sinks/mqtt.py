@@ -1,7 +1,9 @@
 """The MQTT sink (paho-mqtt 2.x; MQTT 5 or 3.1.1): results to a broker, reliably and bounded.
 
     <prefix>/<stream>/predictions   one message per result offered (messages.prediction)
-    <prefix>/<stream>/events        one message per event (events.EventDetector)
+    <prefix>/<stream>/events        one message per event (events.EventDetector, and the
+                                    regression watch's for that stream)
+    <prefix>/events                 the watch's events of no one stream (the host)
     <prefix>/<stream>/status        retained: the stream's state and reason
     <prefix>/status                 retained "online"; the Last Will is "offline"
     <prefix>/cmd/...                requests, when enabled (mqtt_commands; signed: mqtt_auth)
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any
 
 from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
@@ -43,7 +46,7 @@ from paho.mqtt.properties import Properties
 from pipelines.types import FrameResult, iso_utc
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
-from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction
+from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
 from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
 from sinks.mqtt_commands import REPLY, CommandHandler, Request, answer
 from sinks.mqtt_config import MqttConfig
@@ -198,6 +201,14 @@ class MqttSink:
         with self._streams_lock:
             self._streams[stream_id] = msg
         self._put(msg)
+
+    def publish_event(self, stream_id: str | None, event: dict[str, Any]) -> None:
+        """An event not made by a frame (any thread): on the stream's `events` topic, or
+        `<prefix>/events` for the appliance as a whole."""
+        if self._closed:
+            return
+        topic = f"{self._prefix}/{stream_id}/events" if stream_id else f"{self._prefix}/events"
+        self._put(Outgoing(topic, encode(notice(stream_id, event)), self.config.qos))
 
     def status(self) -> SinkStatus:
         commands = {"commands_refused": self._refused, "commands_auth_refused": self._auth_refused}

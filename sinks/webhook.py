@@ -35,7 +35,7 @@ import aiohttp
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.deadletter import DeadLetterFile
-from sinks.messages import encoded_prediction
+from sinks.messages import encode, encoded_prediction, notice
 from sinks.retry import backoff_delay
 from sinks.webhook_http import Attempt, WebhookConfig, headers_for, post, safe_url
 
@@ -120,6 +120,15 @@ class WebhookSink:
         body = encoded_prediction(result)
         delivery = Delivery(uuid.uuid4().hex, "prediction", body, time.time())
         return self._queue.put(delivery, len(body))
+
+    def publish_event(self, stream_id: str | None, event: dict[str, Any]) -> None:
+        """An event not made by a frame (the regression watch's; any thread): one delivery
+        named by its `type`, signed and retried like a prediction."""
+        if self._closing:
+            return
+        body = encode(notice(stream_id, event))
+        delivery = Delivery(uuid.uuid4().hex, str(event["type"]), body, time.time())
+        self._queue.put(delivery, len(body))
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Take no more; deliver what is queued or in flight for up to `drain_timeout_s`,

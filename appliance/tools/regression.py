@@ -103,10 +103,11 @@ def compare_traces(before: Samples, after: Samples, gate: Gate) -> list[Row]:
         before.rows.keys() & after.rows.keys(),
         key=lambda k: (KINDS.index(k[0]), -sum(before.rows[k]), k[1]),
     )
-    return [_row(kind, name, before, after, gate) for kind, name in keys]
+    return [compare_row(kind, name, before, after, gate) for kind, name in keys]
 
 
-def _row(kind: str, name: str, before: Samples, after: Samples, gate: Gate) -> Row:
+def compare_row(kind: str, name: str, before: Samples, after: Samples, gate: Gate) -> Row:
+    """One row of both traces, judged (the regression watch judges its rows one by one)."""
     a, b = before.rows[(kind, name)], after.rows[(kind, name)]
     median = statistics.median(a)
     base = Row(kind, name, len(a), len(b), median / 1000, statistics.median(b) / 1000)

@@ -7,6 +7,7 @@ by any one of them.
   worker, merged (merge.py);
 - `POST /v1/streams`: the least loaded worker, unless the id is taken;
 - `/v1/profiling...`: a window in every worker, one merged trace (windows.py);
+- `GET /v1/regressions`: every worker's watch, merged (merge.py);
 - `DELETE /v1/webrtc/{session_id}`: the worker that holds the session;
 - the rest (viewer, docs, one-image workflow runs): any live worker, in turn.
 
@@ -35,7 +36,13 @@ from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
 from appliance.server.routes.config import dry_run
 from appliance.sharding import weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
-from appliance.workers.merge import merge_lists, merge_metrics, merge_readiness, merge_reloads
+from appliance.workers.merge import (
+    merge_lists,
+    merge_metrics,
+    merge_readiness,
+    merge_regressions,
+    merge_reloads,
+)
 from appliance.workers.windows import WindowFanOut
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -259,6 +266,11 @@ async def get_window_trace(request: web.Request) -> web.Response:
     return web.Response(body=trace, content_type="application/json")
 
 
+async def regressions(request: web.Request) -> web.Response:
+    answers = await gateway_of(request).clients.fan_out("GET", "/v1/regressions")
+    return web.json_response(merge_regressions({i: b for i, (s, b) in answers.items() if s == 200}))
+
+
 SPECIAL: dict[tuple[str, str], Handler] = {
     ("GET", "/health"): health,
     ("GET", "/ready"): ready,
@@ -271,6 +283,7 @@ SPECIAL: dict[tuple[str, str], Handler] = {
     ("POST", "/v1/profiling"): start_window,
     ("GET", "/v1/profiling/{id}"): get_window,
     ("GET", "/v1/profiling/{id}/trace"): get_window_trace,
+    ("GET", "/v1/regressions"): regressions,
     ("DELETE", "/v1/webrtc/{session_id}"): close_webrtc,
 }
 

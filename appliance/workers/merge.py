@@ -127,3 +127,28 @@ def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         "displayTimeUnit": "ms",
         "otherData": {"source": "appliance profiling window", "worker_pids": pids},
     }
+
+
+def merge_regressions(answers: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """GET /v1/regressions over all workers: each watches its own streams and models (and
+    its own view of the host); every regression carries its `worker`."""
+    docs = [({**a}, i) for i, a in sorted(answers.items())]
+
+    def tagged(key: str) -> list[dict[str, Any]]:
+        return [{**r, WORKER_LABEL: i} for a, i in docs for r in a.get(key) or []]
+
+    hosts = [{**a["host"], WORKER_LABEL: i} for a, i in docs if a.get("host")]
+    factors = [a["host_ratio"] for a, _ in docs if a.get("host_ratio") is not None]
+    history = sorted(tagged("history"), key=lambda r: r.get("ended_at") or "", reverse=True)
+    return {
+        "enabled": any(a.get("enabled") for a, _ in docs),
+        "interval_s": max((a.get("interval_s", 0) for a, _ in docs), default=0),
+        "comparisons": sum(a.get("comparisons", 0) for a, _ in docs),
+        "host": hosts[0] if hosts else None,  # the first worker's that sees one
+        "host_ratio": max(factors, default=None),
+        "active": tagged("active"),
+        "history": history[:200],
+        "baseline_error": next(
+            (a["baseline_error"] for a, _ in docs if a.get("baseline_error")), None
+        ),
+    }

@@ -9,6 +9,7 @@ from appliance.server.routes import (
     models,
     probes,
     profiling,
+    regressions,
     results,
     sinks,
     streams,
@@ -29,6 +30,7 @@ ROUTES: tuple[Route, ...] = (
     *sinks.ROUTES,
     *config.ROUTES,
     *profiling.ROUTES,
+    *regressions.ROUTES,
     *webrtc.ROUTES,
     *viewer.ROUTES,
 )

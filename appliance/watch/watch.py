@@ -1,0 +1,336 @@
+"""The regression watch: every stream's blocks, frame age, and every model's `session.run`
+and queue wait, judged against their baselines every `interval_s` on one thread (`watch`),
+with `trace diff`'s rule after the host's own slowdown is taken out (judge.py).
+
+A row with no baseline learns one: `learn_s` of samples after the stream's warm-up, kept in
+the store beside the traces. A row slower for `confirm_intervals` comparisons in a row is a
+regression (rows.py says what is raised); it ends after `recover_intervals` that are not.
+On a new regression the watch opens a profiling window itself (ONNX Runtime operators too
+when a model is involved), at most once per stream per `cooldown_s`, and the event links it.
+
+Cost: the recorders add a row of integer stores per frame and batch; the thread runs the
+probe `TICKS` times an interval and one comparison (a rank test per row) each interval.
+Memory is bounded per row: a ring, a baseline of `reservoir` samples, and while learning at
+most `LEARN_CAP` × `reservoir`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from appliance.sections import WatchConfig
+from appliance.tools.ranktest import MIN_SAMPLES
+from appliance.tools.regression import Gate
+from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
+from appliance.watch.judge import Host, host_speed, judge
+from appliance.watch.probe import Probe
+from appliance.watch.recorder import AGE, FRAME, ModelRecorder, Samples, StreamRecorder
+from appliance.watch.report import Evidence, StreamWatch, WatchReport
+from appliance.watch.rows import Rows
+from pipelines.types import FrameResult
+
+log = logging.getLogger("appliance.watch")
+
+TICKS = 10  # probe runs per interval (the last one is followed by the comparison)
+LEARN_CAP = 20  # × reservoir: the most samples a row gathers while learning
+
+
+@dataclass(frozen=True, slots=True)
+class WatchHooks:
+    """What the watch needs from the runtime, injected (it imports no runtime)."""
+
+    # An event to the outputs of these streams (None: every sink, appliance-wide).
+    publish: Callable[[list[str] | None, dict[str, Any]], None]
+    # Open a profiling window (duration_s, streams or None, ort_operators): its id.
+    open_window: Callable[[float, list[str] | None, bool], str]
+    window_active: Callable[[], bool]
+
+
+@dataclass(slots=True)
+class _Stream:
+    recorder: StreamRecorder
+    models: frozenset[str]
+    block_models: Mapping[str, str]
+
+
+class Watch:
+    """`attach` each stream as it starts; `start` once, `stop` once."""
+
+    def __init__(
+        self,
+        config: WatchConfig,
+        store: BaselineStore,
+        hooks: WatchHooks,
+        rows: Rows,
+        probe: Probe | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.hooks = hooks
+        c = config
+        self.gate = Gate(c.fail_over_pct, c.min_ms, c.min_frame_pct, c.confidence)
+        self.ring_size = max(config.window_samples, 256)
+        self.models = ModelRecorder(self.ring_size, config.warmup_s)  # the pool's on_batch
+        self.probe = probe or Probe()
+        self.rows = rows
+        self._streams: dict[str, _Stream] = {}
+        self._learning: dict[str, tuple[str, str, Learning]] = {}  # key -> kind, name, data
+        self._evidence_at: dict[str, float] = {}  # stream -> monotonic time of its last window
+        self._last = time.perf_counter()
+        self._lock = threading.RLock()  # the watch's state, for the API's readers
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- wiring ------------------------------------------------------------------------
+    def attach(
+        self, stream_id: str, block_ids: tuple[str, ...], block_models: Mapping[str, str]
+    ) -> StreamRecorder:
+        """A stream (re)starts with these blocks: its recorder (an outputs subscriber for
+        that stream), warming up for `warmup_s`."""
+        recorder = StreamRecorder(stream_id, block_ids, self.ring_size)
+        recorder.skip(self.config.warmup_s)
+        with self._lock:
+            models = frozenset(block_models.values())
+            stream = self._streams[stream_id] = _Stream(recorder, models, dict(block_models))
+            # A baseline half learned before a (re)start would mix two workflows' samples.
+            for key in self._keys_of(stream_id, stream, models=False):
+                self._learning.pop(key, None)
+        return recorder
+
+    def detach(self, stream_id: str) -> None:
+        with self._lock:
+            self._streams.pop(stream_id, None)
+
+    def __call__(self, result: FrameResult) -> None:
+        """The outputs' subscriber, on the stream's worker: a dict lookup per frame."""
+        stream = self._streams.get(result.stream_id)
+        if stream is not None:
+            stream.recorder(result)
+
+    def block_model(self, name: str) -> str | None:
+        """The model a `<stream>/<block>` row runs, if any."""
+        stream_id, _, block = name.partition("/")
+        stream = self._streams.get(stream_id)
+        return None if stream is None else stream.block_models.get(block)
+
+    def model_streams(self) -> dict[str, set[str]]:
+        """Each model's streams (the streams whose workflow runs it)."""
+        out: dict[str, set[str]] = {}
+        for stream_id, stream in list(self._streams.items()):
+            for model_id in stream.models:
+                out.setdefault(model_id, set()).add(stream_id)
+        return out
+
+    def changed(self, what: str, summary: str) -> None:
+        """Something an operator did that may change latency (a reload, a restart): named
+        by every regression found after it. Models warm up again after a reload."""
+        self.rows.changed(what, summary)
+        if what == "reload":  # a model may have loaded anew: warm-up, and learn afresh
+            with self._lock:
+                for model_id in list(self.models.runs):
+                    self.models.skip(model_id, self.config.warmup_s)
+                    for key in (row_key("model", model_id), row_key("queue", model_id)):
+                        self._learning.pop(key, None)
+
+    @contextmanager
+    def still(self) -> Iterator[None]:
+        """Around an operator's change (a reload): nothing is recorded while it loads
+        models and compiles (CPU the streams do not get), nor for warmup_s after."""
+        self._pause(math.inf)
+        try:
+            yield
+        finally:
+            self._pause(self.config.warmup_s, reset=True)
+
+    def rebaseline(self, stream_id: str) -> list[str]:
+        """Forget the stream's baselines (its blocks, frame, frame age and the models it
+        runs) and learn them again from now; the rows' regressions end. The row keys."""
+        with self._lock:
+            stream = self._streams[stream_id]  # KeyError: not attached (the caller checks)
+            keys = self._keys_of(stream_id, stream)
+            self.store.drop(keys)
+            for key in keys:
+                self._learning.pop(key, None)
+            self.rows.forget(keys, "re-baselined")
+        return keys
+
+    # -- reading ---------------------------------------------------------------------
+    def stream_status(self, stream_id: str) -> StreamWatch:
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None or not self.config.enabled:
+                return StreamWatch("off", [])
+            keys = self._keys_of(stream_id, stream, models=False)
+            warming = stream.recorder.skip_until > time.perf_counter()
+            return self.rows.stream_status(stream_id, keys, warming, self._progress(keys))
+
+    def report(self) -> WatchReport:
+        with self._lock:
+            return self.rows.report(self.config.enabled, self.config.interval_s, self.store)
+
+    # -- the thread ------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.config.enabled:
+            return
+        self._last = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def _run(self) -> None:
+        tick = self.config.interval_s / TICKS
+        count = 0
+        while not self._stop.wait(tick):
+            try:
+                if self.hooks.window_active():  # the profiler's cost is not the workflow's
+                    self._pause(tick + 0.5)
+                self.probe.run()
+                count += 1
+                if count % TICKS == 0:
+                    self.compare()
+            except Exception:  # the watch must never take the appliance down
+                log.exception("regression watch: a comparison failed; the next one goes on")
+
+    # -- one comparison --------------------------------------------------------------
+    def compare(self) -> None:
+        """Collect the interval's samples, learn the rows without a baseline, judge the
+        others and raise or end regressions."""
+        now = time.perf_counter()
+        since, self._last = self._last, now
+        with self._lock:
+            recent = self._collect()
+            self._learn(recent, now)
+            baselines = {k: b for k in recent if (b := self.store.get(k)) is not None}
+            values = {k: v for k, (_, _, v) in recent.items()}
+            probe_now, _ = self.probe.since(since)
+            host = host_speed(values, baselines, probe_now, self.gate, self.config.host_pct)
+            judged = judge(values, baselines, self.model_streams(), host, self.gate)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("host %s; %s", host, [(j.key, j.row.verdict, round(j.ratio, 2),
+                          j.row.count_after) for j in judged])  # fmt: skip
+            attached = set(self._streams)
+            raised = self.rows.apply(judged, host, baselines, attached)
+            for regression in raised:
+                regression.evidence = self._evidence(regression.stream, regression.model, host)
+                self.rows.announce(regression)
+
+    def _collect(self) -> dict[str, tuple[str, str, Samples]]:
+        """Every row's samples since the last comparison, at most window_samples each."""
+        out: dict[str, tuple[str, str, Samples]] = {}
+
+        def add(kind: str, name: str, values: Samples) -> None:
+            if values.size:
+                out[row_key(kind, name)] = (kind, name, self._window(values))
+
+        for stream_id, stream in self._streams.items():
+            cols = stream.recorder.ring.take()
+            add("frame", stream_id, cols[FRAME])
+            add("frame age", stream_id, cols[AGE])
+            for block_id, col in zip(stream.recorder.block_ids, cols[2:], strict=True):
+                add("block", f"{stream_id}/{block_id}", col)
+        for model_id, runs in list(self.models.runs.items()):
+            add("model", model_id, runs.take()[0])
+            add("queue", model_id, self.models.waits[model_id].take()[0])
+        return out
+
+    def _window(self, values: Samples) -> Samples:
+        return subsample(values, self.config.window_samples, seed=self.rows.comparisons)
+
+    def _learn(self, recent: Mapping[str, tuple[str, str, Samples]], now: float) -> None:
+        """Rows without a baseline gather samples; after learn_s they have one."""
+        done: list[Baseline] = []
+        cap = LEARN_CAP * self.config.reservoir
+        for key, (kind, name, values) in recent.items():
+            if self.store.get(key) is not None:
+                continue
+            _, _, learning = self._learning.setdefault(key, (kind, name, Learning(now)))
+            learning.add(values, cap)
+            gathered = learning.samples()
+            if now - learning.started >= self.config.learn_s and gathered.size >= MIN_SAMPLES:
+                probe, _ = self.probe.since(learning.started)
+                sample = subsample(gathered, self.config.reservoir, seed=len(done))
+                done.append(Baseline(kind, name, sample, probe, time.time(), "learned"))
+                del self._learning[key]
+        if done:
+            self.store.put(done)
+            names = ", ".join(row_key(b.kind, b.name) for b in done)
+            log.info("regression watch: learned %s", names)
+
+    def _progress(self, keys: list[str]) -> dict[str, float]:
+        """Each key without a baseline: how far its learning is (0 before it began)."""
+        now = time.perf_counter()
+        out = {}
+        for key in keys:
+            if self.store.get(key) is not None:
+                continue
+            entry = self._learning.get(key)
+            out[key] = (
+                0.0 if entry is None else min(1.0, (now - entry[2].started) / self.config.learn_s)
+            )
+        return out
+
+    def _keys_of(self, stream_id: str, stream: _Stream, models: bool = True) -> list[str]:
+        keys = [row_key("frame", stream_id), row_key("frame age", stream_id)]
+        keys += [row_key("block", f"{stream_id}/{b}") for b in stream.recorder.block_ids]
+        if models:
+            for model_id in sorted(stream.models):
+                keys += [row_key("model", model_id), row_key("queue", model_id)]
+        return keys
+
+    # -- evidence --------------------------------------------------------------------
+    def _evidence(self, stream_id: str | None, model: str | None, host: Host) -> Evidence | None:
+        """Open a profiling window on the regression, unless one was opened for that
+        stream within cooldown_s (or another window runs: then there is none)."""
+        if stream_id is None and model is None:
+            streams = None  # the host: every stream
+        elif stream_id is None:
+            streams = sorted(self.model_streams().get(model or "", set())) or None
+        else:
+            streams = [stream_id]
+        key = stream_id or (f"model:{model}" if model else "host")
+        last = self._evidence_at.get(key)
+        now = time.monotonic()
+        if last is not None and now - last < self.config.cooldown_s:
+            return None
+        ort = model is not None
+        try:
+            window = self.hooks.open_window(self.config.evidence_s, streams, ort)
+        except Exception as exc:  # another window runs, profiling is off, ...
+            log.info("regression watch: no evidence window for %s: %s", key, exc)
+            return None
+        self._evidence_at[key] = now
+        self._pause(self.config.evidence_s + 1.0)
+        return Evidence(window, f"/v1/profiling/{window}/trace", ort)
+
+    def _pause(self, seconds: float, *, reset: bool = False) -> None:
+        """Record nothing for `seconds` from now: longer pauses stay, unless `reset`."""
+        until = time.perf_counter() + seconds
+        for stream in list(self._streams.values()):
+            recorder = stream.recorder
+            recorder.skip_until = until if reset else max(until, recorder.skip_until)
+        models = self.models
+        models.paused_until = until if reset else max(until, models.paused_until)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def median_ms(values: Samples) -> float:
+    return round(float(np.median(values)) / 1000, 3)

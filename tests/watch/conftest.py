@@ -1,0 +1,100 @@
+"""A runtime with a fast regression watch (2 s intervals, 8 s of learning) on the bundled
+clip, its sinks a real mosquitto and a real HTTP receiver, and a real cause of slowness:
+the CenterFace model's input size, changed in the workflow file and reloaded."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from appliance.config import load_config
+from appliance.runtime import Runtime
+from tests.faults.conftest import broker  # noqa: F401  (a fixture: a real mosquitto)
+from tests.sinks.conftest import Broker, Subscriber, subscriber  # noqa: F401
+from tests.sinks.receiver import Receiver
+from tests.support.appliance import DEMO_CLIP, MODELS, ROOT
+
+BLUR = ROOT / "configs" / "workflows" / "privacy_blur.yaml"
+SMALL, LARGE = [320, 192], [960, 544]  # CenterFace input: about 8 times the pixels
+FAST_WATCH = {
+    "interval_s": 2,
+    "warmup_s": 2,
+    "learn_s": 8,
+    "evidence_s": 2,
+    "recover_intervals": 2,
+}
+
+
+class WatchSetup:
+    """`faces-cam` runs a copy of privacy_blur.yaml at SMALL; `faces(LARGE)` makes its
+    `faces` block heavier for real (a reload loads the model anew at that size)."""
+
+    def __init__(self, folder: Path, mqtt_port: int | None, hook: str | None) -> None:
+        self.folder = folder
+        self.workflow = folder / "blur.yaml"
+        self.config = folder / "config.yaml"
+        self.faces(SMALL, write_only=True)
+        sinks: dict[str, Any] = {}
+        if mqtt_port is not None:
+            sinks["bus"] = {"type": "mqtt", "host": "127.0.0.1", "port": mqtt_port,
+                            "topic_prefix": "t", "qos": 1}  # fmt: skip
+        if hook is not None:
+            sinks["hook"] = {"type": "webhook", "url": hook}
+        stream = {
+            "id": "faces-cam",
+            "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"},
+            "workflow": "blur.yaml",
+            "outputs": [{"sink": s} for s in sinks],
+        }
+        doc = {
+            "profiling": {"dir": "traces", "watch": FAST_WATCH},
+            "sinks": sinks,
+            "streams": [stream],
+        }
+        self.config.write_text(yaml.safe_dump(doc), encoding="utf-8")
+
+    def faces(self, size: list[int], write_only: bool = False) -> None:
+        doc = yaml.safe_load(BLUR.read_text(encoding="utf-8"))
+        faces = doc["models"]["faces"]
+        faces.update(path=str(MODELS / "centerface.onnx"), providers=["cpu"], input_size=size)
+        faces["session"] = {"intra_op_threads": 1}
+        self.workflow.write_text(yaml.safe_dump(doc), encoding="utf-8")
+
+    def runtime(self) -> Runtime:
+        return Runtime(load_config(self.config), config_path=self.config)
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def events(sub: Subscriber, topic: str = "t/faces-cam/events") -> list[dict[str, Any]]:
+    """The watch's events so far on that topic (the stream's other events left out)."""
+    docs = [json.loads(m.payload) for m in sub.on(topic)]
+    return [d for d in docs if "regression" in d]
+
+
+@pytest.fixture
+def watched(tmp_path: Path, broker: Broker) -> Iterator[tuple[WatchSetup, Receiver]]:  # noqa: F811
+    with Receiver() as hook:
+        yield WatchSetup(tmp_path, broker.port, hook.url), hook
+
+
+@pytest.fixture
+def runtimes() -> Iterator[list[Runtime]]:
+    made: list[Runtime] = []
+    yield made
+    for rt in made:
+        rt.stop(5.0)

@@ -1,0 +1,134 @@
+"""The regression watch on a running appliance: it learns a baseline, finds a block made
+slower for real (a reload onto a larger model input), says so on a real mosquitto and a
+real HTTP receiver with the profiling window it opened itself, and sees the recovery; the
+baseline outlives the runtime; re-baselining starts over; a shared baseline is read
+through the file policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.config import ConfigError
+from appliance.tools.trace_file import load_events
+from tests.sinks.conftest import Broker, Subscriber
+from tests.sinks.receiver import Receiver
+from tests.watch.conftest import LARGE, SMALL, WatchSetup, events, wait_until
+
+LEARNED_S = 40.0  # warm-up and learning (10 s) on a busy 2-core box, with room
+FOUND_S = 40.0  # a few 2 s intervals after the reload's warm-up
+
+
+def watching(rt_stream: dict[str, object]) -> bool:
+    watch = rt_stream.get("watch")
+    return isinstance(watch, dict) and watch["state"] == "watching"
+
+
+def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(
+    watched: tuple[WatchSetup, Receiver],
+    broker: Broker,
+    subscriber: type[Subscriber],
+    runtimes: list,
+) -> None:
+    setup, hook = watched
+    sub = subscriber(broker, "t/#")
+    rt = setup.runtime()
+    runtimes.append(rt)
+    rt.start()
+    from appliance.status import as_json
+
+    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
+    assert not rt.regressions().active  # the steady stream raised nothing
+
+    setup.faces(LARGE)
+    rt.reload()  # the faces model loads anew at 960 x 544: the block is much heavier
+    started = wait_until(
+        lambda: [e for e in events(sub) if e["type"] == "regression_started"], FOUND_S,
+        "regression_started on MQTT",
+    )  # fmt: skip
+    regressions = {e["regression"]["name"]: e["regression"] for e in started}
+    blocks = {n for n, r in regressions.items() if r["kind"] == "block"}
+    assert blocks == {"faces-cam/faces"}, regressions  # that block, and no other
+    faces = regressions["faces-cam/faces"]
+    assert faces["current_p50_ms"] > faces["baseline_p50_ms"] * 1.2 and faces["ratio"] > 1.2
+    assert faces["shift_low_ms"] > 0 and faces["model"] == "faces"
+    assert faces["change"]["what"] == "reload"  # what it is reported against
+    assert started[0]["stream"] == "faces-cam" and started[0]["v"] == 1
+
+    # The evidence: a window the watch opened itself, with the slow block's spans.
+    evidence = faces["evidence"]
+    assert evidence is not None and evidence["ort_operators"] is True
+    window = evidence["window"]
+    wait_until(lambda: rt.profiling_window(window).state == "done", 30, "the evidence window")
+    spans, _ = load_events(rt.profiling_trace(window))
+    mine = [e for e in spans if e.get("cat") == "block" and e["name"] == "faces"]
+    assert mine and all(e["args"]["stream"] == "faces-cam" for e in mine)
+
+    # The same event as a webhook delivery, named by its type.
+    wait_until(
+        lambda: any(r.headers.get("x-appliance-event") == "regression_started"
+                    and r.json()["regression"]["name"] == "faces-cam/faces"
+                    for r in hook.requests),
+        15, "the webhook's regression_started",
+    )  # fmt: skip
+    assert rt.metrics.block_regression.labels("faces-cam", "faces")._value.get() == 1
+
+    setup.faces(SMALL)
+    rt.reload()  # the cause removed
+    ended = wait_until(
+        lambda: [e for e in events(sub) if e["type"] == "regression_ended"
+                 and e["regression"]["name"] == "faces-cam/faces"],
+        FOUND_S, "regression_ended",
+    )  # fmt: skip
+    assert ended[0]["regression"]["end_reason"] == "recovered"
+    report = rt.regressions()
+    assert "faces-cam/faces" not in {r.name for r in report.active}
+    assert "faces-cam/faces" in {r.name for r in report.history}
+    assert rt.metrics.block_regression.labels("faces-cam", "faces")._value.get() == 0
+
+
+def test_a_baseline_outlives_the_runtime_and_starts_over_on_request(
+    tmp_path: Path, runtimes: list
+) -> None:
+    setup = WatchSetup(tmp_path, None, None)
+    rt = setup.runtime()
+    runtimes.append(rt)
+    rt.start()
+    from appliance.status import as_json
+
+    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
+    store = tmp_path / "traces" / "watch" / "baselines.json"
+    rows = json.loads(store.read_text())["rows"]
+    assert {"faces-cam/faces", "model:faces", "age:faces-cam"} <= set(rows)
+    rt.stop(5.0)
+
+    again = setup.runtime()  # the same config, restarted: nothing to learn
+    runtimes.append(again)
+    again.start()
+    wait_until(lambda: watching(as_json(again.stream_status("faces-cam"))), 20, "watching")
+    assert again.watch.store.get("faces-cam/faces") is not None
+    learned_at = again.watch.store.get("faces-cam/faces").learned_at  # type: ignore[union-attr]
+
+    keys = again.rebaseline("faces-cam")
+    assert "faces-cam/faces" in keys and "model:faces" in keys
+    status = as_json(again.stream_status("faces-cam"))
+    assert status["watch"]["state"] == "learning"
+    wait_until(lambda: watching(as_json(again.stream_status("faces-cam"))), LEARNED_S, "relearn")
+    relearned = again.watch.store.get("faces-cam/faces")
+    assert relearned is not None and relearned.learned_at > learned_at
+
+
+def test_a_shared_baseline_goes_through_the_file_policy(tmp_path: Path) -> None:
+    setup = WatchSetup(tmp_path, None, None)
+    text = setup.config.read_text()
+    for value, problem in [
+        ("nowhere.json", "profiling.watch.baseline"),
+        ("bad.json", "not a baseline document"),
+    ]:
+        (tmp_path / "bad.json").write_text('{"rows": {}}')
+        setup.config.write_text(text.replace("watch:", f"watch:\n    baseline: {value}", 1))
+        with pytest.raises(ConfigError) as info:
+            setup.runtime()
+        assert problem in str(info.value) and value in str(info.value)
