@@ -103,7 +103,7 @@ class WatchConfig(Strict):
     reservoir: Annotated[int, Field(ge=100, le=20000)] = 1000  # samples a baseline keeps
     # Recent samples compared per row and interval (a uniform sample when more came).
     window_samples: Annotated[int, Field(ge=50, le=20000)] = 1000
-    # trace diff's gate (appliance/tools/regression.py), with its CLI's names.
+    # trace diff's gate (appliance/watch/rule.py), with its CLI's names.
     fail_over_pct: Annotated[float, Field(ge=0, le=1000)] = 10.0
     min_ms: Annotated[float, Field(ge=0)] = 0.2
     min_frame_pct: Annotated[float, Field(ge=0, le=100)] = 1.0

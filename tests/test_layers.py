@@ -61,6 +61,7 @@ def test_sinks_import_only_result_types_from_pipelines() -> None:
 APPLIANCE_FORBIDDEN = {
     "appliance.models": ("appliance.profiling", "appliance.tools"),
     "appliance.profiling": ("appliance.tools",),
+    "appliance.watch": ("appliance.tools",),
 }
 
 
@@ -102,7 +103,7 @@ RUNTIME_INTERFACE = frozenset({
     "start", "stop", "stop_streams", "stop_outputs", "prepare", "load_models", "reload",
     "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
     "status", "streams_status", "stream_status", "stream_latency", "models_status", "sinks_status",
-    "start_profiling", "profiling_window", "profiling_trace",
+    "start_profiling", "profiling_window", "profiling_trace", "regressions", "rebaseline",
     "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",
     "compile_workflow", "compile_stream_workflow", "release_workflow",
     "config", "limits", "request_files", "metrics",

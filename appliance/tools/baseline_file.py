@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from appliance.tools.fingerprint import stream_of
-from appliance.tools.ranktest import MIN_SAMPLES
 from appliance.tools.trace_file import Event, event_args, load_events
 from appliance.watch.baseline import (
     KINDS,
@@ -42,6 +41,7 @@ from appliance.watch.baseline import (
     stream_of_row,
     subsample,
 )
+from appliance.watch.ranktest import MIN_SAMPLES
 
 MIN_SPANS = MIN_SAMPLES  # fewer, and the watch could never judge the row
 PROBE_SPAN, PROBE_CAT = "host.probe", "watch"

@@ -26,10 +26,10 @@ from appliance.tools.baseline_file import (
     write_baselines,
 )
 from appliance.tools.fingerprint import Fingerprint, fingerprint, fingerprint_file
-from appliance.tools.ranktest import MIN_SAMPLES
 from appliance.tools.regression import SLOWER, Gate, Row, compare_traces, describe, samples
 from appliance.tools.trace_file import TraceFormatError, load_events
 from appliance.watch.baseline import MAX_SAMPLES
+from appliance.watch.ranktest import MIN_SAMPLES
 
 EXIT_BAD_INPUT = 1
 EXIT_REGRESSION = 3  # not 2: argparse's usage error, which a CI gate must tell apart

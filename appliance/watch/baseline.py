@@ -44,6 +44,16 @@ def row_key(kind: str, name: str) -> str:
     return name if kind == "block" else f"{_PREFIX[kind]}{name}"
 
 
+def kind_of(key: str) -> str:
+    """The kind of a row, from its key."""
+    prefix, colon, _ = key.partition(":")
+    if colon:
+        for kind, known in _PREFIX.items():
+            if known == prefix + ":":
+                return kind
+    return "block"
+
+
 def stream_of_row(kind: str, name: str) -> str | None:
     """The stream a row belongs to; None for a model's rows."""
     if kind == "block":

@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from appliance.tools.ranktest import MIN_SAMPLES
-from appliance.tools.regression import Gate, Row, Samples, compare_row
 from appliance.watch.baseline import Baseline
 from appliance.watch.baseline import Samples as Values
+from appliance.watch.ranktest import MIN_SAMPLES
+from appliance.watch.rule import Gate, Row, Samples, compare_row
 
 CPU_KINDS = ("block", "model")  # rows whose time is CPU work (the common shift's rows)
 

@@ -26,8 +26,7 @@ from typing import Any
 
 from appliance.metrics import Metrics
 from appliance.status import as_json
-from appliance.tools.regression import SLOWER
-from appliance.watch.baseline import Baseline, BaselineStore, stream_of_row
+from appliance.watch.baseline import Baseline, BaselineStore, kind_of, stream_of_row
 from appliance.watch.judge import Host, Judged
 from appliance.watch.report import (
     Change,
@@ -37,6 +36,7 @@ from appliance.watch.report import (
     WatchReport,
     WatchState,
 )
+from appliance.watch.rule import SLOWER
 from pipelines.types import iso_utc
 
 log = logging.getLogger("appliance.watch")
@@ -239,7 +239,7 @@ class Rows:
     def _row(self, key: str, progress: float | None) -> RowWatch:
         state = self._states.get(key)
         last = state.last if state else None
-        kind = last.kind if last else ("frame age" if key.startswith("age:") else "block")
+        kind = last.kind if last else kind_of(key)
         if progress is not None:
             return RowWatch(key, kind, "learning", learn_progress=round(progress, 3))
         return RowWatch(

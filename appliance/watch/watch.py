@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 
 from appliance.sections import WatchConfig
-from appliance.tools.ranktest import MIN_SAMPLES
-from appliance.tools.regression import Gate
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
 from appliance.watch.judge import Host, host_speed, judge
 from appliance.watch.probe import Probe
+from appliance.watch.ranktest import MIN_SAMPLES
 from appliance.watch.recorder import AGE, FRAME, ModelRecorder, Samples, StreamRecorder
 from appliance.watch.report import Evidence, StreamWatch, WatchReport
 from appliance.watch.rows import Rows
+from appliance.watch.rule import Gate
 from pipelines.types import FrameResult
 
 log = logging.getLogger("appliance.watch")

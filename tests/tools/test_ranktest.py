@@ -9,7 +9,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from appliance.tools.ranktest import compare, mann_whitney_p
+from appliance.watch.ranktest import compare, mann_whitney_p
 
 
 def _ints(text: str) -> list[int]:

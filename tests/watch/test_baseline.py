@@ -71,7 +71,7 @@ def test_a_shared_baseline_wins_row_by_row(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_document_names_where(doc: object, problem: str) -> None:
-    with pytest.raises(BaselineError, match="ci.json") as info:
+    with pytest.raises(BaselineError, match=r"ci\.json") as info:
         parse(doc, "ci.json")
     assert problem in str(info.value)
 

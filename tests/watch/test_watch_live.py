@@ -7,6 +7,10 @@ through the file policy."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +136,42 @@ def test_a_shared_baseline_goes_through_the_file_policy(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             setup.runtime()
         assert problem in str(info.value) and value in str(info.value)
+
+
+SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def test_a_noisy_neighbour_is_the_host_not_every_block(
+    watched: tuple[WatchSetup, Receiver], broker: Broker, subscriber: type[Subscriber],
+    runtimes: list,
+) -> None:  # fmt: skip
+    setup, _ = watched
+    sub = subscriber(broker, "t/#")
+    rt = setup.runtime()
+    runtimes.append(rt)
+    rt.start()
+    from appliance.status import as_json
+
+    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(c)]) for c in cores]
+    try:
+        host = wait_until(
+            lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_started"],
+            FOUND_S, "host_slowdown_started on t/events",
+        )  # fmt: skip
+        time.sleep(4)  # two more intervals of the neighbour
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    slowdown = host[0]["regression"]
+    assert slowdown["kind"] == "host" and slowdown["stream"] is None
+    assert slowdown["probe_ratio"] > 1.1 and slowdown["common_ratio"] > 1.0
+    blocks = [e["regression"]["name"] for e in events(sub) if e["type"] == "regression_started"]
+    assert blocks == []  # not a regression of every block: of none
+    wait_until(
+        lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_ended"],
+        FOUND_S, "host_slowdown_ended",
+    )  # fmt: skip
+    assert rt.metrics.host_slowdown._value.get() == 0
