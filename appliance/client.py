@@ -32,6 +32,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from appliance.masking import mask_url
 from appliance.reach import connect_problem
+from appliance.server.routes.regressions import Rebaselined
 from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
 from appliance.status import (
     ModelStatus,
@@ -40,6 +41,7 @@ from appliance.status import (
     StreamStatus,
     WindowStatus,
 )
+from appliance.watch.report import WatchReport
 
 # The receiving side, for a program that takes the appliance's webhooks (docs/outputs.md).
 from appliance.webhook_receiver import (
@@ -199,6 +201,19 @@ class ApplianceClient:
         """A finished window's Chrome trace (`traceEvents`, ...); 409 while it runs or if
         it failed, 404 if unknown."""
         return cast(dict[str, Any], self._json("GET", _window_path(window_id) + "/trace"))
+
+    def regressions(self) -> WatchReport:
+        """The regression watch: the host's slowdown if any (`host`), every `active`
+        regression (a block, a model's session.run or queue wait, a frame age) with its
+        baseline and current p50/p99, the change before it and its `evidence` trace, and
+        the ended ones (`history`), newest first."""
+        return _parse(WatchReport, self._json("GET", "/v1/regressions"))
+
+    def rebaseline(self, stream_id: str) -> Rebaselined:
+        """Learn the stream's baselines (its blocks, frame age, the models it runs) again
+        from now, after an intended change: their regressions end. The rows learning
+        (`rows`) for `learn_s` seconds; 404 if the stream is unknown."""
+        return _parse(Rebaselined, self._json("POST", _stream_path(stream_id) + "/baseline"))
 
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI 3.1 document of the API."""

@@ -1,6 +1,7 @@
 """CLI subcommands that talk to a running appliance through `ApplianceClient`.
 
-`appliance streams list|add|remove|restart`, `appliance status` and `appliance profile`.
+`appliance streams list|add|remove|restart|watch|baseline`, `appliance status` and
+`appliance profile`.
 Exit codes: 0 ok; 1 the API refused (`error: <status> <code>: <message>` and the details
 on stderr), or a profiling window failed or did not end in time; 2 usage; 4 the appliance
 cannot be reached (the URL is printed). Whatever may hold a URL (`--url`, errors, the
@@ -28,6 +29,7 @@ from appliance.client import (
 )
 from appliance.masking import mask_url
 from appliance.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
+from appliance.watch.report import Regression, WatchReport
 
 URL_ENV = "APPLIANCE_URL"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -66,6 +68,7 @@ def add_client_commands(sub: Any) -> None:
     for name, func, text in (
         ("remove", cmd_remove, "stop a stream and forget it"),
         ("restart", cmd_restart, "stop a stream and start it again"),
+        ("baseline", cmd_baseline, "learn its latency baselines again (after an intended change)"),
     ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("id")
@@ -196,6 +199,17 @@ def cmd_restart(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_baseline(args: argparse.Namespace) -> int:
+    """`appliance streams baseline ID`: the regression watch forgets the stream's baselines
+    and learns them again from now; its regressions end."""
+    done = _client(args).rebaseline(args.id)
+    print(f"{done.stream}: {len(done.rows)} rows learn their baseline again, "
+          f"for {done.learn_s:g} s from now")  # fmt: skip
+    for row in done.rows:
+        print(f"  {row}")
+    return 0
+
+
 def _source_arg(text: str) -> str | dict[str, Any]:
     if text.lstrip().startswith("{"):
         return _json_object(text, "--source")
@@ -285,9 +299,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     health, ready = client.health(), client.ready()
     streams, models, sinks = client.streams(), client.models(), client.sinks()
+    watch = _regressions(client)
     if args.json:
         report = {"health": health, "ready": as_json(ready), "streams": as_json(streams),
-                  "models": as_json(models), "sinks": as_json(sinks)}  # fmt: skip
+                  "models": as_json(models), "sinks": as_json(sinks),
+                  "regressions": None if watch is None else as_json(watch)}  # fmt: skip
         _print_json({"url": client.url, **report})
         return 0
     waiting = f" (waiting for {', '.join(ready.waiting)})" if ready.waiting else ""
@@ -302,7 +318,39 @@ def cmd_status(args: argparse.Namespace) -> int:
     states = Counter(s.state for s in streams)
     print(f"streams: {len(streams)}" + "".join(f", {n} {st}" for st, n in states.items()))
     _print_streams(streams)
+    if watch is not None:
+        print("\n".join(regression_lines(watch)))
     return 0
+
+
+def _regressions(client: ApplianceClient) -> WatchReport | None:
+    """The regression watch's report; None from an appliance without one (older)."""
+    try:
+        return client.regressions()
+    except ApplianceAPIError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def regression_lines(report: WatchReport) -> list[str]:
+    """`regressions: 1 active`, the host's slowdown, then one line per regression:
+    `  cam/blur: ×1.62, p50 4.10 → 6.64 ms, since 2026-...Z, evidence /v1/profiling/.../trace`."""
+    if not report.enabled:
+        return ["regressions: the watch is off (profiling.watch.enabled)"]
+    count = len(report.active) + (report.host is not None)
+    lines = [f"regressions: {count} active" if count else "regressions: none"]
+    if (h := report.host) is not None:
+        lines.append(f"  host: ×{h.ratio:.2f} slower as a whole, the host and not a block "
+                     f"(probe ×{h.probe_ratio or 0:.2f}, rows ×{h.common_ratio or 0:.2f}), "
+                     f"since {h.started_at}")  # fmt: skip
+    return lines + [f"  {_regression_line(r)}" for r in report.active]
+
+
+def _regression_line(r: Regression) -> str:
+    evidence = f"evidence {r.evidence.trace}" if r.evidence else "no evidence trace"
+    return (f"{r.name}: ×{r.ratio:.2f}, p50 {r.baseline_p50_ms:.2f} → {r.current_p50_ms:.2f} ms, "
+            f"since {r.started_at}, {evidence}")  # fmt: skip
 
 
 def _duration(seconds: float) -> str:

@@ -50,7 +50,14 @@ ALERTS = {
     "ApplianceDropRatioHigh",
     "ApplianceSinkDeadLetters",
     "ApplianceTraceWriteErrors",
+    "ApplianceBlockRegression",
+    "ApplianceModelRegression",
+    "ApplianceHostSlowdown",
 }
+# What each alert's summary and description name: its stream, sink, model, or the instance.
+ALERT_SUBJECT = {"ApplianceSinkDeadLetters": "$labels.sink", "ApplianceModelRegression":
+                 "$labels.model", "ApplianceTraceWriteErrors": "$labels.instance",
+                 "ApplianceHostSlowdown": "$labels.instance"}  # fmt: skip
 PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring"}
 PROMQL_WORDS |= {"group_left", "group_right", "inf", "nan", "Inf", "NaN"}
 QUERY_DEADLINE_S = 25.0
@@ -76,8 +83,18 @@ def panels(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def panel_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(panel title, expr) of every target."""
-    return [(p["title"], t["expr"]) for p in panels(doc) for t in p.get("targets", [])]
+    """(panel title, expr) of every target, and of every Prometheus annotation query."""
+    targets = [(p["title"], t["expr"]) for p in panels(doc) for t in p.get("targets", [])]
+    return targets + annotation_queries(doc)
+
+
+def annotation_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(`annotation <name>`, expr) of the dashboard's Prometheus annotations."""
+    return [
+        (f"annotation {a['name']}", a["expr"])
+        for a in doc["annotations"]["list"]
+        if a.get("datasource", {}).get("type") == "prometheus"
+    ]
 
 
 def variable_queries(doc: dict[str, Any]) -> dict[str, str]:
@@ -167,6 +184,13 @@ def test_dashboard_shape() -> None:
                  "appliance_model_inference_seconds_bucket", "appliance_model_queue_seconds_bucket",
                  "appliance_stream_reconnects_total", "appliance_sink_messages_total"):  # fmt: skip
         assert name in exprs, name
+    # The regression watch: each row's state and ratio, the host's; its changes as annotations.
+    regressions = " ".join(e for t, e in panel_queries(doc) if t == "Regressions")
+    for name in ("appliance_block_regression", "appliance_block_regression_ratio",
+                 "appliance_model_regression", "appliance_host_slowdown_ratio"):  # fmt: skip
+        assert name in metric_names(regressions), name
+    annotated = {n for _, e in annotation_queries(doc) for n in metric_names(substitute(e))}
+    assert {"appliance_block_regression", "appliance_host_slowdown"} <= annotated
 
 
 def test_grafana_provisioning() -> None:
@@ -188,11 +212,9 @@ def test_rules_check() -> None:
     for name, rule in alerts.items():
         for key in ("summary", "description"):
             text = rule["annotations"][key]
-            assert (
-                "$labels.stream" in text
-                or "$labels.sink" in text
-                or name.endswith("TraceWriteErrors")
-            ), (name, key)
+            assert ALERT_SUBJECT.get(name, "$labels.stream") in text, (name, key)
+    for name in ("ApplianceBlockRegression", "ApplianceModelRegression", "ApplianceHostSlowdown"):
+        assert "GET /v1/regressions" in alerts[name]["annotations"]["description"], name
 
 
 @needs_promtool

@@ -1,12 +1,14 @@
 """The web viewer: its page and assets over HTTP (open without a token, strict headers,
 nothing served by name from the request), then the page itself in Debian's Chromium,
 driven by Playwright, against a live server running the bundled clip: the token, the
-stream list, the per-block latency table, a profiling window and its trace download,
-and, once the server has its WebRTC route, the video and its live predictions."""
+stream list, the per-block latency table, a profiling window and its trace download, a
+block in regression and a slower host as the regression watch reports them, and, once the
+server has its WebRTC route, the video and its live predictions."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,4 +222,96 @@ def test_the_viewer_plays_a_stream_over_webrtc(server: LiveServer, browser: Any)
         page.tab.get_by_role("button", name="Stop").click()
     assert page.tab.url == server.url + "/"
     assert page.tab.locator("#viewer").is_hidden()
+    assert page.errors == []
+
+
+# -- the regression watch ---------------------------------------------------------------------
+def watched_server(live_server: LiveFactory, folder: Path, probe_us: list[int]) -> LiveServer:
+    """`cam` with a watch comparing every second against a shared baseline (the file
+    `appliance trace fingerprint` writes for a fleet) that has its `people` block at about
+    1 ms, as if from a much faster machine: no state is injected, the real watch finds the
+    block (or, with `probe_us` of a faster host probe, the host) slower at its first
+    comparison. Nothing else has a baseline (`learn_s` is a day), so nothing else is judged."""
+    samples = [1000 + i % 100 for i in range(300)]  # µs
+    row = {"kind": "block", "name": "cam/people", "samples_us": samples, "probe_us": probe_us,
+           "learned_at": 0, "source": "a faster machine"}  # fmt: skip
+    baseline = folder / "fleet-baseline.json"
+    baseline.write_text(json.dumps({"version": 1, "rows": {"cam/people": row}}))
+    doc = config_doc(demo_stream("cam"))
+    doc["profiling"] = {"watch": {"interval_s": 1, "warmup_s": 0, "learn_s": 86400,
+                                  "evidence_s": 1, "baseline": str(baseline)}}  # fmt: skip
+    return live_server(doc)
+
+
+def shown_ratio(text: str, before: str) -> float:
+    """The `×1.62` that follows `before` in the page's text (rounded by JavaScript)."""
+    match = re.match(re.escape(before) + r"×(\d+\.\d\d)\b", text)
+    assert match, text
+    return float(match.group(1))
+
+
+def test_the_viewer_marks_a_block_in_regression(
+    live_server: LiveFactory, browser: Any, tmp_path: Path
+) -> None:
+    live = watched_server(live_server, tmp_path, probe_us=[])
+    page = Page(browser)
+    page.tab.add_init_script(f"sessionStorage.setItem('appliance.token', {json.dumps(TOKEN)})")
+    page.tab.goto(live.url + "/streams/cam")
+
+    row = page.tab.locator("#latency tbody tr", has_text="people")
+    badge = row.locator(".badge")
+    badge.wait_for()
+    (regression,) = live.get_json("/v1/regressions")["active"]
+    assert (regression["name"], regression["block"]) == ("cam/people", "people")
+    assert shown_ratio(badge.inner_text(), "slower ") == pytest.approx(
+        regression["ratio"], abs=0.006
+    )
+    title = badge.get_attribute("title") or ""
+    p50s = re.match(r"p50 (\d+\.\d\d) ms in the baseline, (\d+\.\d\d) ms now ", title)
+    assert p50s, title
+    measured = (regression["baseline_p50_ms"], regression["current_p50_ms"])
+    assert tuple(map(float, p50s.groups())) == pytest.approx(measured, abs=0.006)
+    assert title.endswith(f"since {regression['started_at']}, after: the appliance started "
+                          f"({regression['change']['at']})"), title  # fmt: skip
+    assert page.tab.locator("#latency tbody tr").first.locator(".badge").count() == 0  # workflow
+    assert page.text("#watch-host") == ""  # the host is not slower: nothing put on it
+    screenshot(page, "viewer-regression.png")
+
+    # The evidence: the trace the watch recorded when it raised the regression.
+    window = regression["evidence"]["window"]
+    wait_for(
+        lambda: live.get_json(f"/v1/profiling/{window}")["state"] == "done", WAIT_S, "evidence"
+    )
+    link = row.get_by_role("link", name="evidence trace")
+    assert link.get_attribute("href") == f"/v1/profiling/{window}/trace"
+    with page.tab.expect_download() as download:
+        link.click()
+    assert download.value.suggested_filename == f"appliance-regression-{regression['id']}.json"
+    trace = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+    runs = [e for e in trace["traceEvents"] if e.get("name") == "workflow.run"]
+    assert runs and {e["args"]["stream"] for e in runs} == {"cam"}
+
+    # Re-baselined (an intended change): the regression ends, the badge goes.
+    assert live.call("POST", "/v1/streams/cam/baseline").status == 202
+    badge.wait_for(state="detached")
+    assert page.errors == []
+
+
+def test_the_viewer_says_when_the_host_is_slower(
+    live_server: LiveFactory, browser: Any, tmp_path: Path
+) -> None:
+    live = watched_server(live_server, tmp_path, probe_us=[10] * 30)  # a 100x faster host
+    page = Page(browser)
+    page.tab.add_init_script(f"sessionStorage.setItem('appliance.token', {json.dumps(TOKEN)})")
+    page.tab.goto(live.url + "/streams/cam")
+
+    line = page.tab.locator("#watch-host .watch-line")
+    line.wait_for()
+    host = live.get_json("/v1/regressions")["host"]
+    text = line.inner_text()
+    assert shown_ratio(text, "The host is ") == pytest.approx(host["ratio"], abs=0.006), text
+    assert f" slower as a whole since {host['started_at']} (probe ×" in text, text
+    assert "the machine, not a block" in text
+    page.tab.locator("#latency tbody tr", has_text="people").wait_for()
+    assert page.tab.locator("#latency .badge").count() == 0  # the block is judged net of it
     assert page.errors == []

@@ -1,11 +1,13 @@
 // The appliance's web viewer: streams, one stream over WebRTC with its predictions,
-// its per-block latency, profiling windows. Only the /v1 API, with the user's token.
+// its per-block latency with the regression watch's verdicts, profiling windows. Only the
+// /v1 API, with the user's token.
 // No build step, no dependency; text is always set with textContent (ids are data).
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "appliance.token";
 const STREAMS_EVERY_MS = 3000;
 const LATENCY_EVERY_MS = 2000;
+const WATCH_EVERY_MS = 5000; // the watch compares every 30 s by default: no need to hurry
 const ICE_GATHER_MS = 5000; // then the offer goes with the candidates it has
 const RENDER_EVERY_MS = 250; // predictions are redrawn at most this often
 const MAX_ROWS = 20; // detection rows shown per output
@@ -94,7 +96,7 @@ function streamItem(s) {
 function openStream(id) {
   closeStream();
   view = { id, pc: null, sessionId: null, timers: [], latest: null, drawn: null,
-    messages: 0, frames: 0, since: performance.now() };
+    messages: 0, frames: 0, since: performance.now(), report: null, slower: new Map() };
   $("viewer").hidden = false;
   say("stream-name", id);
   document.title = `${id} · appliance viewer`;
@@ -102,8 +104,12 @@ function openStream(id) {
   $("predictions").replaceChildren(el("p", "No prediction yet.", "empty"));
   $("latency").tBodies[0].replaceChildren();
   say("latency-summary", "");
+  for (const id of ["watch-host", "watch-other"]) $(id).replaceChildren();
+  say("watch-status", "");
   refreshLatency();
+  refreshWatch();
   view.timers.push(setInterval(refreshLatency, LATENCY_EVERY_MS));
+  view.timers.push(setInterval(refreshWatch, WATCH_EVERY_MS));
   view.timers.push(setInterval(tick, 1000));
   view.timers.push(setInterval(drawPredictions, RENDER_EVERY_MS));
   const v = view;
@@ -268,17 +274,107 @@ async function refreshLatency() {
     return;
   }
   if (view !== v) return;
+  v.report = report;
+  drawLatency(v);
+}
+
+function drawLatency(v) {
+  const report = v.report;
+  if (!report) return;
   const ms = (x) => (x === null ? "–" : x.toFixed(2));
-  const rows = [{ id: "workflow", type: "(whole run)", ...report.workflow }, ...report.blocks];
+  const rows = [{ id: "workflow", type: "(whole run)", whole: true, ...report.workflow },
+    ...report.blocks];
   $("latency").tBodies[0].replaceChildren(...rows.map((b) => {
     const tr = document.createElement("tr");
     for (const [text, cls] of [[b.id, ""], [b.type, ""], [ms(b.p50_ms), "num"], [ms(b.p99_ms), "num"]]) {
       tr.append(el("td", text, cls));
     }
+    const regression = b.whole ? undefined : v.slower.get(b.id);
+    if (regression) tr.cells[0].append(" ", ...regressionBadge(regression));
     return tr;
   }));
   const fps = report.fps === null ? "–" : report.fps.toFixed(1);
   say("latency-summary", `Last ${report.frames} frames, ${fps} fps.`);
+}
+
+// -- the regression watch: blocks slower than their baseline, and the host ------------------
+async function refreshWatch() {
+  const v = view;
+  let stream, report;
+  try {
+    [stream, report] = await Promise.all([
+      apiJson("GET", `/v1/streams/${encodeURIComponent(v.id)}`),
+      apiJson("GET", "/v1/regressions").catch((err) => { // 404: an appliance without a watch
+        if (err.status === 404) return { host: null };
+        throw err;
+      }),
+    ]);
+  } catch (err) {
+    if (err.status !== 401 && view === v) say("watch-status", `Regression watch: ${err.message}`);
+    return;
+  }
+  if (view !== v) return;
+  const regressions = stream.watch?.regressions ?? [];
+  v.slower = new Map(regressions.filter((r) => r.kind === "block").map((r) => [r.block, r]));
+  drawLatency(v);
+  // The stream's others (its frame age): a line each. The host: one line, for every stream.
+  const others = regressions.filter((r) => r.kind !== "block");
+  $("watch-other").replaceChildren(...others.map((r) => watchLine(
+    `${r.name} is ${ratio(r)} slower than its baseline since ${r.started_at}.`, r)));
+  const host = report.host;
+  $("watch-host").replaceChildren(...(host ? [watchLine(`The host is ${ratio(host)} slower as a `
+    + `whole since ${host.started_at} (probe ${ratio(host, "probe_ratio")}, rows `
+    + `${ratio(host, "common_ratio")}): the machine, not a block. Blocks are judged on what `
+    + "it does not explain.", host)] : []));
+}
+
+const ratio = (r, field = "ratio") => (r[field] == null ? "×?" : `×${r[field].toFixed(2)}`);
+
+function regressionBadge(r) {
+  const badge = el("span", `slower ${ratio(r)}`, "badge badge-slower");
+  const change = r.change ? `, after: ${r.change.summary} (${r.change.at})` : "";
+  badge.title = `p50 ${r.baseline_p50_ms.toFixed(2)} ms in the baseline, ${r.current_p50_ms.toFixed(2)} ms `
+    + `now (p99 ${r.baseline_p99_ms.toFixed(2)} → ${r.current_p99_ms.toFixed(2)} ms); `
+    + `since ${r.started_at}${change}`;
+  const link = evidenceLink(r);
+  return link ? [badge, " ", link] : [badge];
+}
+
+function watchLine(text, r) {
+  const line = el("p", text, "watch-line");
+  const link = evidenceLink(r);
+  if (link) line.append(" ", link);
+  return line;
+}
+
+// The trace the watch recorded when the regression started: fetched with the token (a plain
+// link would carry none), then saved. Only our own API's trace paths are followed.
+function evidenceLink(r) {
+  const path = r.evidence?.trace;
+  if (typeof path !== "string" || !/^\/v1\/profiling\/[\w-]+\/trace$/.test(path)) return null;
+  const link = el("a", "evidence trace", "evidence");
+  link.href = path;
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    saveTrace(path, `appliance-regression-${r.id}.json`);
+  });
+  return link;
+}
+
+async function saveTrace(path, name) {
+  let blob;
+  try {
+    blob = await (await api("GET", path)).blob();
+  } catch (err) { // 409 while the window still records
+    if (err.status !== 401) say("watch-status", `Evidence trace: ${err.message}`);
+    return;
+  }
+  const a = el("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = name;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+  say("watch-status", `Saved ${name}: open it at ui.perfetto.dev (Open trace file).`);
 }
 
 // -- profiling windows -----------------------------------------------------------------------
