@@ -75,39 +75,6 @@ class Metrics:
         self.trace_errors = Counter(
             "appliance_trace_write_errors", "Trace files that could not be written.", registry=r
         )
-        self.block_regression = Gauge(
-            "appliance_block_regression", "1 while the regression watch holds the block "
-            "slower than its baseline (beyond what a host slowdown explains).",
-            ["stream", "block"], registry=r,
-        )  # fmt: skip
-        self.block_regression_ratio = Gauge(
-            "appliance_block_regression_ratio", "The block's median over its baseline's, "
-            "host slowdown taken out, at the watch's latest comparison.",
-            ["stream", "block"], registry=r,
-        )  # fmt: skip
-        self.model_regression = Gauge(
-            "appliance_model_regression", "1 while a model's session.run is slower than "
-            "its baseline.", ["model"], registry=r,
-        )  # fmt: skip
-        self.model_regression_ratio = Gauge(
-            "appliance_model_regression_ratio", "A model's session.run median over its "
-            "baseline's, host slowdown taken out.", ["model"], registry=r,
-        )  # fmt: skip
-        self.host_slowdown = Gauge(
-            "appliance_host_slowdown", "1 while the host is slower as a whole than when "
-            "the baselines were learned (probe and rows agree).", registry=r,
-        )  # fmt: skip
-        self.host_slowdown_ratio = Gauge(
-            "appliance_host_slowdown_ratio", "The host factor at the latest comparison "
-            "(1: nothing put on the host).", registry=r,
-        )  # fmt: skip
-        self.watch_comparisons = Counter(
-            "appliance_watch_comparisons", "Rows judged against their baseline.", registry=r
-        )
-        self.regressions = Counter(
-            "appliance_regressions", "Regressions raised by the watch, by kind (block, "
-            "model, queue, frame age, host).", ["kind"], registry=r,
-        )  # fmt: skip
         self.window_active = Gauge(
             "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
         )
@@ -166,6 +133,43 @@ class Metrics:
         self.sink_up = Gauge(
             "appliance_sink_up", "1 while the sink is connected or delivering.", ["sink"],
             registry=r,
+        )  # fmt: skip
+        self._watch_metrics(r)
+
+    def _watch_metrics(self, r: CollectorRegistry) -> None:
+        """The regression watch's (appliance/watch/rows.py sets them)."""
+        self.block_regression = Gauge(
+            "appliance_block_regression", "1 while the regression watch holds the block "
+            "slower than its baseline (beyond what a host slowdown explains).",
+            ["stream", "block"], registry=r,
+        )  # fmt: skip
+        self.block_regression_ratio = Gauge(
+            "appliance_block_regression_ratio", "The block's median over its baseline's, "
+            "host slowdown taken out, at the watch's latest comparison.",
+            ["stream", "block"], registry=r,
+        )  # fmt: skip
+        self.model_regression = Gauge(
+            "appliance_model_regression", "1 while a model's session.run is slower than "
+            "its baseline.", ["model"], registry=r,
+        )  # fmt: skip
+        self.model_regression_ratio = Gauge(
+            "appliance_model_regression_ratio", "A model's session.run median over its "
+            "baseline's, host slowdown taken out.", ["model"], registry=r,
+        )  # fmt: skip
+        self.host_slowdown = Gauge(
+            "appliance_host_slowdown", "1 while the host is slower as a whole than when "
+            "the baselines were learned (probe and rows agree).", registry=r,
+        )  # fmt: skip
+        self.host_slowdown_ratio = Gauge(
+            "appliance_host_slowdown_ratio", "The host factor at the latest comparison "
+            "(1: nothing put on the host).", registry=r,
+        )  # fmt: skip
+        self.watch_comparisons = Counter(
+            "appliance_watch_comparisons", "Rows judged against their baseline.", registry=r
+        )
+        self.regressions = Counter(
+            "appliance_regressions", "Regressions raised by the watch, by kind (block, "
+            "model, queue, frame age, host).", ["kind"], registry=r,
         )  # fmt: skip
 
     def remove_model(self, model_id: str) -> None:

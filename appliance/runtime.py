@@ -23,7 +23,6 @@ from appliance.config import AppConfig, ConfigError, StreamConfig, sink_configs
 from appliance.control import one_change_at_a_time
 from appliance.errors import (
     LimitError,
-    ReloadError,
     StreamExistsError,
     UnknownStreamError,
 )
@@ -38,7 +37,8 @@ from appliance.outputs import Outputs
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
 from appliance.reads import RuntimeReads
-from appliance.reload import ReloadPlan, plan_file_reload
+from appliance.reload import ReloadPlan
+from appliance.reloading import apply_reload
 from appliance.request_files import request_policy
 from appliance.sharding import Shard
 from appliance.streams import Stream, stop_all
@@ -325,70 +325,7 @@ class Runtime(RuntimeReads):
         plan, change nothing (models it loaded stay idle, for the apply; models loaded
         anew are dropped again)."""
         with self.watch.still():  # its model loads and restarts are not the streams' latency
-            return self._reload(dry_run)
-
-    def _reload(self, dry_run: bool) -> ReloadPlan:
-        if self.config_path is None:
-            raise ReloadError("this runtime was not started from a config file")
-        running = list(self.streams.items())
-        digests = {i: s.workflow.digest for i, s in running}
-        uses = {i: s.workflow.models for i, s in running}  # a changed config model restarts them
-        new, plan = plan_file_reload(
-            self.config_path, self.config, self.files, digests, self.shard, uses
-        )
-        old_config, self.config = self.config, new
-        compiled: dict[str, CompiledWorkflow] = {}
-        problems = Problems(str(self.config_path))  # every problem of the new config at once
-        leased: list[ModelBatcher] = []  # a dry run's models: leased for the check, not pinned
-        # Until the reload is applied, a model it replaces is kept: the undo goes back to it.
-        hold = self.pool.hold()
-        try:
-            failed = self.load_models(problems, pin=not dry_run)
-            if dry_run:
-                leased = [self.pool.handles[m] for m in new.models if m not in failed]
-            for c in [*plan.added, *plan.changed]:
-                with problems.check():
-                    where = f"streams.{c.id}"
-                    compiled[c.id] = self.compile_stream_workflow(c, where, unavailable=failed)
-            problems.raise_any()
-        except BaseException:
-            self._undo_reload(old_config, compiled, leased, hold)
-            raise
-        if dry_run:
-            self._undo_reload(old_config, compiled, leased, hold)
-            return plan
-        try:
-            for sid in plan.removed:
-                self.remove_stream(sid)
-            for cfg in plan.changed:
-                self.remove_stream(cfg.id)
-                self._start_stream(cfg, compiled[cfg.id])
-            for cfg in plan.added:
-                self._start_stream(cfg, compiled[cfg.id])
-        finally:  # the replaced models nothing runs any more are released
-            self.pool.unhold(hold)
-        # The API's roots follow the new file's models, workflows and videos.
-        self.request_files = request_policy(plan.source or new, self.config_path)
-        log.info("config reloaded: %s", plan.summary())
-        done = (f"{k} {', '.join(v)}" for k, v in plan.summary().items() if v and k != "unchanged")
-        self.watch.changed("reload", "; ".join(done) or "nothing changed")
-        return plan
-
-    def _undo_reload(
-        self,
-        config: AppConfig,
-        compiled: Mapping[str, CompiledWorkflow],
-        leased: list[ModelBatcher],
-        hold: ModelPool.Hold,
-    ) -> None:
-        """The old config and models current again; what the reload loaded anew in their
-        place is released (the old ones were never stopped: `hold`)."""
-        self.config = config
-        self.pool.restore(hold)  # first: a replacing model is never idle, nor evicted
-        for workflow in compiled.values():
-            self.release_workflow(workflow)
-        self.pool.release(leased)
-        self.pool.unhold(hold)
+            return apply_reload(self, dry_run)
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:

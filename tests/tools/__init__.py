@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from appliance.tools.trace_cli import add_trace_commands
 
 Event = dict[str, Any]
 
@@ -94,3 +99,13 @@ def two_workflow_events() -> list[Event]:
         *frame_events("lobby", "people", {"detect": [6000] * 3, "drawn": [1000] * 3}, tid=2),
         *frame_events("door", "privacy", {"faces": [3000] * 3, "drawn": [2000] * 3}, tid=3),
     ]
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Parse `argv` as `appliance` would and run the command: (exit code, stdout, stderr)."""
+    parser = argparse.ArgumentParser(prog="appliance")
+    add_trace_commands(parser.add_subparsers(required=True))
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -3,32 +3,22 @@ traces built here (exact numbers); tests/tools/test_trace_diff.py diffs real run
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from appliance.tools.trace_cli import EXIT_BAD_INPUT, EXIT_REGRESSION, add_trace_commands
+from appliance.tools.trace_cli import EXIT_BAD_INPUT, EXIT_REGRESSION
 from tests.tools import (
     Event,
     frame_events,
+    run_cli,
     sample_events,
     span,
     two_workflow_events,
     write_trace,
 )
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Parse `argv` as `appliance` would and run the command: (exit code, stdout, stderr)."""
-    parser = argparse.ArgumentParser(prog="appliance")
-    add_trace_commands(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def camera(

@@ -5,7 +5,6 @@ check the reservoir, the host probe, renames, stream filters and bad inputs."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import defaultdict
@@ -15,24 +14,13 @@ import numpy as np
 import pytest
 
 from appliance.config import parse_config
-from appliance.tools.trace_cli import add_trace_commands
 from appliance.watch.baseline import Baseline, parse
 from tests.support.appliance import DEMO_CLIP, person_model
 from tests.support.tracecheck import run_to_rolling_trace
-from tests.tools import Event, frame_events, span, write_trace
+from tests.tools import Event, frame_events, run_cli, span, write_trace
 
 FRAMES = 30
 PROBE_US = [400 + 7 * k for k in range(25)]  # the host probe's spans
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Parse `argv` as `appliance` would and run the command: (exit code, stdout, stderr)."""
-    parser = argparse.ArgumentParser(prog="appliance")
-    add_trace_commands(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def fingerprint(

@@ -11,11 +11,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from appliance.config import ConfigError
+from appliance.runtime import Runtime
+from appliance.status import as_json
 from appliance.tools.trace_file import load_events
 from tests.sinks.conftest import Broker, Subscriber
 from tests.sinks.receiver import Receiver
@@ -30,20 +34,34 @@ def watching(rt_stream: dict[str, object]) -> bool:
     return isinstance(watch, dict) and watch["state"] == "watching"
 
 
-def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(
+@dataclass
+class Learned:
+    """A runtime whose watch has learned its baselines, its events on `sub`."""
+
+    setup: WatchSetup
+    hook: Receiver
+    sub: Subscriber
+    rt: Runtime
+
+
+@pytest.fixture
+def learned(
     watched: tuple[WatchSetup, Receiver],
     broker: Broker,
-    subscriber: type[Subscriber],
-    runtimes: list,
-) -> None:
+    subscriber: Callable[..., Subscriber],
+    runtimes: list[Runtime],
+) -> Learned:
     setup, hook = watched
     sub = subscriber(broker, "t/#")
     rt = setup.runtime()
     runtimes.append(rt)
     rt.start()
-    from appliance.status import as_json
-
     wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
+    return Learned(setup, hook, sub, rt)
+
+
+def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(learned: Learned) -> None:
+    setup, hook, sub, rt = learned.setup, learned.hook, learned.sub, learned.rt
     assert not rt.regressions().active  # the steady stream raised nothing
 
     setup.faces(LARGE)
@@ -94,14 +112,12 @@ def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(
 
 
 def test_a_baseline_outlives_the_runtime_and_starts_over_on_request(
-    tmp_path: Path, runtimes: list
+    tmp_path: Path, runtimes: list[Runtime]
 ) -> None:
     setup = WatchSetup(tmp_path, None, None)
     rt = setup.runtime()
     runtimes.append(rt)
     rt.start()
-    from appliance.status import as_json
-
     wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
     store = tmp_path / "traces" / "watch" / "baselines.json"
     rows = json.loads(store.read_text())["rows"]
@@ -141,18 +157,8 @@ def test_a_shared_baseline_goes_through_the_file_policy(tmp_path: Path) -> None:
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-def test_a_noisy_neighbour_is_the_host_not_every_block(
-    watched: tuple[WatchSetup, Receiver], broker: Broker, subscriber: type[Subscriber],
-    runtimes: list,
-) -> None:  # fmt: skip
-    setup, _ = watched
-    sub = subscriber(broker, "t/#")
-    rt = setup.runtime()
-    runtimes.append(rt)
-    rt.start()
-    from appliance.status import as_json
-
-    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
+def test_a_noisy_neighbour_is_the_host_not_every_block(learned: Learned) -> None:
+    sub, rt = learned.sub, learned.rt
     cores = sorted(os.sched_getaffinity(0))[:2]
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(c)]) for c in cores]
     try:

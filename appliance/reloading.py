@@ -1,0 +1,89 @@
+"""Applying a reload of the config file to a running runtime: everything checked first
+(config, models, workflows), then streams stopped, restarted and started. A model declared
+anew loads beside the old one (appliance/models/pool.py, `hold`), so a refused or dry run
+goes back to the old one untouched. `Runtime.reload` calls it under its control lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from appliance.checking import Problems
+from appliance.config import AppConfig
+from appliance.errors import ReloadError
+from appliance.models import ModelBatcher
+from appliance.models.pool import ModelPool
+from appliance.reload import ReloadPlan, plan_file_reload
+from appliance.request_files import request_policy
+from pipelines.executor import CompiledWorkflow
+
+if TYPE_CHECKING:
+    from appliance.runtime import Runtime
+
+log = logging.getLogger("appliance.runtime")
+
+
+def apply_reload(rt: Runtime, dry_run: bool) -> ReloadPlan:
+    """Runtime.reload's work, under its control lock (its docstring says what it does)."""
+    if rt.config_path is None:
+        raise ReloadError("this runtime was not started from a config file")
+    running = list(rt.streams.items())
+    digests = {i: s.workflow.digest for i, s in running}
+    uses = {i: s.workflow.models for i, s in running}  # a changed config model restarts them
+    new, plan = plan_file_reload(rt.config_path, rt.config, rt.files, digests, rt.shard, uses)
+    old_config, rt.config = rt.config, new
+    compiled: dict[str, CompiledWorkflow] = {}
+    problems = Problems(str(rt.config_path))  # every problem of the new config at once
+    leased: list[ModelBatcher] = []  # a dry run's models: leased for the check, not pinned
+    # Until the reload is applied, a model it replaces is kept: the undo goes back to it.
+    hold = rt.pool.hold()
+    try:
+        failed = rt.load_models(problems, pin=not dry_run)
+        if dry_run:
+            leased = [rt.pool.handles[m] for m in new.models if m not in failed]
+        for c in [*plan.added, *plan.changed]:
+            with problems.check():
+                where = f"streams.{c.id}"
+                compiled[c.id] = rt.compile_stream_workflow(c, where, unavailable=failed)
+        problems.raise_any()
+    except BaseException:
+        _undo(rt, old_config, compiled, leased, hold)
+        raise
+    if dry_run:
+        _undo(rt, old_config, compiled, leased, hold)
+        return plan
+    try:
+        for sid in plan.removed:
+            rt.remove_stream(sid)
+        for cfg in plan.changed:
+            rt.remove_stream(cfg.id)
+            rt._start_stream(cfg, compiled[cfg.id])
+        for cfg in plan.added:
+            rt._start_stream(cfg, compiled[cfg.id])
+    finally:  # the replaced models nothing runs any more are released
+        rt.pool.unhold(hold)
+    # The API's roots follow the new file's models, workflows and videos.
+    rt.request_files = request_policy(plan.source or new, rt.config_path)
+    log.info("config reloaded: %s", plan.summary())
+    done = (f"{k} {', '.join(v)}" for k, v in plan.summary().items() if v and k != "unchanged")
+    rt.watch.changed("reload", "; ".join(done) or "nothing changed")
+    return plan
+
+
+def _undo(
+    rt: Runtime,
+    config: AppConfig,
+    compiled: Mapping[str, CompiledWorkflow],
+    leased: list[ModelBatcher],
+    hold: ModelPool.Hold,
+) -> None:
+    """The old config and models current again; what the reload loaded anew in their
+    place is released (the old ones were never stopped: `hold`)."""
+    rt.config = config
+    rt.pool.restore(hold)  # first: a replacing model is never idle, nor evicted
+    for workflow in compiled.values():
+        rt.release_workflow(workflow)
+    rt.pool.release(leased)
+    rt.pool.unhold(hold)
