@@ -11,7 +11,8 @@ names, and each model's queue wait:
 - frame `<stream>`: `workflow.run` spans; frame age `<stream>`: their `age_ms` arg.
 
 Durations are whole µs. Every row carries the same host probe samples: the `host_us` of
-the trace's `host.probe` spans (cat `watch`), none if it has none. A row keeps a uniform
+the trace's `host.probe` spans (cat `watch`), none if it has none, and their
+`wait_ratio` as its contention samples (‰). A row keeps a uniform
 sample of at most `reservoir` values; a row of fewer than `MIN_SPANS` spans is left out
 (the rank test needs as many). Streams are named as in the trace, or as `renames` maps
 them (the fleet's config may call CI's `ci-cam` `cam1`).
@@ -59,6 +60,7 @@ class TraceRows:
 
     rows: dict[RowKey, list[int]] = field(default_factory=lambda: defaultdict(list))
     probe: list[int] = field(default_factory=list)
+    waits: list[int] = field(default_factory=list)  # the probe's wait_ratio, ‰
 
     def streams(self) -> set[str]:
         """The streams that have a row."""
@@ -95,10 +97,14 @@ def trace_rows(events: Sequence[Event]) -> TraceRows:
             if "age_ms" in args:
                 out.rows[("frame age", stream_of(e))].append(round(args["age_ms"] * 1000))
         elif name == PROBE_SPAN and e.get("cat") == PROBE_CAT:
-            # The probe's sample is its `host_us` (CPU time with the run-queue waits of
-            # the process, appliance/watch/probe.py); a span without it, its duration.
+            # The probe's sample is its `host_us` (its CPU time over the share of the
+            # machine left to us, appliance/watch/probe.py); a span without it, its
+            # duration. Its `wait_ratio`: the contention the streams' threads met.
             host_us = args.get("host_us")
             out.probe.append(round(host_us) if isinstance(host_us, int | float) else dur)
+            waits = args.get("wait_ratio")
+            if isinstance(waits, int | float) and 0 < waits < 1e6:
+                out.waits.append(round(waits * 1000))
     return out
 
 
@@ -126,10 +132,13 @@ def fingerprint_baselines(
         )
         raise FingerprintError(f"{path}: no row of {MIN_SPANS} spans or more{found_rows}")
     probe = subsample(np.asarray(found.probe, dtype=np.int64), reservoir)
+    waits = subsample(np.asarray(found.waits, dtype=np.int64), reservoir)
     learned_at, source = path.stat().st_mtime, f"fingerprint:{path.name}"[:256]
     kept = sorted(rows.keys() - left_out.keys(), key=lambda k: (KINDS.index(k[0]), k[1]))
     baselines = [
-        Baseline(kind, name, _sample(rows[(kind, name)], reservoir), probe, learned_at, source)
+        Baseline(
+            kind, name, _sample(rows[(kind, name)], reservoir), probe, learned_at, source, waits
+        )
         for kind, name in kept
     ]
     return Fingerprinted(baselines, {k: spans[k] for k in kept}, left_out)

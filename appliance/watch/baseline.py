@@ -71,6 +71,7 @@ class Baseline:
     probe: Samples  # the host probe's µs while it was learned (empty: none known)
     learned_at: float  # epoch seconds: the end of its learning
     source: str  # "learned", or the file it came from
+    contention: Samples = field(default_factory=lambda: np.empty(0, np.int64))  # ‰ waits
 
     def document(self) -> dict[str, Any]:
         return {
@@ -78,6 +79,7 @@ class Baseline:
             "name": self.name,
             "samples_us": self.samples.tolist(),
             "probe_us": self.probe.tolist(),
+            "contention_permille": self.contention.tolist(),
             "learned_at": round(self.learned_at, 3),
             "source": self.source,
         }
@@ -123,6 +125,7 @@ def _parse_row(row: Any, where: str) -> Baseline:
         _samples(row.get("probe_us", []), f"{where}.probe_us", minimum=0),
         float(learned_at),
         str(row.get("source", "learned"))[:256],
+        _samples(row.get("contention_permille", []), f"{where}.contention_permille", minimum=0),
     )
 
 

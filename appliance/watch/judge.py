@@ -1,26 +1,31 @@
 """One comparison of the regression watch: each row's recent samples against its baseline,
-with `trace diff`'s rule (appliance/tools/regression.py: material in ms and in share of the
-frame, significant by the Mann–Whitney U test, the Hodges–Lehmann shift with its interval),
-after the host's own slowdown is taken out.
+with `trace diff`'s rule (appliance/watch/rule.py: material in ms and in share of the
+frame, significant by the Mann–Whitney U test, the Hodges–Lehmann shift with its
+interval), after what the machine explains is taken out.
 
-Block or host: a host that gets slower as a whole (a throttled CPU, another tenant) shifts
-the rows at once. Two measures:
+Three things slow many rows at once, none of them a row's own regression, each with its
+measure (probe.py), now against while the row was learned:
 
-- the probe (probe.py): a fixed piece of CPU work's CPU time, over the share of the machine
-  other processes leave us, now against while the row was learned. It is the host's alone:
-  our own work, heavier or not, does not move it;
-- the common shift: the median, over the rows that are CPU work (blocks and models of at
-  least `min_ms`), of each row's median now over its median in the baseline.
+- a slower CPU (frequency, throttling) and a busier machine (another tenant, a noisy
+  neighbour, a VM's steal): the probe, a fixed loop's CPU time over the share of the
+  machine other processes leave us. Our own work never moves it. This is the host;
+- contention among the streams' own threads: how long they waited for a core per second
+  run. On a saturated machine it swings by tens of % with nothing changed (the streams'
+  models overlap more or less as their frames drift in and out of phase), and a noisy
+  neighbour raises it too.
 
-The host factor is the probe's ratio when it says slower by more than a margin (half of
-`host_pct`), else 1 (a host faster than when the baseline was learned excuses nothing: a
-row that did not speed up with it has not regressed). Each row is judged on its samples
-divided by the factor, with the gate's `fail_over_pct` widened by as much again: rows do
-not all slow alike (ONNX Runtime's threads wait for each other when one of them waits for
-a core; a Python block barely notices), so a host 40 % slower must leave a row 40 %
-beyond what it explains. With a factor of 1 this is exactly `trace diff --fail-over`.
-The host is reported slower when its factor passes `host_pct` and the common shift says
-the rows moved too (a busier machine that costs us nothing is not worth an alert).
+The factor is the larger of the two ratios when it passes a margin (half of `host_pct`),
+else 1: a machine faster than at learning excuses nothing. Each row is judged on its
+samples divided by the factor, with the gate's `fail_over_pct` widened by as much again:
+rows do not all slow alike (ONNX Runtime's threads wait for each other when one of them
+waits for a core; a Python block barely notices), so a machine 40 % slower must leave a
+row 40 % beyond what it explains. A heavier block is still found: its own work grew, and
+the contention it adds for the others excuses them, not it. With a factor of 1 this is
+exactly `trace diff --fail-over`.
+
+The host is reported slower when the probe passes `host_pct` and the median CPU row (the
+common shift: blocks and models of at least `min_ms`, each its median now over its
+baseline's) moved too: a busier machine that costs the streams nothing is not an alert.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ class Host:
     rows: int  # CPU rows in the common shift
     factor: float  # what the rows are divided by (1: nothing put on the host)
     widen_pct: float  # added to the gate's fail_over_pct
-    slower: bool  # factor >= 1 + host_pct / 100
+    slower: bool  # the host: the probe past host_pct, and the rows moved
+    wait_ratio: float | None = None  # the threads' waits per second run, now / learned
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,26 +75,31 @@ def host_speed(
     recent: Mapping[str, Values],
     baselines: Mapping[str, Baseline],
     probe_now: Values,
+    waits_now: Values,
     gate: Gate,
     host_pct: float,
 ) -> Host:
-    """The host factor of this comparison (see the top)."""
-    ratios, probes = [], []
+    """The factor of this comparison, and the host's verdict (see the top)."""
+    ratios, probes, waits = [], [], []
     for key, now in recent.items():
         base = baselines.get(key)
         if base is None or now.size < MIN_SAMPLES:
             continue
         if base.probe.size and probe_now.size:
             probes.append(_median(probe_now) / max(_median(base.probe), 1.0))
+        if base.contention.size and waits_now.size:
+            waits.append(_median(waits_now) / max(_median(base.contention), 1.0))
         if base.kind in CPU_KINDS and _median(base.samples) >= gate.min_ms * 1000:
             ratios.append(_median(now) / max(_median(base.samples), 1.0))
     probe = statistics.median(probes) if probes else None
+    wait = statistics.median(waits) if waits else None
     common = statistics.median(ratios) if ratios else None
     margin = host_pct / 200
-    factor = probe if probe is not None and probe > 1 + margin else 1.0
+    factor = max(probe or 1.0, wait or 1.0)
+    factor = factor if factor > 1 + margin else 1.0
     moved = common is not None and common > 1 + margin
-    slower = factor >= 1 + host_pct / 100 and moved
-    return Host(probe, common, len(ratios), factor, (factor - 1) * 100, slower)
+    slower = probe is not None and probe >= 1 + host_pct / 100 and moved
+    return Host(probe, common, len(ratios), factor, (factor - 1) * 100, slower, wait)
 
 
 def judge(

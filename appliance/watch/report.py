@@ -53,6 +53,7 @@ class Regression:
     host_ratio: float = 1.0
     probe_ratio: float | None = None
     common_ratio: float | None = None
+    wait_ratio: float | None = None  # the streams' threads' waits for a core, now / learned
     change: Change | None = None
     evidence: Evidence | None = None
     ended_at: str | None = None

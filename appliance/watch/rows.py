@@ -163,12 +163,14 @@ class Rows:
         if j.kind in ("model", "queue"):
             model = j.name
         r = j.row
-        return Regression(
+        regression = Regression(
             uuid.uuid4().hex[:12], j.kind, j.key, stream, block, model, iso_utc(time.time()),
             r.before_ms, j.baseline_p99_ms, j.current_p50_ms, j.current_p99_ms,
             round(j.ratio, 3), r.effect_ms, r.low_ms, r.high_ms, r.p_value, round(host.factor, 3),
-            host.probe_ratio, host.common_ratio, self._change_since(base.learned_at),
+            host.probe_ratio, host.common_ratio, host.wait_ratio,
+            self._change_since(base.learned_at),
         )  # fmt: skip
+        return regression
 
     def _change_since(self, learned_at: float) -> Change | None:
         """The latest change after the baseline was learned: what may have caused it."""
@@ -261,7 +263,7 @@ def _host_regression(host: Host, change: Change | None) -> Regression:
     return Regression(
         uuid.uuid4().hex[:12], "host", "host", None, None, None, iso_utc(time.time()),
         0.0, 0.0, 0.0, 0.0, ratio, host_ratio=ratio, probe_ratio=host.probe_ratio,
-        common_ratio=host.common_ratio, change=change,
+        common_ratio=host.common_ratio, wait_ratio=host.wait_ratio, change=change,
     )  # fmt: skip
 
 

@@ -218,8 +218,10 @@ class Watch:
             self._learn(recent, now)
             baselines = {k: b for k in recent if (b := self.store.get(k)) is not None}
             values = {k: v for k, (_, _, v) in recent.items()}
-            probe_now, _ = self.probe.since(since)
-            host = host_speed(values, baselines, probe_now, self.gate, self.config.host_pct)
+            probe_now, waits_now = self.probe.since(since)
+            host = host_speed(
+                values, baselines, probe_now, waits_now, self.gate, self.config.host_pct
+            )
             judged = judge(values, baselines, self.model_streams(), host, self.gate)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("host %s; %s", host, [(j.key, j.row.verdict, round(j.ratio, 2),
@@ -263,9 +265,9 @@ class Watch:
             learning.add(values, cap)
             gathered = learning.samples()
             if now - learning.started >= self.config.learn_s and gathered.size >= MIN_SAMPLES:
-                probe, _ = self.probe.since(learning.started)
+                probe, waits = self.probe.since(learning.started)
                 sample = subsample(gathered, self.config.reservoir, seed=len(done))
-                done.append(Baseline(kind, name, sample, probe, time.time(), "learned"))
+                done.append(Baseline(kind, name, sample, probe, time.time(), "learned", waits))
                 del self._learning[key]
         if done:
             self.store.put(done)

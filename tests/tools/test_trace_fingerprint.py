@@ -104,7 +104,11 @@ def camera(stream: str, frames: int, tid: int = 1, seed: int = 1) -> list[Event]
 
 
 def probes() -> list[Event]:
-    return [span("watch", "host.probe", 1000 * k, dur) for k, dur in enumerate(PROBE_US)]
+    """The watch's probe spans: without `host_us`, their duration is the sample."""
+    return [
+        span("watch", "host.probe", 1000 * k, dur, wait_ratio=1 + k / 100)
+        for k, dur in enumerate(PROBE_US)
+    ]
 
 
 # -- a real trace ---------------------------------------------------------------------------
@@ -169,6 +173,8 @@ def test_the_host_probe_is_every_rows_probe(
     trace = write_trace(tmp_path / "t.json", camera("cam", 12) + probes() + [other])
     rows, stdout, _ = fingerprint(trace, tmp_path / "a.json", capsys)
     assert rows and all(b.probe.tolist() == PROBE_US for b in rows.values())
+    waits = [1000 + 10 * k for k in range(len(PROBE_US))]  # each wait_ratio, in ‰
+    assert all(b.contention.tolist() == waits for b in rows.values())
     assert f"host probe: {len(PROBE_US)} samples, median {np.median(PROBE_US) / 1000:.3f}" in stdout
 
 
