@@ -1,4 +1,4 @@
-"""A runtime with a fast regression watch (2 s intervals, 8 s of learning) on the bundled
+"""A runtime with a fast regression watch (1 s intervals, 4 s of learning) on the bundled
 clip, its sinks a real mosquitto and a real HTTP receiver, and a real cause of slowness:
 the CenterFace model's input size, changed in the workflow file and reloaded."""
 
@@ -22,11 +22,11 @@ from tests.support.appliance import DEMO_CLIP, MODELS, ROOT
 
 BLUR = ROOT / "configs" / "workflows" / "privacy_blur.yaml"
 SMALL, LARGE = [320, 192], [960, 544]  # CenterFace input: about 8 times the pixels
-FAST_WATCH = {
-    "interval_s": 2,
-    "warmup_s": 2,
-    "learn_s": 8,
-    "evidence_s": 2,
+FAST_WATCH = {  # a frame every 40 ms: 25 samples an interval, 100 to learn from
+    "interval_s": 1,
+    "warmup_s": 1,
+    "learn_s": 4,
+    "evidence_s": 1,
     "recover_intervals": 2,
 }
 

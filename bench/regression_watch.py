@@ -1,0 +1,506 @@
+"""Regression watch: false alarms per hour, time to detect a slower block, a noisy
+neighbour told apart from a block, and what the watch costs.
+
+Every part runs the appliance in this process on the bundled clip played as live cameras,
+with its sinks on a real mosquitto (started here), and reads the watch's events there.
+
+- false_alarms: the demo config, then four CenterFace streams (privacy_blur), each for
+  `minutes`, nothing changed: block and model regressions raised after the baselines were
+  learned (target 0), comparisons made, and every host slowdown with its evidence.
+- detection: `trials` times, on the demo config: the faces model is reloaded with one
+  intra-op thread instead of ONNX Runtime's default (two here): a real cause, each run
+  slower by what the second core gave it, and no more CPU taken from the other stream
+  (a heavier input would also slow the other stream's model, for real, on two saturated
+  cores; the block's measured slowdown is reported). Then the time from the reload to
+  `regression_started` of faces-cam/faces on MQTT, whether any other block was raised,
+  whether the evidence window's trace holds the block's spans; then reloaded back, the
+  time to `regression_ended`. Target: found within 90 s in >= 9 of 10 trials, no other
+  block.
+- host: two busy processes, one pinned to each core, for `host_s`: the time to
+  `host_slowdown_started`, block regressions raised meanwhile (target 0), the time to
+  `host_slowdown_ended` after they stop.
+- cost: the watch's share of a saturated CPU: its recorders on the streams' and batchers'
+  threads by crossover (bench/_crossover.py: on and off alternate every 30 frames of one
+  saturated stream, pair ratios, bootstrap interval), plus the watch thread's own CPU
+  time (its probe and comparisons, read from /proc) over that run, as a share of both
+  cores. Target: <= 0.5 % (the interval's upper end plus the thread's share).
+
+Default watch settings everywhere but `--quick` (interval 2 s, learning 8 s, one short
+run of each part but host, no crossover: the thread's share alone). Run one part with
+`--only PART`; its figures replace that part's in the results file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import yaml
+from _common import RESULTS, ROOT, bench_parser, report
+from _crossover import FrameClock, crossover, median, median_interval, thread_cpu_ns
+from paho.mqtt.enums import CallbackAPIVersion
+
+from appliance.config import load_config
+from appliance.runtime import Runtime
+from appliance.status import as_json
+
+PARTS = ("false_alarms", "detection", "host", "cost")
+QUICK_WATCH = {"interval_s": 2, "warmup_s": 2, "learn_s": 8, "evidence_s": 2}
+FAST, SLOW = 0, 1  # the faces model's intra-op threads: ONNX Runtime's default, or one
+FOUND_WITHIN_S = 90.0
+
+
+# -- real parts ----------------------------------------------------------------------------
+@contextmanager
+def mosquitto(folder: Path) -> Iterator[int]:
+    """A mosquitto on a free loopback port."""
+    if shutil.which("mosquitto") is None:
+        raise SystemExit("mosquitto is not installed: run `make test-deps`")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = folder / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+class Events:
+    """The watch's events as they arrive on MQTT, with their arrival time."""
+
+    def __init__(self, port: int) -> None:
+        self.got: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-{os.getpid()}")
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", port)
+        self.client.subscribe([("t/+/events", 1), ("t/events", 1)])
+        self.client.loop_start()
+
+    def _on_message(self, _c: Any, _u: Any, msg: mqtt.MQTTMessage) -> None:
+        doc = json.loads(msg.payload)
+        if "regression" in doc:
+            with self._lock:
+                self.got.append((time.monotonic(), doc))
+
+    def since(self, t: float, kind: str | None = None) -> list[tuple[float, dict[str, Any]]]:
+        with self._lock:
+            return [(at, d) for at, d in self.got if at >= t and kind in (None, d["type"])]
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def folder_with_demo(tmp: Path, faces: int, streams: list[tuple[str, str]],
+                     watch: dict[str, Any], port: int) -> Path:  # fmt: skip
+    """A config in `tmp` over the demo's workflows (faces' threads set), models and clip."""
+    for name in ("models", "media"):
+        (tmp / name).symlink_to(ROOT / "configs" / name)
+    (tmp / "workflows").mkdir()
+    for wf in (ROOT / "configs" / "workflows").glob("*.yaml"):
+        shutil.copy(wf, tmp / "workflows" / wf.name)
+    set_faces(tmp, faces)
+    doc = {
+        "server": {"port": 0},
+        "profiling": {"dir": "traces", "watch": watch},
+        "sinks": {"bus": {"type": "mqtt", "host": "127.0.0.1", "port": port, "topic_prefix": "t"}},
+        "streams": [
+            {"id": sid, "source": {"url": "media/demo.mp4", "loop": True, "pace": "realtime"},
+             "workflow": f"workflows/{wf}.yaml", "outputs": [{"sink": "bus"}]}
+            for sid, wf in streams
+        ],
+    }  # fmt: skip
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def set_faces(tmp: Path, threads: int) -> None:
+    path = tmp / "workflows" / "privacy_blur.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["models"]["faces"]["session"] = {"intra_op_threads": threads}
+    path.write_text(yaml.safe_dump(doc))
+
+
+def start(config: Path) -> Runtime:
+    rt = Runtime(load_config(config), config_path=config)
+    rt.start()
+    return rt
+
+
+def wait(check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.25)
+    return None
+
+
+def all_watching(rt: Runtime) -> bool:
+    return all(
+        (w := as_json(rt.stream_status(s)).get("watch")) and w["state"] == "watching"
+        for s in rt.streams
+    )
+
+
+def raised(events: list[tuple[float, dict[str, Any]]], kinds: tuple[str, ...]) -> list[str]:
+    return [
+        d["regression"]["name"]
+        for _, d in events
+        if d["type"] == "regression_started" and d["regression"]["kind"] in kinds
+    ]
+
+
+def host_evidence(events: list[tuple[float, dict[str, Any]]]) -> list[str]:
+    return [
+        f"{d['at']} x{d['regression']['ratio']} (probe x{d['regression']['probe_ratio']:.2f}, "
+        f"rows x{d['regression']['common_ratio']:.2f})"
+        for _, d in events
+        if d["type"] == "host_slowdown_started"
+    ]
+
+
+# -- the parts -----------------------------------------------------------------------------
+DEMO = [("people-cam", "people_counter"), ("faces-cam", "privacy_blur")]
+CENTERFACE4 = [(f"cam{i}", "privacy_blur") for i in range(1, 5)]
+
+
+def learn_s(watch: dict[str, Any]) -> float:
+    """How long learning may take: warm-up, learning, a few intervals and room."""
+    parts = (watch.get("warmup_s", 20), watch.get("learn_s", 180), 4 * watch.get("interval_s", 30))
+    return float(sum(parts))
+
+
+def false_alarms(tmp: Path, port: int, label: str, streams: list[tuple[str, str]],
+                 minutes: float, watch: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """One config run for `minutes` after learning, nothing changed."""
+    folder = tmp / label
+    folder.mkdir()
+    events = Events(port)
+    t0 = time.monotonic()  # every event counts: nothing is raised before a baseline
+    rt = start(folder_with_demo(folder, FAST, streams, watch, port))
+    try:
+        if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
+            raise SystemExit(f"{label}: the baselines were not learned")
+        before = rt.regressions().comparisons
+        print(f"{label}: learned; watching for {minutes:g} min", flush=True)
+        time.sleep(minutes * 60)
+        comparisons = rt.regressions().comparisons - before
+    finally:
+        rt.stop(10.0)  # the sinks send what they hold
+        time.sleep(1.0)
+        events.close()
+    got = events.since(t0)
+    blocks = raised(got, ("block", "model"))
+    hours = minutes / 60
+    return {
+        f"false_alarms.{label}.minutes": minutes,
+        f"false_alarms.{label}.comparisons": comparisons,
+        f"false_alarms.{label}.block_regressions": len(blocks),
+        f"false_alarms.{label}.per_hour": round(len(blocks) / hours, 2),
+        f"false_alarms.{label}.rows_raised": sorted(set(blocks)),
+        f"false_alarms.{label}.echoes_raised": raised(got, ("queue", "frame age")),
+        f"false_alarms.{label}.host_slowdowns": host_evidence(got),
+    }
+
+
+def detection(tmp: Path, port: int, trials: int, watch: dict[str, Any]) -> dict[str, Any]:
+    folder = tmp / "detection"
+    folder.mkdir()
+    watch = {**watch, "cooldown_s": 0}  # every trial opens its evidence window
+    config = folder_with_demo(folder, FAST, DEMO, watch, port)
+    rt = start(config)
+    events = Events(port)
+    rows: list[dict[str, Any]] = []
+    try:
+        if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
+            raise SystemExit("detection: the baselines were not learned")
+        for trial in range(trials):
+            rows.append(one_trial(rt, folder, events, watch))
+            print(f"trial {trial + 1}/{trials}: {rows[-1]}", flush=True)
+    finally:
+        rt.stop(10.0)
+        events.close()
+    found = [r for r in rows if r["found_s"] is not None and r["found_s"] <= FOUND_WITHIN_S]
+    clean = [r for r in found if not r["other_blocks"] and r["evidence_spans"] > 0]
+    times = [r["found_s"] for r in rows if r["found_s"] is not None]
+    ended = [r["recovered_s"] for r in rows if r["recovered_s"] is not None]
+    return {
+        "detection.trials": trials,
+        "detection.found_within_90s": len(found),
+        "detection.found_alone_with_evidence": len(clean),
+        "detection.found_s.median": round(statistics.median(times), 1) if times else None,
+        "detection.found_s.range": f"{min(times):.1f}-{max(times):.1f}" if times else None,
+        "detection.recovered": len(ended),
+        "detection.recovered_s.median": round(statistics.median(ended), 1) if ended else None,
+        "detection.block_slowdown.median": (
+            round(statistics.median(r["slowdown"] for r in found), 2) if found else None
+        ),
+        "detection.change_named": sum(1 for r in found if r["change"] == "reload"),
+        "detection.trial_rows": rows,
+    }
+
+
+def one_trial(rt: Runtime, folder: Path, events: Events, watch: dict[str, Any]) -> dict[str, Any]:
+    """Heavier, found?, lighter again, recovered?"""
+    set_faces(folder, SLOW)
+    t0 = time.monotonic()
+    rt.reload()
+
+    def started() -> list[tuple[float, dict[str, Any]]]:
+        return [e for e in events.since(t0, "regression_started")
+                if e[1]["regression"]["name"] == "faces-cam/faces"]  # fmt: skip
+
+    hit = wait(started, FOUND_WITHIN_S + 4 * watch.get("interval_s", 30))
+    row: dict[str, Any] = {"found_s": None, "slowdown": None, "change": None,
+                           "evidence_spans": 0, "recovered_s": None}  # fmt: skip
+    if hit:
+        at, doc = hit[0]
+        r = doc["regression"]
+        row.update(found_s=round(at - t0, 1), change=(r.get("change") or {}).get("what"),
+                   slowdown=round(r["current_p50_ms"] / r["baseline_p50_ms"], 2))  # fmt: skip
+        row["evidence_spans"] = evidence_spans(rt, r.get("evidence"))
+    row["other_blocks"] = sorted({n for n in raised(events.since(t0), ("block",))
+                                  if n != "faces-cam/faces"})  # fmt: skip
+    set_faces(folder, FAST)
+    t1 = time.monotonic()
+    rt.reload()
+    ended = wait(
+        lambda: [e for e in events.since(t1, "regression_ended")
+                 if e[1]["regression"]["name"] == "faces-cam/faces"],
+        180.0,
+    )  # fmt: skip
+    if ended:
+        row["recovered_s"] = round(ended[0][0] - t1, 1)
+    wait(lambda: not rt.regressions().active, 120.0)  # the model's row too, before the next
+    return row
+
+
+def evidence_spans(rt: Runtime, evidence: dict[str, Any] | None) -> int:
+    """The slow block's spans in the evidence window's trace (0: none, or no window)."""
+    if not evidence:
+        return 0
+    window = evidence["window"]
+    if not wait(lambda: rt.profiling_window(window).state == "done", 60.0):
+        return 0
+    trace = json.loads(rt.profiling_trace(window).read_text())
+    return sum(
+        1 for e in trace["traceEvents"]
+        if e.get("cat") == "block" and e["name"] == "faces"
+        and e.get("args", {}).get("stream") == "faces-cam"
+    )  # fmt: skip
+
+
+def host(tmp: Path, port: int, trials: int, busy_s: float, watch: dict[str, Any]) -> dict[str, Any]:
+    folder = tmp / "host"
+    folder.mkdir()
+    rt = start(folder_with_demo(folder, FAST, DEMO, watch, port))
+    events = Events(port)
+    rows = []
+    try:
+        if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
+            raise SystemExit("host: the baselines were not learned")
+        for _ in range(trials):
+            rows.append(neighbour_trial(events, busy_s, watch))
+            print(f"host trial: {rows[-1]}", flush=True)
+            wait(lambda: not rt.regressions().active, 120.0)
+    finally:
+        rt.stop(10.0)
+        events.close()
+    found = [r["found_s"] for r in rows if r["found_s"] is not None]
+    return {
+        "host.trials": trials,
+        "host.busy_s": busy_s,
+        "host.found": len(found),
+        "host.found_s.max": max(found) if found else None,
+        "host.cleared": sum(1 for r in rows if r["cleared_s"] is not None),
+        "host.block_regressions": sum(len(r["blocks"]) for r in rows),
+        "host.trial_rows": rows,
+    }
+
+
+def neighbour_trial(events: Events, busy_s: float, watch: dict[str, Any]) -> dict[str, Any]:
+    """Two busy processes pinned one per core, then gone."""
+    spin = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", spin, str(c)]) for c in cores]
+    try:
+        hit = wait(lambda: events.since(t0, "host_slowdown_started"), busy_s)
+        time.sleep(max(0.0, busy_s - (time.monotonic() - t0)))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    t1 = time.monotonic()
+    cleared = wait(lambda: events.since(t1, "host_slowdown_ended"), 6 * watch.get("interval_s", 30))
+    return {
+        "found_s": round(hit[0][0] - t0, 1) if hit else None,
+        "evidence": host_evidence(hit or []),
+        "cleared_s": round(cleared[0][0] - t1, 1) if cleared else None,
+        "blocks": raised(events.since(t0), ("block", "model")),
+    }
+
+
+def cost(tmp: Path, cycles: int, watch: dict[str, Any]) -> dict[str, Any]:
+    """The watch on one saturated stream: recorders by crossover, the thread by its CPU."""
+    folder = tmp / "cost"
+    folder.mkdir()
+    for name in ("models", "media", "workflows"):
+        (folder / name).symlink_to(ROOT / "configs" / name)
+    doc = {
+        "profiling": {"dir": "traces", "watch": watch},
+        "streams": [{"id": "bench", "workflow": "workflows/people_counter.yaml",
+                     "source": {"url": "media/demo.mp4", "loop": True, "pace": "fast"}}],
+    }  # fmt: skip
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    rt = Runtime(load_config(config), config_path=config)
+    clock = FrameClock()
+    rt.subscribe(clock, "bench")
+    rt.start()
+    never = float("inf")
+
+    def switch(on: bool) -> None:
+        recorder = rt.watch._streams["bench"].recorder
+        recorder.skip_until = 0.0 if on else never
+        rt.watch.models.paused_until = 0.0 if on else never
+
+    @contextmanager
+    def arm() -> Iterator[Callable[[bool], None]]:
+        yield switch
+
+    try:
+        clock.wait_for(30)
+        wall0, cpu0 = time.monotonic(), thread_cpu_ns().get("watch", 0)
+        result = crossover(clock, {"watch": arm}, [["watch"]] * cycles) if cycles else {}
+        if not cycles:  # --quick: the thread alone, over a short run
+            time.sleep(20)
+        wall = time.monotonic() - wall0
+        thread_ns = thread_cpu_ns().get("watch", 0) - cpu0
+        comparisons = rt.regressions().comparisons
+    finally:
+        rt.stop(10.0)
+    cores = len(os.sched_getaffinity(0))
+    thread_pct = 100 * thread_ns / 1e9 / wall / cores
+    out: dict[str, Any] = {
+        "cost.thread_pct_of_cpu": round(thread_pct, 4),
+        "cost.run_s": round(wall, 1),
+        "cost.comparisons": comparisons,
+    }
+    if result:
+        arm_ = result["watch"]
+        lo, hi = median_interval(arm_.ratios)
+        out["cost.crossover_pairs"] = len(arm_.ratios)
+        out["cost.throughput_vs_off"] = round(median(arm_.ratios), 4)
+        out["cost.throughput_vs_off.ci95"] = f"{lo:.4f}-{hi:.4f}"
+        frame_s = median(arm_.off_frame_s)
+        # The recorders' CPU per frame (worker and batcher threads), on - off, as a share
+        # of both cores at the saturated frame rate.
+        added = [sum(arm_.cpu_delta_ms.get(k, [0.0] * len(arm_.ratios))[i]
+                     for k in ("work", "batch")) for i in range(len(arm_.ratios))]  # fmt: skip
+        alo, ahi = median_interval(added)
+        to_pct = 100 / 1000 / frame_s / cores
+        out["cost.recorders_cpu_ms_per_frame"] = f"{median(added):+.4f} [{alo:+.4f}, {ahi:+.4f}]"
+        out["cost.recorders_pct_of_cpu.ci95_high"] = round(max(ahi, 0.0) * to_pct, 4)
+        out["cost.frame_ms"] = round(frame_s * 1000, 2)
+    total = thread_pct + out.get("cost.recorders_pct_of_cpu.ci95_high", 0.0)
+    out["cost.total_pct_of_cpu"] = round(total, 4)
+    return out
+
+
+def main() -> None:
+    parser = bench_parser(__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
+    parser.add_argument("--minutes", type=float, default=20.0, help="each false-alarm run")
+    parser.add_argument("--trials", type=int, default=10, help="detection trials")
+    args = parser.parse_args()
+    parts = args.only or list(PARTS)
+    quick = args.quick
+    watch: dict[str, Any] = QUICK_WATCH if quick else {}
+    metrics: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        with mosquitto(tmp) as port:
+            if "false_alarms" in parts:
+                minutes = 0.25 if quick else args.minutes
+                metrics |= false_alarms(tmp, port, "demo", DEMO, minutes, watch)
+                if not quick:
+                    metrics |= false_alarms(tmp, port, "centerface4", CENTERFACE4, minutes, watch)
+            if "detection" in parts:
+                metrics |= detection(tmp, port, 1 if quick else args.trials, watch)
+            if "host" in parts and not quick:
+                metrics |= host(tmp, port, 2, 120.0, watch)
+            if "cost" in parts:
+                metrics |= cost(tmp, 0 if quick else 12, watch)
+    finish(metrics, parts, quick)
+
+
+def finish(metrics: dict[str, Any], parts: list[str], quick: bool) -> None:
+    """Merge with the parts of the last full run that this one did not run; the verdicts."""
+    path = RESULTS / "regression_watch.json"
+    if not quick and path.exists() and set(parts) != set(PARTS):
+        old = json.loads(path.read_text())["metrics"]
+        kept = {k: v for k, v in old.items() if k.split(".")[0] not in parts and k != "method"}
+        metrics = kept | metrics
+    trials = metrics.get("detection.trials")
+    targets = {
+        "false_alarms.demo.block_regressions": "0 in >= 20 min",
+        "false_alarms.centerface4.block_regressions": "0 in >= 20 min",
+        "detection.found_alone_with_evidence": ">= 9 of 10, within 90 s",
+        "host.block_regressions": "0 (a host slowdown instead)",
+        "host.found": "every trial, within 90 s",
+        "cost.total_pct_of_cpu": "<= 0.5 %",
+    }
+    met: dict[str, bool] = {}
+    for label in ("demo", "centerface4"):
+        key = f"false_alarms.{label}.block_regressions"
+        if key in metrics:
+            met[key] = metrics[key] == 0 and metrics[f"false_alarms.{label}.minutes"] >= 20
+    if trials:
+        met["detection.found_alone_with_evidence"] = (
+            trials >= 10 and metrics["detection.found_alone_with_evidence"] >= 0.9 * trials
+        )
+    if "host.trials" in metrics:
+        met["host.block_regressions"] = metrics["host.block_regressions"] == 0
+        found_max = metrics["host.found_s.max"]
+        met["host.found"] = metrics["host.found"] == metrics["host.trials"] and (
+            found_max is not None and found_max <= FOUND_WITHIN_S
+        )
+    if "cost.total_pct_of_cpu" in metrics:
+        met["cost.total_pct_of_cpu"] = (
+            "cost.throughput_vs_off" in metrics and metrics["cost.total_pct_of_cpu"] <= 0.5
+        )
+    metrics["method"] = (
+        "false alarms and detection counted from the watch's own events on a real mosquitto; "
+        "cost = the watch thread's CPU (/proc) over a saturated run as a share of all cores, "
+        "plus the recorders' added CPU per frame (crossover pairs, bootstrap 95 % upper end) "
+        "as a share of all cores at the measured frame time; throughput crossover ratio "
+        "reported beside it. --quick: short runs, no verdicts but the figures"
+    )
+    report("regression_watch", metrics, {k: v for k, v in targets.items() if k in metrics}, met)
+
+
+if __name__ == "__main__":
+    main()
