@@ -27,9 +27,9 @@ from appliance.client import (
     ApplianceClient,
     ApplianceConnectionError,
 )
+from appliance.client_regressions import regression_lines, regressions_of
 from appliance.masking import mask_url
 from appliance.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
-from appliance.watch.report import Regression, WatchReport
 
 URL_ENV = "APPLIANCE_URL"
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -299,7 +299,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = _client(args)
     health, ready = client.health(), client.ready()
     streams, models, sinks = client.streams(), client.models(), client.sinks()
-    watch = _regressions(client)
+    watch = regressions_of(client)
     if args.json:
         report = {"health": health, "ready": as_json(ready), "streams": as_json(streams),
                   "models": as_json(models), "sinks": as_json(sinks),
@@ -321,36 +321,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     if watch is not None:
         print("\n".join(regression_lines(watch)))
     return 0
-
-
-def _regressions(client: ApplianceClient) -> WatchReport | None:
-    """The regression watch's report; None from an appliance without one (older)."""
-    try:
-        return client.regressions()
-    except ApplianceAPIError as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def regression_lines(report: WatchReport) -> list[str]:
-    """`regressions: 1 active`, the host's slowdown, then one line per regression:
-    `  cam/blur: ×1.62, p50 4.10 → 6.64 ms, since 2026-...Z, evidence /v1/profiling/.../trace`."""
-    if not report.enabled:
-        return ["regressions: the watch is off (profiling.watch.enabled)"]
-    count = len(report.active) + (report.host is not None)
-    lines = [f"regressions: {count} active" if count else "regressions: none"]
-    if (h := report.host) is not None:
-        lines.append(f"  host: ×{h.ratio:.2f} slower as a whole, the host and not a block "
-                     f"(probe ×{h.probe_ratio or 0:.2f}, rows ×{h.common_ratio or 0:.2f}), "
-                     f"since {h.started_at}")  # fmt: skip
-    return lines + [f"  {_regression_line(r)}" for r in report.active]
-
-
-def _regression_line(r: Regression) -> str:
-    evidence = f"evidence {r.evidence.trace}" if r.evidence else "no evidence trace"
-    return (f"{r.name}: ×{r.ratio:.2f}, p50 {r.baseline_p50_ms:.2f} → {r.current_p50_ms:.2f} ms, "
-            f"since {r.started_at}, {evidence}")  # fmt: skip
 
 
 def _duration(seconds: float) -> str:
