@@ -30,11 +30,11 @@ import numpy as np
 
 from appliance.sections import WatchConfig
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
-from appliance.watch.judge import Host, host_speed, judge
+from appliance.watch.judge import host_speed, judge
 from appliance.watch.probe import Probe
 from appliance.watch.ranktest import MIN_SAMPLES
 from appliance.watch.recorder import AGE, FRAME, ModelRecorder, Samples, StreamRecorder
-from appliance.watch.report import Evidence, StreamWatch, WatchReport
+from appliance.watch.report import Evidence, Regression, StreamWatch, WatchReport
 from appliance.watch.rows import Rows
 from appliance.watch.rule import Gate
 from pipelines.types import FrameResult
@@ -228,8 +228,9 @@ class Watch:
                           j.row.count_after) for j in judged])  # fmt: skip
             attached = set(self._streams)
             raised = self.rows.apply(judged, host, baselines, attached)
+            evidence = self._evidence(raised) if raised else None
             for regression in raised:
-                regression.evidence = self._evidence(regression.stream, regression.model, host)
+                regression.evidence = evidence
                 self.rows.announce(regression)
 
     def _collect(self) -> dict[str, tuple[str, str, Samples]]:
@@ -296,27 +297,34 @@ class Watch:
         return keys
 
     # -- evidence --------------------------------------------------------------------
-    def _evidence(self, stream_id: str | None, model: str | None, host: Host) -> Evidence | None:
-        """Open a profiling window on the regression, unless one was opened for that
-        stream within cooldown_s (or another window runs: then there is none)."""
-        if stream_id is None and model is None:
-            streams = None  # the host: every stream
-        elif stream_id is None:
-            streams = sorted(self.model_streams().get(model or "", set())) or None
-        else:
-            streams = [stream_id]
-        key = stream_id or (f"model:{model}" if model else "host")
-        last = self._evidence_at.get(key)
+    def _evidence(self, raised: list[Regression]) -> Evidence | None:
+        """One profiling window on the regressions raised together (one runs at a time:
+        a window per regression would leave all but the first without), over their
+        streams whose last window is older than cooldown_s; None when all are younger,
+        or another window runs."""
+        keys: dict[str, list[str] | None] = {}  # cooldown key -> its streams (None: all)
+        for r in raised:
+            if r.stream is not None:
+                keys[r.stream] = [r.stream]
+            elif r.model is not None:
+                keys[f"model:{r.model}"] = sorted(self.model_streams().get(r.model, set()))
+            else:
+                keys["host"] = None  # the host: every stream
         now = time.monotonic()
-        if last is not None and now - last < self.config.cooldown_s:
+        due = {k: v for k, v in keys.items()
+               if now - self._evidence_at.get(k, -math.inf) >= self.config.cooldown_s}  # fmt: skip
+        if not due:
             return None
-        ort = model is not None
+        lists = list(due.values())
+        streams = None if None in lists else sorted({s for v in lists if v for s in v}) or None
+        ort = any(r.model is not None for r in raised)
         try:
             window = self.hooks.open_window(self.config.evidence_s, streams, ort)
         except Exception as exc:  # another window runs, profiling is off, ...
-            log.info("regression watch: no evidence window for %s: %s", key, exc)
+            log.info("regression watch: no evidence window for %s: %s", sorted(due), exc)
             return None
-        self._evidence_at[key] = now
+        for key in due:
+            self._evidence_at[key] = now
         self._pause(self.config.evidence_s + 1.0)
         return Evidence(window, f"/v1/profiling/{window}/trace", ort)
 
