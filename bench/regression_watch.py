@@ -450,6 +450,7 @@ def main() -> None:
     parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
     parser.add_argument("--minutes", type=float, default=20.0, help="each false-alarm run")
     parser.add_argument("--trials", type=int, default=10, help="detection trials")
+    parser.add_argument("--cycles", type=int, default=4, help="cost: crossover cycles")
     args = parser.parse_args()
     parts = args.only or list(PARTS)
     quick = args.quick
@@ -470,7 +471,7 @@ def main() -> None:
             if "host" in parts and not quick and not both:
                 metrics |= host(tmp, port, 2, watch)
             if "cost" in parts:
-                metrics |= cost(tmp, 0 if quick else 4, watch)
+                metrics |= cost(tmp, 0 if quick else args.cycles, watch)
     finish(metrics, parts, quick)
 
 
