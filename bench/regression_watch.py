@@ -194,25 +194,34 @@ def learn_s(watch: dict[str, Any]) -> float:
     return float(sum(parts))
 
 
-def false_alarms(tmp: Path, port: int, label: str, streams: list[tuple[str, str]],
-                 minutes: float, watch: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """One config run for `minutes` after learning, nothing changed."""
-    folder = tmp / label
+@contextmanager
+def learned(
+    folder: Path, streams: list[tuple[str, str]], watch: dict[str, Any], port: int
+) -> Iterator[tuple[Runtime, Events]]:
+    """The appliance on a config in `folder` (a fresh folder), once its baselines are
+    learned, with its events; stopped (its sinks drained) at the end."""
     folder.mkdir()
     events = Events(port)
-    t0 = time.monotonic()  # every event counts: nothing is raised before a baseline
     rt = start(folder_with_demo(folder, FAST, streams, watch, port))
     try:
         if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
-            raise SystemExit(f"{label}: the baselines were not learned")
-        before = rt.regressions().comparisons
-        print(f"{label}: learned; watching for {minutes:g} min", flush=True)
-        time.sleep(minutes * 60)
-        comparisons = rt.regressions().comparisons - before
+            raise SystemExit(f"{folder.name}: the baselines were not learned")
+        yield rt, events
     finally:
         rt.stop(10.0)  # the sinks send what they hold
         time.sleep(1.0)
         events.close()
+
+
+def false_alarms(tmp: Path, port: int, label: str, streams: list[tuple[str, str]],
+                 minutes: float, watch: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """One config run for `minutes` after learning, nothing changed."""
+    t0 = time.monotonic()  # every event counts: nothing is raised before a baseline
+    with learned(tmp / label, streams, watch, port) as (rt, events):
+        before = rt.regressions().comparisons
+        print(f"{label}: learned; watching for {minutes:g} min", flush=True)
+        time.sleep(minutes * 60)
+        comparisons = rt.regressions().comparisons - before
     got = events.since(t0)
     blocks = raised(got, ("block", "model"))
     hours = minutes / 60
@@ -232,26 +241,13 @@ def detection(
 ) -> dict[str, Any]:
     """The detection trials, then (on the same runtime and baselines) the host's."""
     folder = tmp / "detection"
-    folder.mkdir()
     watch = {**watch, "cooldown_s": 0}  # every trial opens its evidence window
-    config = folder_with_demo(folder, FAST, DEMO, watch, port)
-    rt = start(config)
-    events = Events(port)
     rows: list[dict[str, Any]] = []
-    try:
-        if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
-            raise SystemExit("detection: the baselines were not learned")
+    with learned(folder, DEMO, watch, port) as (rt, events):
         for trial in range(trials):
             rows.append(one_trial(rt, folder, events, watch))
             print(f"trial {trial + 1}/{trials}: {rows[-1]}", flush=True)
-        hosts = []
-        for _ in range(host_trials):
-            hosts.append(neighbour_trial(events, HOST_BUSY_S, watch))
-            print(f"host trial: {hosts[-1]}", flush=True)
-            wait(lambda: not rt.regressions().active, 120.0)
-    finally:
-        rt.stop(10.0)
-        events.close()
+        hosts = neighbour_trials(rt, events, host_trials, watch)
     found = [r for r in rows if r["found_s"] is not None and r["found_s"] <= FOUND_WITHIN_S]
     clean = [r for r in found if not r["other_blocks"] and r["evidence_spans"] > 0]
     times = [r["found_s"] for r in rows if r["found_s"] is not None]
@@ -324,22 +320,19 @@ def evidence_spans(rt: Runtime, evidence: dict[str, Any] | None) -> int:
 
 
 def host(tmp: Path, port: int, trials: int, watch: dict[str, Any]) -> dict[str, Any]:
-    folder = tmp / "host"
-    folder.mkdir()
-    rt = start(folder_with_demo(folder, FAST, DEMO, watch, port))
-    events = Events(port)
+    with learned(tmp / "host", DEMO, watch, port) as (rt, events):
+        return host_metrics(neighbour_trials(rt, events, trials, watch))
+
+
+def neighbour_trials(
+    rt: Runtime, events: Events, trials: int, watch: dict[str, Any]
+) -> list[dict[str, Any]]:
     rows = []
-    try:
-        if not wait(lambda: all_watching(rt), learn_s(watch) + 120):
-            raise SystemExit("host: the baselines were not learned")
-        for _ in range(trials):
-            rows.append(neighbour_trial(events, HOST_BUSY_S, watch))
-            print(f"host trial: {rows[-1]}", flush=True)
-            wait(lambda: not rt.regressions().active, 120.0)
-    finally:
-        rt.stop(10.0)
-        events.close()
-    return host_metrics(rows)
+    for _ in range(trials):
+        rows.append(neighbour_trial(events, HOST_BUSY_S, watch))
+        print(f"host trial: {rows[-1]}", flush=True)
+        wait(lambda: not rt.regressions().active, 120.0)
+    return rows
 
 
 def host_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:

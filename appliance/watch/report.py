@@ -70,8 +70,6 @@ class RowWatch:
     state: WatchState
     verdict: str | None = None  # trace diff's: slower, ok, immaterial, not significant, ...
     ratio: float | None = None
-    baseline_source: str | None = None
-    learned_at: str | None = None
     learn_progress: float | None = None  # 0..1 while learning
 
 

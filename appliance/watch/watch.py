@@ -20,13 +20,10 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from appliance.sections import WatchConfig
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
@@ -336,11 +333,3 @@ class Watch:
             recorder.skip_until = until if reset else max(until, recorder.skip_until)
         models = self.models
         models.paused_until = until if reset else max(until, models.paused_until)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def median_ms(values: Samples) -> float:
-    return round(float(np.median(values)) / 1000, 3)
