@@ -29,6 +29,7 @@ from appliance.sections import (
     ProfilingConfig,
     ServerConfig,
     Strict,
+    TuningConfig,
     WebRtcConfig,
 )
 from pipelines.errors import format_location, pydantic_message
@@ -48,6 +49,7 @@ __all__ = [
     "ProfilingConfig",
     "ServerConfig",
     "SessionConfig",
+    "TuningConfig",
     "WebRtcConfig",
 ]
 
@@ -97,6 +99,8 @@ class SourceConfig(Strict):
     open_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     backoff: BackoffConfig = BackoffConfig()
     options: dict[str, str] = Field(default_factory=dict)  # extra FFmpeg/PyAV options
+    # The H.264/H.265 decoder's slice threads; 0: FFmpeg's choice (one per core).
+    decoder_threads: Annotated[int, Field(ge=0, le=64)] = 0
 
     @field_validator("url")
     @classmethod
@@ -192,6 +196,7 @@ class AppConfig(Strict):
     profiling: ProfilingConfig = ProfilingConfig()
     limits: LimitsConfig = LimitsConfig()
     sinks: dict[str, Any] = Field(default_factory=dict)
+    tuning: TuningConfig = TuningConfig()  # `appliance tune`'s settings, over the declared ones
     base_dir: Path = Path(".")  # set by load_config: the config file's directory
 
     def resolve(self, path: Path | str) -> Path:

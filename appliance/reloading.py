@@ -17,6 +17,7 @@ from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
 from appliance.reload import ReloadPlan, plan_file_reload
 from appliance.request_files import request_policy
+from appliance.retuning import retune_running
 from pipelines.executor import CompiledWorkflow
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ def apply_reload(rt: Runtime, dry_run: bool) -> ReloadPlan:
             rt._start_stream(cfg, compiled[cfg.id])
     finally:  # the replaced models nothing runs any more are released
         rt.pool.unhold(hold)
+    if new.tuning != old_config.tuning:  # live: models swap sessions, streams keep running
+        started = frozenset(c.id for c in [*plan.added, *plan.changed])
+        retune_running(rt, old_config.tuning, skip=started)
     # The API's roots follow the new file's models, workflows and videos.
     rt.request_files = request_policy(plan.source or new, rt.config_path)
     log.info("config reloaded: %s", plan.summary())

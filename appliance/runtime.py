@@ -19,7 +19,7 @@ from pathlib import Path
 from appliance.blocklatency import BlockLatencies
 from appliance.checking import Problems
 from appliance.commands import command
-from appliance.config import AppConfig, ConfigError, StreamConfig, sink_configs
+from appliance.config import AppConfig, ConfigError, StreamConfig, TuningConfig, sink_configs
 from appliance.control import one_change_at_a_time
 from appliance.errors import (
     LimitError,
@@ -40,6 +40,7 @@ from appliance.reads import RuntimeReads
 from appliance.reload import ReloadPlan
 from appliance.reloading import apply_reload
 from appliance.request_files import request_policy
+from appliance.retuning import Retuned, apply_tuning, tuned_stream
 from appliance.sharding import Shard
 from appliance.streams import Stream, stop_all
 from appliance.supervisor import Supervisor, restart_stalled
@@ -110,10 +111,12 @@ class Runtime(RuntimeReads):
             max_models=self.limits.max_models,
             idle_models=self.limits.idle_models,
         )
+        self.pool.retune(self.config.tuning.models)  # `tuning:` over every model it loads
         self.workflows = WorkflowCache(self.pool, max_blocks=self.limits.max_blocks)
         self.pool.on_release = self.workflows.forget_model
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
         self.streams: dict[str, Stream] = {}
+        self.declared_streams: dict[str, StreamConfig] = {}  # each one's, before `tuning:`
         self._outputs_stopped: bool | None = None  # stop_outputs' outcome, once it ran
         self._requested: set[str] = set()  # ids of streams added over the API
         self._generations = itertools.count()  # each started stream's number
@@ -219,6 +222,7 @@ class Runtime(RuntimeReads):
             self.release_workflow(workflow)
             raise
         blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
+        declared, cfg = cfg, tuned_stream(cfg, self.config.tuning.sources)
         stream = Stream(
             cfg,
             workflow,
@@ -239,6 +243,7 @@ class Runtime(RuntimeReads):
         with self._lock:
             self._check_room(cfg.id)
             self.streams[cfg.id] = stream
+            self.declared_streams[cfg.id] = declared
         self._block_latency.attach(cfg.id, blocks)
         self.watch.attach(cfg.id, workflow.block_ids, workflow.block_models)
         stream.start()
@@ -290,6 +295,7 @@ class Runtime(RuntimeReads):
     def _stop_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         with self._lock:
             stream = self.streams.pop(stream_id, None)
+            self.declared_streams.pop(stream_id, None)
         if stream is None:
             raise UnknownStreamError(stream_id)
         ended = stream.stop(timeout)
@@ -308,7 +314,7 @@ class Runtime(RuntimeReads):
             old = self.streams.get(stream_id)
         if old is None:
             raise UnknownStreamError(stream_id)
-        cfg = cfg or old.cfg
+        cfg = cfg or self.declared_streams.get(stream_id, old.cfg)
         files = self._files_for(stream_id in self._requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}", files)
         self._stop_stream(stream_id)
@@ -326,6 +332,13 @@ class Runtime(RuntimeReads):
         anew are dropped again)."""
         with self.watch.still():  # its model loads and restarts are not the streams' latency
             return apply_reload(self, dry_run)
+
+    @one_change_at_a_time
+    def retune(self, tuning: TuningConfig) -> Retuned:
+        """Run with `tuning` (the config's `tuning:` section, as `appliance tune` writes
+        it) from now on: models change live, streams restart only for a source setting.
+        ModelLoadError (nothing changed) when a model's session does not open."""
+        return apply_tuning(self, tuning)
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:

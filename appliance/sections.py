@@ -6,11 +6,12 @@ models, streams and sinks, and re-exports them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
 
 from appliance.hosts import HostEntry
+from pipelines.spec import GraphOptimization
 
 
 class Strict(BaseModel):
@@ -148,6 +149,35 @@ class ProfilingConfig(Strict):
     ort_max_runs_per_window: Annotated[int, Field(ge=1, le=1000)] = 100
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
     watch: WatchConfig = WatchConfig()
+
+
+class ModelTuning(Strict):
+    """One model's settings as `appliance tune` chose them; each one set wins over the
+    model's own declaration (the config's `models:` or a workflow's), None leaves it."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] | None = None
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] | None = None
+    intra_op_threads: Annotated[int, Field(ge=0, le=256)] | None = None
+    inter_op_threads: Annotated[int, Field(ge=0, le=256)] | None = None
+    allow_spinning: bool | None = None
+    graph_optimization: GraphOptimization | None = None
+
+
+class SourceTuning(Strict):
+    """Every stream's source settings as `appliance tune` chose them (wins over each
+    stream's own; None leaves it)."""
+
+    reader: Literal["auto", "ffmpeg"] | None = None
+    decoder_threads: Annotated[int, Field(ge=0, le=64)] | None = None
+
+
+class TuningConfig(Strict):
+    """What `appliance tune --write/--apply` writes (docs/performance.md, "Tuning"). A
+    reload applies a change live: batching at once, session options on a session loaded
+    beside the running one and swapped in; only a source change restarts streams."""
+
+    models: Annotated[dict[str, ModelTuning], Field(max_length=256)] = Field(default_factory=dict)
+    sources: SourceTuning = SourceTuning()
 
 
 class IceServerConfig(Strict):

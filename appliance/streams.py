@@ -281,6 +281,10 @@ class Stream:
         if fps is not None:
             self.metrics.source_fps.set(fps)
 
+    def source_fps(self) -> float | None:
+        """The rate the source delivers frames at now (None before it has a rate)."""
+        return self._grabber.stats.fps
+
     def status(self, providers: dict[str, list[str]], sinks: dict[str, str]) -> StreamStatus:
         """The stream's figures for the API, `appliance run` and the stats log; the
         runtime knows the rest: `providers` maps its models to the providers they got,

@@ -119,6 +119,19 @@ class ModelBatcher:
         """The profiled session and its N while a window samples every Nth batch."""
         return self._profiled
 
+    def retune(self, batching: BatchingConfig, model: LoadedModel | None = None) -> None:
+        """Take `batching` from the next batch on, and run on `model` (the same file
+        opened with other session options: appliance tune) once the batch in flight
+        ends. Nothing waiting is dropped; the old session goes when its last run ends."""
+        with self._cond:
+            self._batching = batching
+            self._max_batch = batching.max_batch_size
+            self._delay_s = batching.max_queue_delay_ms / 1000.0
+            self._cond.notify()  # a smaller batch or delay may make one due now
+        if model is not None:
+            with self._run_lock:
+                self._model = model
+
     def profile_with(
         self, session: ort.InferenceSession | None, every_n: int = 1, max_runs: int = 1 << 31
     ) -> None:

@@ -36,7 +36,9 @@ from appliance.errors import LimitError
 from appliance.files import FileKind, FilePolicy
 from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord, ModelBatcher
-from appliance.models.session import ModelLoadError, load_model
+from appliance.models.session import LoadedModel, ModelLoadError, load_model
+from appliance.models.tuned import describe_tuning, tuned
+from appliance.sections import ModelTuning
 from appliance.status import Batching, ModelStatus, Tensor
 from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
@@ -56,9 +58,11 @@ class _Loaded:
 
     model_id: str
     batcher: ModelBatcher
-    spec: ModelSpec  # resolved: absolute paths
+    declared: ModelSpec  # as declared, resolved: absolute paths
+    spec: ModelSpec  # what runs: `declared` with the config's `tuning:` over it
     where: str  # where it was declared, for messages
     place: str  # what declared it, to tell a redeclaration; "": cannot be redeclared
+    open_model: Callable[[ModelSpec], LoadedModel]  # the file again, other options
     users: int = 0
     pinned: bool = False
 
@@ -92,6 +96,7 @@ class ModelPool:
         self._loaded: dict[ModelBatcher, _Loaded] = {}  # current and retired
         self._idle: OrderedDict[str, None] = OrderedDict()  # least recently used first
         self._holds = 0  # while > 0, retired batchers nobody leases are not stopped yet
+        self._tuning: Mapping[str, ModelTuning] = {}  # the config's `tuning.models`
         self._lock = threading.Lock()
 
     @property
@@ -124,7 +129,7 @@ class ModelPool:
                 if known is None:
                     released = self._make_room(where)
                     self._make_current(self._load(model_id, resolved, files, where, place))
-                elif known.spec != resolved:
+                elif known.declared != resolved:
                     if not place or known.place != place:
                         raise ModelConflictError(
                             f"{where}: model {model_id!r} is already declared differently "
@@ -205,6 +210,35 @@ class ModelPool:
             released = [self._release_retired(entry) for entry in done]
         self._stop_released(released)
 
+    def retune(self, tuning: Mapping[str, ModelTuning]) -> list[str]:
+        """Run every current model with `tuning` over its declaration, from now on and
+        for models loaded later: batching changes at once, session options on the same
+        file opened again and swapped in (appliance tune). Leases, streams and waiting
+        samples are untouched. Returns the ids that changed; ModelLoadError when one
+        does not open (those before it have changed: the caller retunes back)."""
+        with self._lock:
+            self._tuning = dict(tuning)
+            entries = list(self._current.values())
+        changed = []
+        for entry in entries:
+            spec = tuned(entry.declared, tuning.get(entry.model_id))
+            if spec == entry.spec:
+                continue
+            opened = entry.spec.session, entry.spec.providers
+            model = None if (spec.session, spec.providers) == opened else entry.open_model(spec)
+            entry.batcher.retune(spec.batching, model)
+            entry.spec = spec
+            changed.append(entry.model_id)
+            log.info("model %r: tuned (%s)", entry.model_id, describe_tuning(entry.declared, spec))
+        return changed
+
+    def specs(self) -> dict[str, tuple[ModelSpec, int | None]]:
+        """Each current model's spec as it runs (tuning applied) and the batch size its
+        input fixes (None: any)."""
+        with self._lock:
+            entries = list(self._current.values())
+        return {e.model_id: (e.spec, e.batcher.info.input.fixed_batch) for e in entries}
+
     def session_spec(self, model_id: str) -> SessionSpec:
         """The session options a loaded model was created with."""
         return self._current[model_id].spec.session
@@ -222,19 +256,22 @@ class ModelPool:
 
     # -- under the lock ----------------------------------------------------------------
     def _load(
-        self, model_id: str, spec: ModelSpec, files: FilePolicy, where: str, place: str
+        self, model_id: str, declared: ModelSpec, files: FilePolicy, where: str, place: str
     ) -> _Loaded:
         def read_labels(path: Any) -> str:
             return files.read_labels(path, f"{where}.labels_file")
 
-        try:
-            loaded = load_model(model_id, spec, lambda p: p, read_text=read_labels)
-        except ModelLoadError as exc:  # located where the config declares the model
-            reason = str(exc).removeprefix(f"model {model_id!r}: ")
-            raise ModelLoadError(f"{where}: {reason}") from exc
-        batcher = ModelBatcher(loaded, spec.batching, self._observer(model_id))
+        def open_model(spec: ModelSpec) -> LoadedModel:
+            try:
+                return load_model(model_id, spec, lambda p: p, read_text=read_labels)
+            except ModelLoadError as exc:  # located where the config declares the model
+                reason = str(exc).removeprefix(f"model {model_id!r}: ")
+                raise ModelLoadError(f"{where}: {reason}") from exc
+
+        spec = tuned(declared, self._tuning.get(model_id))
+        batcher = ModelBatcher(open_model(spec), spec.batching, self._observer(model_id))
         batcher.start()
-        entry = _Loaded(model_id, batcher, spec, where, place)
+        entry = _Loaded(model_id, batcher, declared, spec, where, place, open_model)
         self._loaded[batcher] = entry
         return entry
 

@@ -50,6 +50,7 @@ class PyAVSource(DecodingSource):
         label: str,
         stall_timeout_s: float,
         stop: threading.Event | None = None,
+        decoder_threads: int = 0,
     ) -> None:
         if not container.streams.video:
             raise SourceError("no video stream")
@@ -60,6 +61,8 @@ class PyAVSource(DecodingSource):
         # for the cores; measured with bench/pipeline_efficiency.py on 2 cores, frame
         # threading for files cut the appliance from 65 to 57 fps.
         self._stream.thread_type = "SLICE"
+        if decoder_threads:  # 0: FFmpeg's own choice
+            self._stream.codec_context.thread_count = decoder_threads
         self._live = live
         self._label = label
         self._stall_timeout_s = stall_timeout_s
@@ -143,7 +146,12 @@ def open_pyav(
     container = _open_container(target, label, fmt, options, (cfg.open_timeout_s, read_timeout))
     try:
         return PyAVSource(
-            container, live=live, label=label, stall_timeout_s=cfg.stall_timeout_s, stop=stop
+            container,
+            live=live,
+            label=label,
+            stall_timeout_s=cfg.stall_timeout_s,
+            stop=stop,
+            decoder_threads=cfg.decoder_threads,
         )
     except SourceError as exc:
         container.close()

@@ -136,6 +136,7 @@ class RtpSource(DecodingSource):
         label: str,
         stall_timeout_s: float,
         stop: threading.Event | None,
+        decoder_threads: int = 0,
     ) -> None:
         attributes = media.get("attributes", {})
         self._loop, self._stack, self._receiver = loop, stack, receiver
@@ -147,6 +148,8 @@ class RtpSource(DecodingSource):
         self._depacketizer = Depacketizer(codec)
         self._decoder: av.video.codeccontext.VideoCodecContext = av.CodecContext.create(codec, "r")
         self._decoder.thread_type = "SLICE"  # frame threads would delay output (pyav.py)
+        if decoder_threads:  # 0: FFmpeg's own choice
+            self._decoder.thread_count = decoder_threads
         extradata = parameter_sets(codec, attributes.get("fmtp", {}))
         if extradata:
             self._decoder.extradata = extradata
@@ -263,6 +266,7 @@ def open_rtp(cfg: SourceConfig, *, stop: threading.Event | None = None) -> RtpSo
             label=label,
             stall_timeout_s=cfg.stall_timeout_s,
             stop=stop,
+            decoder_threads=cfg.decoder_threads,
         )
     except UnsupportedCodecError:
         _shut(loop, stack)
