@@ -12,8 +12,8 @@ interval is below 1 and its median at least `min_gain` below; otherwise a tie, m
 again (B A) while its median is more than half of `min_gain` above 1, up to
 `max_repeats` times. `min_gain` (2 %) is about a window's own resolution: a stream's
 count of results over 5 s at 15 fps gains or loses a frame at each edge. The best of
-the knob's better candidates is adopted, and the next knob starts from it. A knob of n values costs 2n - 1 windows, the whole descent
-the sum of them; the grid costs the product.
+the knob's better candidates is adopted, and the next knob starts from it. A knob of n
+values costs 2n - 1 windows, the whole descent the sum of them; the grid the product.
 """
 
 from __future__ import annotations
