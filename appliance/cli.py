@@ -157,6 +157,10 @@ def _add_commands(sub: Any) -> None:
 
     add_doctor_command(sub)  # doctor: what the machine offers
 
+    from appliance.tune.command import add_tune_command
+
+    add_tune_command(sub)  # tune: the best batching and threading, on the live workload
+
     blocks = sub.add_parser("blocks", help="list the block types, plugins included")
     blocks.add_argument("--json", action="store_true")
     blocks.set_defaults(func=cmd_blocks)

@@ -134,15 +134,16 @@ class Tuner:
         back). Ends early on `stop`, the budget, or a failure, with the best so far."""
         self._t0 = time.monotonic()
         start = start_settings(self.knobs)
-        best, candidates, reasons = dict(start), [], {}
+        best, reasons = dict(start), {}
+        candidates: list[Candidate] = []
         self._left = sum(2 * len(k.values) - 1 for k in self.knobs)
         outcome: Outcome = "done"
         problem = None
         try:
             for knob in self.knobs:
-                tried = self._descend(knob, best)
-                candidates += tried
-                best, reasons[knob.key] = _choose(knob, best, tried)
+                first = len(candidates)  # _descend appends: an early end keeps them
+                self._descend(knob, best, candidates)
+                best, reasons[knob.key] = _choose(knob, best, candidates[first:])
         except _EndedError as stop:
             outcome, problem = stop.outcome, stop.problem
             if candidates and candidates[-1].verdict == "pending":
@@ -152,14 +153,14 @@ class Tuner:
             reasons, outcome, problem, time.monotonic() - self._t0, self._windows,
         )  # fmt: skip
 
-    def _descend(self, knob: Knob, best: Settings) -> list[Candidate]:
-        """Each other value of the knob against `best`, alternating: A B A C A ..."""
+    def _descend(self, knob: Knob, best: Settings, tried: list[Candidate]) -> None:
+        """Each other value of the knob against `best`, alternating: A B A C A ...; each
+        candidate appended to `tried` before it is measured."""
         others = knob.others(best[knob.key])
         self._left -= (2 * len(knob.values) - 1) - (2 * len(others) + 1 if others else 0)
         if not others:
-            return []
+            return
         before = self._measure(best, "best so far")
-        tried: list[Candidate] = []
         for value in others:
             c = Candidate(knob.key, value, {**best, knob.key: value})
             tried.append(c)
@@ -174,7 +175,6 @@ class Tuner:
                 c.verdict = self._judge(c)
                 if c.verdict != "tie" or c.median <= 1.0 + self.min_gain / 2:
                     break  # settled, or a tie no repeat is likely to make a winner
-        return tried
 
     def _judge(self, c: Candidate) -> Verdict:
         low, high = c.interval

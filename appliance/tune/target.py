@@ -156,7 +156,11 @@ def _finish(rt: Runtime, target: LiveTarget, applied: TuneResult | None) -> None
         if applied is None or not applied.changed:
             target.restore()
             return
-        target.apply(applied.best)
+        try:
+            target.apply(applied.best)
+        except BaseException:
+            target.restore()  # neither the start nor the winner must be left half-applied
+            raise
         summary = ", ".join(f"{k}={v}" for k, v in applied.changed.items())
         rt.watch.changed("tune", f"appliance tune applied {summary}")
         for sid in list(rt.streams):  # the new settings are the new normal: learn them
