@@ -37,4 +37,7 @@ if python3 -c "import aiortc" 2>/dev/null; then
 else
     echo "no aiortc here: bench/workers.py skipped" | tee "$OUT/workers.txt"
 fi
+# A short tune where a GPU is lent: the space grows (batch sizes 16 and 32, the CPU's
+# intra-op threads left out) and the quick bench runs it against its grid end to end.
+timeout 90 python3 bench/tune.py --quick 2>&1 | tee "$OUT/tune.txt" || true
 cp bench/results/*.json "$OUT/" 2>/dev/null || true
