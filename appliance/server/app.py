@@ -21,8 +21,10 @@ from appliance.server.errors import REFUSALS, error_middleware
 from appliance.server.limits import Watchers, WorkSlots, timeout_middleware
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.server.routes.tune import TUNE
 from appliance.server.routes.webrtc import WEBRTC
 from appliance.server.webrtc import WebRtcSessions
+from appliance.tune.job import TuneJob
 
 __all__ = ["RUNTIME", "build_app"]
 
@@ -54,6 +56,7 @@ def build_app(
     app[OPENAPI] = build_openapi(ROUTES, policy)
     sessions = app[WEBRTC] = WebRtcSessions(runtime, runtime.config.webrtc, bind_host)
     app.on_shutdown.append(lambda _: sessions.close_all())
+    app[TUNE] = TuneJob(runtime)  # stopped by Server.shutdown, before the streams
     return app
 
 

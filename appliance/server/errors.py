@@ -56,6 +56,7 @@ CODES = {
     422: "invalid",
     429: "too_many_requests",
     500: "internal",
+    501: "not_implemented",
     503: "unavailable",
 }
 

@@ -29,6 +29,7 @@ ERRORS = {
     415: "neither JSON nor multipart/form-data",
     422: "the body parses but does not validate; `details` lists every problem",
     429: "limits.max_concurrent_runs workflow requests at work; retry after Retry-After",
+    501: "`serve --workers` only: tuning runs per process (`appliance tune --config FILE`)",
 }
 BEARER = {"type": "http", "scheme": "bearer", "description": "server.token or APPLIANCE_API_TOKEN"}
 

@@ -3,7 +3,7 @@ answer's JSON Schema in /openapi.json is generated from them (docs/api.md has th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,7 +66,7 @@ class ErrorDetail(BaseModel):
     code: Literal[
         "bad_request", "unauthorized", "forbidden", "not_found", "method_not_allowed",
         "request_timeout", "conflict", "payload_too_large", "unsupported_media_type",
-        "invalid", "too_many_requests", "internal", "unavailable",
+        "invalid", "too_many_requests", "internal", "not_implemented", "unavailable",
     ]  # fmt: skip
     message: str
     details: list[str] = Field(description="every problem as `location: message`")
@@ -147,3 +147,59 @@ class LatestResult(BaseModel):
     captured_at: str = Field(description="the same instant, ISO 8601 UTC to the millisecond")
     latency_ms: float = Field(description="capture to result")
     outputs: dict[str, Any] = Field(description="the workflow's outputs (no images)")
+
+
+# A knob's name (`max_batch_size`, `faces.allow_spinning`, `sources.decoder_threads`) and
+# the values to try: numbers, true/false or names (appliance/tune/space.py).
+KnobName = Annotated[str, Field(min_length=1, max_length=128)]
+KnobValue = (
+    bool
+    | int
+    | Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[str, Field(min_length=1, max_length=64)]
+)
+KnobValues = Annotated[list[KnobValue], Field(min_length=1, max_length=16)]
+
+
+class TuneRequest(_Request):
+    """A tune of the running workload (docs/performance.md, "Tuning"): the knobs of the
+    models the streams run and of their sources, each value measured live against the
+    best so far."""
+
+    objective: Literal["fps", "latency"] = Field(
+        "fps", description="`fps`: most processed fps under the SLO; `latency`: lowest p99"
+    )
+    slo_ms: float | None = Field(
+        None, gt=0, le=60000, allow_inf_nan=False,
+        description="frame-age p99 limit of `fps`; default two frame intervals of the cameras",
+    )  # fmt: skip
+    budget_s: float = Field(600, ge=10, le=3600, allow_inf_nan=False,
+                            description="the whole tune's time limit, seconds")  # fmt: skip
+    window_s: float = Field(5, ge=1, le=60, allow_inf_nan=False,
+                            description="seconds of each measuring window")  # fmt: skip
+    settle_s: float = Field(2, ge=0, le=30, allow_inf_nan=False,
+                            description="seconds waited after each change")  # fmt: skip
+    knobs: Annotated[dict[KnobName, KnobValues | None], Field(max_length=32)] | None = Field(
+        None,
+        description="knob name (`max_batch_size`) or key (`faces.max_batch_size`) -> the "
+        "values to try, or null for its own; every knob by default",
+    )
+    apply: bool = Field(False, description="stay on the winner (else the starting settings)")
+
+
+class TuneStatus(BaseModel):
+    state: Literal["idle", "running", "done", "interrupted", "failed", "cancelled"] = Field(
+        description="`interrupted`: by a shutdown; `cancelled`: by DELETE /v1/tune"
+    )
+    request: dict[str, Any] | None = Field(description="the tune's request, defaults filled in")
+    started_at: str | None
+    ended_at: str | None
+    progress: dict[str, Any] | None = Field(
+        description="the latest: `current`, `windows`, `windows_left`, `elapsed_s`, "
+        "`remaining_s`, `best`"
+    )
+    result: dict[str, Any] | None = Field(
+        description="once ended: `outcome`, `best`, `changed`, `reasons`, `candidates`, ..."
+    )
+    error: str | None = Field(description="why a `failed` tune failed")
+    note: str | None = Field(None, description="what a cancel does (DELETE's answer)")

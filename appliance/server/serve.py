@@ -27,6 +27,7 @@ from appliance.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE, AuthPolicy
 from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
+from appliance.server.routes.tune import TUNE
 from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
 from appliance.status import StreamStatus
 from pipelines.errors import WorkflowError
@@ -144,8 +145,11 @@ class Server:
         return streams_ok and stopped
 
     def _stop_streams_and_sinks(self, grace_s: float) -> bool:
+        # A tune first: it puts the starting settings back while the streams still run
+        # (a source setting restarts them: once they are stopped it must not).
+        tune_ok = self.app[TUNE].stop(grace_s)
         streams_ok = self.runtime.stop_streams(grace_s)
-        return self.runtime.stop_outputs() and streams_ok
+        return self.runtime.stop_outputs() and streams_ok and tune_ok
 
     async def _stop_accepting(self) -> None:
         for site in list(self._runner.sites):

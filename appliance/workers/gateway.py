@@ -9,6 +9,7 @@ by any one of them.
 - `/v1/profiling...`: a window in every worker, one merged trace (windows.py);
 - `GET /v1/regressions`: every worker's watch, merged (merge.py);
 - `DELETE /v1/webrtc/{session_id}`: the worker that holds the session;
+- `/v1/tune`: 501, a tune runs in one process (`appliance tune --config FILE`);
 - the rest (viewer, docs, one-image workflow runs): any live worker, in turn.
 
 Auth is checked here, by the same policy as a single process's, before anything is
@@ -34,6 +35,7 @@ from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
 from appliance.server.routes.config import dry_run
+from appliance.server.routes.tune import tune_per_process
 from appliance.sharding import weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import (
@@ -285,6 +287,10 @@ SPECIAL: dict[tuple[str, str], Handler] = {
     ("GET", "/v1/profiling/{id}/trace"): get_window_trace,
     ("GET", "/v1/regressions"): regressions,
     ("DELETE", "/v1/webrtc/{session_id}"): close_webrtc,
+    # A tune measures one process's streams: not N of them at once (501).
+    ("POST", "/v1/tune"): tune_per_process,
+    ("GET", "/v1/tune"): tune_per_process,
+    ("DELETE", "/v1/tune"): tune_per_process,
 }
 
 

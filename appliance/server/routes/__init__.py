@@ -13,6 +13,7 @@ from appliance.server.routes import (
     results,
     sinks,
     streams,
+    tune,
     viewer,
     webrtc,
     workflows,
@@ -31,6 +32,7 @@ ROUTES: tuple[Route, ...] = (
     *config.ROUTES,
     *profiling.ROUTES,
     *regressions.ROUTES,
+    *tune.ROUTES,
     *webrtc.ROUTES,
     *viewer.ROUTES,
 )
