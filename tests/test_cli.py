@@ -322,7 +322,7 @@ def test_version_and_help_list_every_command() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "appliance 0.1.0"
     listed = appliance("--help").stdout
     for command in ("serve", "run", "validate", "blocks", "streams", "status", "profile",
-                    "trace", "model", "doctor"):  # fmt: skip
+                    "trace", "model", "doctor", "tune"):  # fmt: skip
         assert f"\n    {command} " in listed, command
 
 

@@ -8,12 +8,14 @@ alternate as A B A C A ...: every candidate gets two ratios, its score over each
 neighbouring A window, and an interval (their min-max). A candidate is better only when
 its whole interval is above 1 and its median at least `min_gain` above (bench/
 profiling_overhead.py's rule: never a winner inside the noise); worse when its whole
-interval is below 1 and its median at least `min_gain` below; otherwise a tie, measured
-again (B A) while its median is more than half of `min_gain` above 1, up to
-`max_repeats` times. `min_gain` (2 %) is about a window's own resolution: a stream's
+interval is below 1 and its median at least `min_gain` below; otherwise a tie. A near
+tie, whose median says better but whose interval reaches 1, is measured again (B A), up
+to `max_repeats` times. `min_gain` (2 %) is about a window's own resolution: a stream's
 count of results over 5 s at 15 fps gains or loses a frame at each edge. The best of
 the knob's better candidates is adopted, and the next knob starts from it. A knob of n
-values costs 2n - 1 windows, the whole descent the sum of them; the grid the product.
+values costs 2n - 1 windows (2n - 2 when the previous knob ended on the same settings:
+its last A window serves as this one's first), the descent the sum of them; the grid
+the product.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class Tuner:
         self._windows = 0
         self._left = 0
         self._reference: list[tuple[Settings, Window, float]] = []
+        self._last: tuple[Settings, float] | None = None  # the latest window's settings, score
 
     def run(self) -> TuneResult:
         """The descent; the target is left on the last settings measured (tune() puts it
@@ -160,7 +163,11 @@ class Tuner:
         self._left -= (2 * len(knob.values) - 1) - (2 * len(others) + 1 if others else 0)
         if not others:
             return
-        before = self._measure(best, "best so far")
+        if self._last is not None and self._last[0] == best:
+            before = self._last[1]  # the previous knob ended on `best`: its A window serves
+            self._left -= 1
+        else:
+            before = self._measure(best, "best so far")
         for value in others:
             c = Candidate(knob.key, value, {**best, knob.key: value})
             tried.append(c)
@@ -173,8 +180,8 @@ class Tuner:
                 c.ratios += [_ratio(score, before), _ratio(score, after)]
                 before = after
                 c.verdict = self._judge(c)
-                if c.verdict != "tie" or c.median <= 1.0 + self.min_gain / 2:
-                    break  # settled, or a tie no repeat is likely to make a winner
+                if c.verdict != "tie" or c.median < 1.0 + self.min_gain:
+                    break  # settled, or a tie that is no winner even by its median
 
     def _judge(self, c: Candidate) -> Verdict:
         low, high = c.interval
@@ -208,6 +215,7 @@ class Tuner:
         self._windows += 1
         self._left = max(0, self._left - 1)
         score = self.objective.score(window)
+        self._last = (dict(settings), score)
         if into is None:
             self._reference.append((dict(settings), window, score))
         else:
