@@ -21,11 +21,7 @@ from appliance.checking import Problems
 from appliance.commands import command
 from appliance.config import AppConfig, ConfigError, StreamConfig, TuningConfig, sink_configs
 from appliance.control import one_change_at_a_time
-from appliance.errors import (
-    LimitError,
-    StreamExistsError,
-    UnknownStreamError,
-)
+from appliance.errors import LimitError, StreamExistsError, UnknownStreamError
 from appliance.files import FilePolicy
 from appliance.hosts import SourceHosts
 from appliance.latest import LatestResults
@@ -335,9 +331,8 @@ class Runtime(RuntimeReads):
 
     @one_change_at_a_time
     def retune(self, tuning: TuningConfig) -> Retuned:
-        """Run with `tuning` (the config's `tuning:` section, as `appliance tune` writes
-        it) from now on: models change live, streams restart only for a source setting.
-        ModelLoadError (nothing changed) when a model's session does not open."""
+        """Run with `tuning` (the config's `tuning:`) from now on: models change live,
+        streams restart only for a source setting (appliance/retuning.py)."""
         return apply_tuning(self, tuning)
 
     # -- shutdown --------------------------------------------------------------------

@@ -35,6 +35,8 @@ from _crossover import median_interval
 from appliance.config import parse_config
 from appliance.runtime import Runtime
 from appliance.tune.objective import Objective
+from appliance.tune.report import plot, table
+from appliance.tune.results import result_json
 from appliance.tune.search import grid
 from appliance.tune.space import Hardware, Settings
 from appliance.tune.target import LiveTarget, search_space, tune
@@ -137,7 +139,12 @@ def _measure(
     finally:
         target.restore()
         target.close()
-    return _summary(result, tune_s, grid_s, points, arms, rounds)
+    summary = _summary(result, tune_s, grid_s, points, arms, rounds)
+    summary["result"] = result_json(result)  # what `appliance tune --json` writes
+    print(table(summary["result"]))
+    if not args.quick:  # the worked example's plot (docs/performance.md, "Tuning")
+        plot(summary["result"], RESULTS / f"tune_{name}.png")
+    return summary
 
 
 def _alternate(

@@ -211,11 +211,10 @@ class ModelPool:
         self._stop_released(released)
 
     def retune(self, tuning: Mapping[str, ModelTuning]) -> list[str]:
-        """Run every current model with `tuning` over its declaration, from now on and
-        for models loaded later: batching changes at once, session options on the same
-        file opened again and swapped in (appliance tune). Leases, streams and waiting
-        samples are untouched. Returns the ids that changed; ModelLoadError when one
-        does not open (those before it have changed: the caller retunes back)."""
+        """Run every model, and those loaded later, with `tuning` over its declaration:
+        batching at once, session options on the file opened again and swapped in; leases
+        and waiting samples untouched. The ids changed; ModelLoadError when one does not
+        open (those before it have changed: the caller retunes back)."""
         with self._lock:
             self._tuning = dict(tuning)
             entries = list(self._current.values())
