@@ -5,15 +5,16 @@ cameras are the bundled clip (960x540, 15 fps) played in real time, one decoder 
 
 Per workload, in one process on one runtime:
 1. the tune (appliance.tune.target.tune: alternating coordinate descent) over a space of
-   4 knobs of 4, 4, 2 and 2 values (the model's batch size and queue delay, its intra-op
-   threads, ONNX Runtime's spinning; for the demo, both models' batch sizes and
-   spinning), with its elapsed time;
+   5 knobs of 4, 4, 2, 2 and 2 values (the model's batch size and queue delay, its
+   intra-op threads, ONNX Runtime's spinning and graph optimisation: 128 combinations;
+   for the demo, both models' batch sizes and spinning: 64), with its elapsed time;
 2. the grid: every combination once (appliance.tune.search.grid), same window and
    settle, its elapsed time and its best combination;
 3. the check, alternating: the tune's winner, the grid's best and the shipped defaults
    (the workflows' own settings, ONNX Runtime's threads), rotating their order round
-   by round, `--rounds` rounds; the ratios of the objective's score (tune/grid,
-   tune/defaults) per round, median with a bootstrap 95 % interval.
+   by round, `--rounds` rounds of `--check-window` s (longer than the search's: a
+   window's p99 at saturation is its 2nd-highest age of ~150); the ratios of the
+   objective's score (tune/grid, tune/defaults) per round, median with a bootstrap 95 % interval.
 Targets (issue 25): tune/grid ≥ 0.97 (the interval's lower bound) and the tune's time ≤
 1/3 of the grid's. `--quick`: one workload, two knobs of 2 values, short windows: the
 machinery end to end within 60 s, no verdict.
@@ -59,6 +60,7 @@ SPACE = {
     "max_queue_delay_ms": (0.0, 2.0, 5.0, 10.0),
     "intra_op_threads": (1, 2),
     "allow_spinning": (True, False),
+    "graph_optimization": ("basic", "all"),
 }
 WORKLOADS: dict[str, dict[str, Any]] = {
     "demo": {
@@ -159,7 +161,7 @@ def _alternate(
         for arm in order:
             target.apply(arms[arm])
             time.sleep(args.settle)
-            window = target.measure(args.window, threading.Event())
+            window = target.measure(args.check_window, threading.Event())
             assert window is not None
             scores[arm] = objective.score(window)
             scores[f"{arm}_fps"], scores[f"{arm}_p99_ms"] = window.fps, window.p99_ms
@@ -219,12 +221,14 @@ def main() -> None:
     parser.add_argument("--only", choices=list(WORKLOADS), action="append")
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--settle", type=float, default=1.5, help="seconds after a change")
-    parser.add_argument("--rounds", type=int, default=6, help="alternating check rounds")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating check rounds")
+    parser.add_argument("--check-window", type=float, default=4.0, help="a check window, s")
     parser.add_argument("--warmup", type=float, default=8.0)
     parser.add_argument("--work", default=str(ROOT / "bench" / ".work" / "tune"))
     args = parser.parse_args()
     if args.quick:
         args.window, args.settle, args.rounds, args.warmup = 1.5, 0.5, 2, 4.0
+        args.check_window = 1.5
     names = args.only or (["centerface4"] if args.quick else list(WORKLOADS))
     results = {name: run_workload(name, WORKLOADS[name], args) for name in names}
     _report(results, args)
@@ -253,7 +257,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace) -> None:
         f"then {args.rounds} alternating rounds of tune-best, grid-best and defaults (order "
         "rotated); ratios of the objective's score per round, median with a bootstrap 95 % "
         "interval; met when the interval's lower bound clears the target. "
-        f"window {args.window} s, settle {args.settle} s"
+        f"window {args.window} s (check {args.check_window} s), settle {args.settle} s"
         + (" (--quick: no verdict)" if args.quick else "")
     )
     out.write_text(json.dumps(doc, indent=2) + "\n")

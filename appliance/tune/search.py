@@ -10,7 +10,8 @@ its whole interval is above 1 and its median at least `min_gain` above (bench/
 profiling_overhead.py's rule: never a winner inside the noise); worse when its whole
 interval is below 1 and its median at least `min_gain` below; otherwise a tie. A near
 tie, whose median says better but whose interval reaches 1, is measured again (B A), up
-to `max_repeats` times. `min_gain` (2 %) is about a window's own resolution: a stream's
+to `max_repeats` times; so is a winner, once (`confirm_pairs`): it is adopted only when
+all four of its ratios say so. `min_gain` (2 %) is about a window's own resolution: a stream's
 count of results over 5 s at 15 fps gains or loses a frame at each edge. The best of
 the knob's better candidates is adopted, and the next knob starts from it. A knob of n
 values costs 2n - 1 windows (2n - 2 when the previous knob ended on the same settings:
@@ -120,7 +121,11 @@ class Tuner:
     settle_s: float = 2.0  # after a change: ORT's first runs on a new session are slow
     budget_s: float = 600.0
     min_gain: float = 0.02  # a winner's median ratio clears 1 by this much
-    max_repeats: int = 2  # extra B A pairs for a tie whose median is above 1
+    max_repeats: int = 2  # extra B A pairs for a near tie, or to confirm a winner
+    # Pairs a winner needs: on 2 cores at saturation a window's p99 is its 2nd-highest
+    # age of 150, and a lone pair crowned values the alternating check then found no
+    # better than the start (bench/tune.py, centerface4).
+    confirm_pairs: int = 2
     stop: threading.Event = field(default_factory=threading.Event)
     on_progress: Callable[[Progress], None] | None = None
 
@@ -180,6 +185,8 @@ class Tuner:
                 c.ratios += [_ratio(score, before), _ratio(score, after)]
                 before = after
                 c.verdict = self._judge(c)
+                if c.verdict == "better" and pair + 1 < self.confirm_pairs:
+                    continue  # one pair is two ratios: a winner is confirmed by another
                 if c.verdict != "tie" or c.median < 1.0 + self.min_gain:
                     break  # settled, or a tie that is no winner even by its median
 

@@ -140,8 +140,11 @@ def test_a_clearly_better_value_is_adopted_and_the_next_knob_starts_from_it(
     assert candidate(result, BATCH, 4).verdict == "adopted"
     assert candidate(result, BATCH, 2).verdict == "better"  # better, but not the best
     assert result.reasons[BATCH].startswith("4 over 1: score ×1.300")
+    # A B A B A C A C A: each better value confirmed by a second pair before it counts.
+    assert [s[BATCH] for s in target.measured[:9]] == [1, 2, 1, 2, 1, 4, 1, 4, 1]
+    assert len(candidate(result, BATCH, 4).ratios) == 4
     # The next knob's windows (its A and its candidates) all run on the winner.
-    spin_windows = target.measured[5:]
+    spin_windows = target.measured[9:]
     assert spin_windows and all(s[BATCH] == 4 for s in spin_windows)
     assert candidate(result, SPIN, False).settings == {BATCH: 4, SPIN: False}
     assert result.reasons[SPIN].startswith("kept True")
@@ -228,7 +231,9 @@ def test_a_worse_value_is_judged_worse(clock: Clock) -> None:
     assert result.best == {BATCH: 1}
 
 
-def test_windows_are_the_sum_of_2n_minus_1_when_nothing_repeats(clock: Clock) -> None:
+def test_windows_are_2n_minus_1_per_knob_plus_a_confirmation_less_a_shared_a_window(
+    clock: Clock,
+) -> None:
     target = Scripted(clock, {BATCH: {4: 1.5}, THREADS: {1: 0.7, 2: 0.8, 3: 0.9}})
     knobs = [BATCH_KNOB, SPIN_KNOB, THREADS_KNOB]
     seen: list[Progress] = []
@@ -237,14 +242,14 @@ def test_windows_are_the_sum_of_2n_minus_1_when_nothing_repeats(clock: Clock) ->
 
     estimate = sum(2 * len(k.values) - 1 for k in knobs)
     assert estimate == 5 + 3 + 7
-    # The spinning knob ends on the best so far, so the threads knob starts from that A
-    # window instead of measuring its own: one window fewer than the estimate.
-    total = estimate - 1
+    # Two windows more: batch size 4's confirming pair. One fewer: the spinning knob ends
+    # on the best so far, so the threads knob starts from that A window.
+    total = estimate + 2 - 1
     assert result.windows == total == len(target.measured)
     assert result.outcome == "done" and result.best[BATCH] == 4
-    # measured + left is the estimate until the reuse, then exact.
+    # measured + left: the estimate, plus the confirmation once it is due, then exact.
     assert [p.windows for p in seen] == list(range(total))
-    assert all(p.windows + p.windows_left in (estimate, total) for p in seen)
+    assert all(p.windows + p.windows_left in (estimate, estimate + 2, total) for p in seen)
     assert seen[-1].windows + seen[-1].windows_left == total
     assert seen[0].current == "best so far" and seen[1].current == f"{BATCH}=2"
     # Only changes are applied: a window on the settings already applied applies nothing.
@@ -255,11 +260,12 @@ def test_windows_are_the_sum_of_2n_minus_1_when_nothing_repeats(clock: Clock) ->
 
 def test_the_budget_ends_the_run_with_the_best_so_far(clock: Clock) -> None:
     target = Scripted(clock, {BATCH: {4: 1.3}, SPIN: {False: 1.3}})
-    # Knob 1 costs 5 windows of 5 s; the budget leaves room for 2 of knob 2's 3.
-    result = tuner(target, [BATCH_KNOB, SPIN_KNOB], budget_s=36.0).run()
+    # Knob 1 costs 7 windows of 5 s (its winner confirmed by a second pair); the budget
+    # leaves room for 2 of knob 2's 3.
+    result = tuner(target, [BATCH_KNOB, SPIN_KNOB], budget_s=46.0).run()
 
     assert result.outcome == "budget" and result.problem is None
-    assert result.windows == 7 and clock.t - 1000.0 <= 36.0
+    assert result.windows == 9 and clock.t - 1000.0 <= 46.0
     assert result.best == {BATCH: 4, SPIN: True}  # knob 1's winner; knob 2 unfinished
     assert set(result.reasons) == {BATCH}
     assert candidate(result, SPIN, False).verdict == "pending"  # measured once, unjudged
