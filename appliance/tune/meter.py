@@ -32,12 +32,13 @@ class Window:
     slowest_fps: float
     streams: dict[str, float] = field(default_factory=dict)  # id -> its fps
 
-    def row(self) -> dict[str, float]:
-        """The figures a report prints (JSON-ready)."""
+    def row(self) -> dict[str, float | None]:
+        """The figures a report prints (JSON-ready: a window without frames has no age,
+        null rather than JSON's non-standard Infinity)."""
         return {
             "fps": round(self.fps, 2),
-            "p50_ms": round(self.p50_ms, 1),
-            "p99_ms": round(self.p99_ms, 1),
+            "p50_ms": round(self.p50_ms, 1) if self.frames else None,
+            "p99_ms": round(self.p99_ms, 1) if self.frames else None,
             "offered_fps": round(self.offered_fps, 2),
             "slowest_fps": round(self.slowest_fps, 2),
         }

@@ -7,7 +7,6 @@ patch of the config's `tuning:` section, which `apply_to_file` puts into the fil
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import statistics
@@ -56,10 +55,11 @@ def _figures(windows: Sequence[Mapping[str, Any]], met: Sequence[bool]) -> list[
     if not windows:
         return ["-", "-", "-"]
     fps = statistics.median(w["fps"] for w in windows)
-    p99 = statistics.median(w["p99_ms"] for w in windows)
+    ages = [w["p99_ms"] for w in windows if w["p99_ms"] is not None]
+    p99 = f"{statistics.median(ages):.1f}" if ages else "-"
     kept = sum(met)
     verdict = "yes" if kept == len(met) else "no" if kept == 0 else f"{kept}/{len(met)}"
-    return [f"{fps:.1f}", f"{p99:.1f}", verdict]
+    return [f"{fps:.1f}", p99, verdict]
 
 
 def _aligned(rows: list[list[str]]) -> list[str]:
@@ -190,8 +190,8 @@ def _windows_of(result: Mapping[str, Any], settings: Mapping[str, Any]) -> list[
 
 
 def _point(windows: Iterable[Mapping[str, Any]]) -> Point | None:
-    """The median fps and p99 of windows that saw frames (an empty one's p99 is inf)."""
-    seen = [w for w in windows if math.isfinite(w["p99_ms"])]
+    """The median fps and p99 of windows that saw frames (an empty one's p99 is null)."""
+    seen = [w for w in windows if w["p99_ms"] is not None]
     if not seen:
         return None
     return statistics.median(w["fps"] for w in seen), statistics.median(w["p99_ms"] for w in seen)

@@ -5,6 +5,7 @@ the search space and objective it is built on."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable, Mapping
 from types import SimpleNamespace
@@ -15,8 +16,10 @@ import pytest
 from appliance.config import TuningConfig
 from appliance.sections import ModelTuning, SourceTuning
 from appliance.tune import search
-from appliance.tune.meter import Window
+from appliance.tune.meter import Meter, Window
 from appliance.tune.objective import KEEP_UP, Objective, default_slo_ms
+from appliance.tune.report import table
+from appliance.tune.results import result_json
 from appliance.tune.search import Progress, Tuner, TuneResult, grid
 from appliance.tune.space import (
     BATCH_SIZES,
@@ -488,3 +491,18 @@ def test_the_default_slo_is_two_frame_intervals_of_the_slowest_camera() -> None:
     assert default_slo_ms([15.0, 30.0]) == pytest.approx(2000.0 / 15.0)
     assert default_slo_ms([0.0, 25.0]) == pytest.approx(80.0)
     assert default_slo_ms([]) == 1000.0
+
+
+def test_a_window_without_frames_is_strict_json_and_reports_without_an_age(clock: Clock) -> None:
+    """No result in a window (every stream between two frames): its ages are null, not
+    JSON's non-standard Infinity a browser's JSON.parse refuses, and the table says '-'."""
+    empty = Meter().window(0.0, 1.0, ["cam"], offered_fps=15.0)
+    assert empty.frames == 0 and empty.row()["p99_ms"] is None
+    json.dumps(empty.row(), allow_nan=False)
+    assert FPS.score(empty) == 0.0
+    result = tuner(Scripted(clock, {}), [knob(BATCH, (1, 2), 1)]).run()
+    doc = result_json(result)
+    doc["candidates"][0]["windows"] = [empty.row()]
+    json.dumps(doc, allow_nan=False)
+    row = next(line for line in table(doc).splitlines() if line.startswith(f"{BATCH}=2"))
+    assert row.split()[-2] == "-"  # its p99 column
