@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from ipaddress import ip_address
 from typing import Any
 
+import aioice.ice
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
@@ -286,9 +287,13 @@ def own_threads() -> set[str]:
     return {t.name for t in threading.enumerate() if not t.name.startswith("asyncio_")}
 
 
-def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(rtc_server: LiveServer) -> None:
+def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(
+    rtc_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A viewer killed mid-stream (no DTLS close, no DELETE): ICE consent checks fail
-    (aioice: 6 checks, ~5 s apart) and the session is closed with what it held."""
+    (aioice: 6 checks, ~5 s apart; 1 s here, read by its loop each time) and the session
+    is closed with what it held."""
+    monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", 1)
     threads = own_threads()
     tasks = rtc_server.call_in_loop(lambda: len(asyncio.all_tasks()))
     with viewer_process(rtc_server, "door", "-"):

@@ -6,7 +6,6 @@ break a file); the config's `tuning:` section as the test gives it."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import yaml
 
 from appliance.config import load_config
 from appliance.runtime import Runtime
+from tests.server import live
 from tests.support.appliance import DEMO_CLIP, MODELS, ROOT, detect_workflow, person_model
 
 WAIT_S = 30.0
@@ -79,11 +79,7 @@ StartRuntime = Callable[["TuneSetup"], Runtime]
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    live.wait_for(check, timeout, what)
 
 
 def processing(rt: Runtime, sid: str) -> None:
