@@ -24,7 +24,7 @@ from tests.support.appliance import APPLIANCE, clean_env
 from tests.tune.conftest import TuneSetup
 
 # One model's knob of two values: 3 to 7 windows of 1.5 s.
-QUICK = ["--knob", "person.allow_spinning", "--window", "1", "--settle", "0.5", "--warmup", "3"]
+QUICK = ["--knob", "person.allow_spinning", "--window", "0.7", "--settle", "0.3", "--warmup", "1.5"]
 SPINNING = "person.allow_spinning"
 
 
@@ -43,7 +43,7 @@ def test_a_tune_reports_and_writes_its_winner(tune_setup: TuneSetup, tmp_path: P
     proc = tune(tune_setup.config, *args)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "warming up 3 s" in err and "tune: best so far  0/" in err  # progress, a line each
+    assert "warming up 1.5 s" in err and "tune: best so far  0/" in err  # progress, a line each
 
     doc: dict[str, Any] = yaml.safe_load(result.read_text(encoding="utf-8"))
     assert doc["outcome"] in ("done", "budget") and doc["candidates"]
