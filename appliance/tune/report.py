@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from appliance.config import ConfigError, TuningConfig, load_config
-from appliance.tune.space import MODEL_KNOBS, SOURCE_KNOBS, SOURCES
+from appliance.tune.space import SETTINGS, SOURCES
 
 Point = tuple[float, float]  # (fps, p99 ms)
 TOP_KEY = re.compile(r"^[^\s#]")  # a line that starts a top-level key (or `---`)
@@ -239,7 +239,7 @@ def patch_yaml(result: Mapping[str, Any], keep: Mapping[str, Any] | None = None)
 def _split(key: str) -> tuple[str, str]:
     """`faces.max_batch_size` -> ("faces", "max_batch_size"); a model id may hold dots."""
     scope, _, name = key.rpartition(".")
-    if not scope or name not in (*MODEL_KNOBS, *SOURCE_KNOBS, "inter_op_threads"):
+    if not scope or name not in SETTINGS:
         raise ValueError(f"{key!r}: not a knob key (<model>.<setting> or sources.<setting>)")
     return scope, name
 

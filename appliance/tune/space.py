@@ -37,6 +37,7 @@ GRAPH_LEVELS = ("basic", "all")
 MODEL_KNOBS = ("max_batch_size", "max_queue_delay_ms", "intra_op_threads", "allow_spinning",
                "graph_optimization")  # fmt: skip
 SOURCE_KNOBS = ("reader", "decoder_threads")
+SETTINGS = (*MODEL_KNOBS, *SOURCE_KNOBS)  # every setting a knob may turn
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,8 @@ def parse_knob(text: str, where: str = "--knob") -> tuple[str, tuple[Any, ...] |
     """`max_batch_size=1,2,4` or `faces.allow_spinning` (its own values): the name and
     the values, each parsed as YAML (`true`, `2`, `2.5`, `all`). ValueError naming it."""
     name, _, values = text.partition("=")
-    known = (*MODEL_KNOBS, *SOURCE_KNOBS)
-    if name.rsplit(".", 1)[-1] not in known:
-        raise ValueError(f"{where}: unknown knob {name!r} (known: {', '.join(known)})")
+    if name.rsplit(".", 1)[-1] not in SETTINGS:
+        raise ValueError(f"{where}: unknown knob {name!r} (known: {', '.join(SETTINGS)})")
     if not values:
         return name, None
     parsed = tuple(yaml.safe_load(v) for v in values.split(","))

@@ -61,8 +61,7 @@ class LiveTarget:
         if stop.wait(seconds):
             return None
         end = Meter.now()
-        offered = sum(fps for fps in self.camera_fps().values())
-        return self.meter.window(start, end, self.streams, offered)
+        return self.meter.window(start, end, self.streams, sum(self.camera_fps().values()))
 
     def problem(self) -> str | None:
         for sid in self.streams:
