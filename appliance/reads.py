@@ -34,6 +34,7 @@ from appliance.streams import Stream
 from appliance.supervisor import Supervisor
 from appliance.watch.report import WatchReport
 from appliance.watch.watch import Watch
+from pipelines.geometry import Region
 
 
 class RuntimeReads:
@@ -104,6 +105,14 @@ class RuntimeReads:
         if stream is None:
             raise UnknownStreamError(stream_id)
         return self._stream_status(stream, _states(self.outputs.statuses()))
+
+    def stream_regions(self, stream_id: str) -> list[Region]:
+        """The lines and zones one stream's workflow counts against (for viewers to draw);
+        UnknownStreamError for an unknown id."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            raise UnknownStreamError(stream_id)
+        return list(stream.workflow.regions)
 
     def stream_latency(self, stream_id: str) -> StreamLatency:
         """One stream's recent per-block latency; UnknownStreamError for an unknown id."""

@@ -40,6 +40,7 @@ from pipelines.executor import (
     CompiledWorkflow,
     Step,
 )
+from pipelines.geometry import region_of
 from pipelines.registry import DEFAULT_REGISTRY, BlockImportError, BlockRegistry
 from pipelines.spec import RESERVED_IDS, BlockSpec, WorkflowSpec
 
@@ -305,6 +306,8 @@ def compile_workflow(
         n.spec.id: m for n in ordered if isinstance(m := getattr(n.params, "model", None), str)
     }
     compiled.models = tuple(sorted(set(compiled.block_models.values())))
+    regions = (region_of(n.spec.id, n.params) for n in ordered)
+    compiled.regions = tuple(r for r in regions if r is not None)
     return compiled
 
 

@@ -13,6 +13,7 @@ from time import perf_counter
 from typing import Any
 
 from pipelines.blocks.base import SKIP, StepFactory
+from pipelines.geometry import Region
 from pipelines.types import Frame, FrameResult
 
 IMAGE_SLOT = 0  # the frame's image, what `frame` refers to
@@ -65,6 +66,7 @@ class CompiledWorkflow:
         self.gated = gated  # some block may return SKIP: check freshness per step
         self.models: tuple[str, ...] = ()  # model ids its blocks run, set by the compiler
         self.block_models: dict[str, str] = {}  # block id -> the model it runs (compiler)
+        self.regions: tuple[Region, ...] = ()  # lines and zones its blocks count (compiler)
 
     def instantiate(self) -> WorkflowRun:
         """A runnable copy for one stream, with fresh per-stream block state."""
@@ -118,6 +120,7 @@ class WorkflowRun:
             start_mono=start,
             done_mono=perf_counter(),
             image=vals[self._video_slot],
+            source_image=frame.image,
             outputs={name: vals[slot] for name, slot in self._outputs},
             block_spans=spans,
         )

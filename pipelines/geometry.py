@@ -7,7 +7,8 @@ first frame of a size and caches the result: one tuple comparison per frame afte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,3 +44,34 @@ class Points:
 
     def __len__(self) -> int:
         return int(self._raw.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A line or zone a block counts against, for viewers to draw over the video:
+    `points` as configured, normalised (0-1) when `normalised`, else pixels."""
+
+    block: str
+    kind: Literal["line", "zone"]
+    points: tuple[tuple[float, float], ...]
+    normalised: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "block": self.block,
+            "kind": self.kind,
+            "points": [list(p) for p in self.points],
+            "units": "norm" if self.normalised else "px",
+        }
+
+
+def region_of(block_id: str, params: Any) -> Region | None:
+    """The line (`line`) or zone (`zone`) a block's parameters declare, if any."""
+    for kind, name in (("line", "line"), ("zone", "zone")):
+        points = getattr(params, name, None)
+        if isinstance(points, list) and points:
+            units: Units = getattr(params, "units", "auto")
+            normalised = Points(points, units).normalised
+            pts = tuple((float(x), float(y)) for x, y in points)
+            return Region(block_id, kind, pts, normalised)  # type: ignore[arg-type]
+    return None

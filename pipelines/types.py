@@ -247,6 +247,9 @@ class FrameResult:
     image: Image
     outputs: Mapping[str, Any]
     block_spans: Sequence[tuple[float, float] | None] = field(default_factory=tuple)
+    # The frame as captured, before any block drew on it (blocks that draw copy it): what
+    # a viewer asking for the raw video gets. None: the same as `image`.
+    source_image: Image | None = None
 
     @property
     def age_seconds(self) -> float:

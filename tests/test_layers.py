@@ -102,7 +102,8 @@ def test_only_the_cli_imports_the_offline_tools() -> None:
 RUNTIME_INTERFACE = frozenset({
     "start", "stop", "stop_streams", "stop_outputs", "prepare", "load_models", "reload",
     "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
-    "status", "streams_status", "stream_status", "stream_latency", "models_status", "sinks_status",
+    "status", "streams_status", "stream_status", "stream_latency", "stream_regions",
+    "models_status", "sinks_status",
     "start_profiling", "profiling_window", "profiling_trace", "regressions", "rebaseline",
     "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",
     "compile_workflow", "compile_stream_workflow", "release_workflow",

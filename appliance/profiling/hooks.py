@@ -25,6 +25,8 @@ from pipelines.executor import CompiledWorkflow
 from pipelines.types import FrameResult
 
 FRAME_FLOWS = 1 << 52
+AGE_COUNTER = "frame_age_ms"  # `frame_age_ms:<stream>`
+STREAM_COUNTERS = (AGE_COUNTER,)  # the counters named after a stream, not shared
 SAMPLE_FLOWS = 1 << 52 | 1 << 51
 LOW_32 = 0xFFFFFFFF
 
@@ -59,7 +61,7 @@ class StreamTrace:
             for bid, btype in zip(workflow.block_ids, workflow.block_types, strict=True)
         )
         self._workflow = workflow.name
-        self._age_counter = f"frame_age_ms:{stream_id}"  # one counter track per stream
+        self._age_counter = f"{AGE_COUNTER}:{stream_id}"  # one counter track per stream
         self._flow_base = flow_base(FRAME_FLOWS, f"{stream_id}/{generation}")
         self._stream_args = {"stream": stream_id}  # built once: the read/decode spans' args
         self._grabbing = False  # set by the first traced decode: frames then have flows

@@ -35,6 +35,7 @@ from appliance.errors import (
 )
 from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.profiling.hooks import STREAM_COUNTERS
 from appliance.profiling.ort_profile import (
     is_model_run,
     is_operator,
@@ -240,7 +241,10 @@ class ProfilingWindows:
 
 
 def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
-    if event["ph"] in ("M", "C"):
+    if event["ph"] == "C":  # a stream's own counter goes with it; a model's is shared
+        prefix, _, owner = str(event["name"]).partition(":")
+        return prefix not in STREAM_COUNTERS or owner in streams
+    if event["ph"] == "M":
         return True
     args = event.get("args") or {}
     if "stream" in args:

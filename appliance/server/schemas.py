@@ -53,6 +53,23 @@ class WebRtcOffer(_Request):
     max_width: int | None = Field(
         None, ge=16, le=7680, description="frames wider than this are scaled down"
     )
+    video: Literal["annotated", "raw"] = Field(
+        "annotated",
+        description="the workflow's `video` output (annotated), or the frame as captured "
+        "(raw: for a viewer that draws the predictions itself)",
+    )
+
+
+class SceneRegion(BaseModel):
+    block: str = Field(description="the block that counts against it")
+    kind: Literal["line", "zone"]
+    points: list[list[float]] = Field(description="[x, y] pairs, in `units`")
+    units: Literal["norm", "px"] = Field(description="norm: 0-1 of the frame's sides")
+
+
+class Scene(BaseModel):
+    stream: str
+    regions: list[SceneRegion]
 
 
 class WebRtcAnswer(BaseModel):

@@ -73,6 +73,9 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
     events = doc["traceEvents"]
     runs = [e for e in events if e["name"] == "workflow.run"]
     assert runs and {e["args"]["stream"] for e in runs} == {"a"}  # only the asked stream
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert "frame_age_ms:a" in counters and "frame_age_ms:b" not in counters  # nor its ages
+    assert "batch_size:person" in counters  # the model's batches are shared by both
     spans = [e for e in events if e["name"] == "session.run"]
     sampled = [s for s in spans if s["args"].get("ort_profiled")]
     ops = [e for e in events if e.get("cat") == "Node"]

@@ -64,6 +64,14 @@ def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveFact
         server.stop()
 
 
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A fresh Chromium (Debian's, driven by Playwright: tests/server/chromium.py)."""
+    from tests.server.chromium import launch
+
+    yield from launch(tmp_path / "chromium-profile")
+
+
 @pytest.fixture(scope="module")
 def cam_server(module_server: LiveFactory) -> LiveServer:
     live = module_server(config_doc(demo_stream("cam"), max_body_bytes=MAX_BODY))

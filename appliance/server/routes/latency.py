@@ -1,5 +1,6 @@
 """A stream's recent per-block latency (appliance/blocklatency.py): exact percentiles
-over its last frames, for the web viewer and for a quick look without a scraper."""
+over its last frames, for the web viewer and for a quick look without a scraper; and
+the lines and zones its workflow counts, for the viewer's overlay."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from aiohttp import web
 from appliance.blocklatency import StreamLatency
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
+from appliance.server.schemas import Scene
 from appliance.status import as_json
 
 
@@ -19,7 +21,17 @@ async def get_latency(request: web.Request) -> web.Response:
     return web.json_response(as_json(report))
 
 
+async def get_scene(request: web.Request) -> web.Response:
+    """The lines and zones the stream's workflow counts against (its `line_counter` and
+    `zone_counter` blocks), for a viewer that draws them over the video."""
+    stream_id = request.match_info["id"]
+    regions = await in_thread(runtime_of(request).stream_regions, stream_id)
+    return web.json_response({"stream": stream_id, "regions": [r.to_json() for r in regions]})
+
+
 ROUTES = (
     Route("GET", "/v1/streams/{id}/latency", get_latency, "Get a stream's per-block latency",
           (Reply(200, "recent latency per block", StreamLatency),)),
+    Route("GET", "/v1/streams/{id}/scene", get_scene, "Get a stream's lines and zones",
+          (Reply(200, "what its workflow counts against", Scene),)),
 )  # fmt: skip

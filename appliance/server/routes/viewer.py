@@ -1,5 +1,6 @@
-"""The web viewer: one static page (appliance/server/static/) that lists the streams,
-plays one over WebRTC with its live predictions, shows its per-block latency and starts
+"""The web viewer: one static page (appliance/server/static/, ES modules, no build step)
+that shows every stream as a live tile, plays one large over WebRTC with its live
+predictions (drawn by the workflow or by the page), shows its per-block latency and starts
 profiling windows, all through the /v1 API with the token the user types in.
 
 The page and its assets hold no data, so they are open without a token (`public`): a
@@ -22,9 +23,13 @@ from appliance.server.routing import Reply, Route
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PAGE = "index.html"
 # URL path -> (file in STATIC, content type)
+MODULES = ("viewer", "api", "grid", "player", "overlay", "stats", "stream", "watch", "profile")
 ASSETS = {
-    "/static/viewer.js": ("viewer.js", "text/javascript"),
+    **{f"/static/{m}.js": (f"{m}.js", "text/javascript") for m in MODULES},
     "/static/viewer.css": ("viewer.css", "text/css"),
+    "/static/favicon.svg": ("favicon.svg", "image/svg+xml"),
+    # Browsers ask for it by this name whatever the page says: an icon, not a 401.
+    "/favicon.ico": ("favicon.svg", "image/svg+xml"),
 }
 CSP = (
     "default-src 'self'; connect-src 'self'; media-src 'self' blob:; "
@@ -54,12 +59,13 @@ async def viewer_stream_page(request: web.Request) -> web.Response:
     return await _file(PAGE, "text/html")
 
 
-def _asset_handler(name: str, content_type: str) -> Handler:
+def _asset_handler(path: str, name: str, content_type: str) -> Handler:
     async def viewer_asset(request: web.Request) -> web.Response:
         """One of the viewer page's assets."""
         return await _file(name, content_type)
 
-    viewer_asset.__name__ = f"viewer_{name.replace('.', '_')}"  # the operation id
+    served_as = path.rsplit("/", 1)[-1]  # the operation id: viewer_viewer_js, viewer_favicon_ico
+    viewer_asset.__name__ = f"viewer_{served_as.replace('.', '_')}"
     return viewer_asset
 
 
@@ -68,7 +74,7 @@ ROUTES = (
     Route("GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer"),
     Route("GET", "/streams/{id}", viewer_stream_page, "Web viewer on one stream", _HTML,
           public=True, tag="viewer"),
-    *(Route("GET", path, _asset_handler(name, kind), f"Web viewer asset {name}",
+    *(Route("GET", path, _asset_handler(path, name, kind), f"Web viewer asset {name}",
             (Reply(200, name, {"type": "string"}, kind),), public=True, tag="viewer")
       for path, (name, kind) in ASSETS.items()),
 )  # fmt: skip

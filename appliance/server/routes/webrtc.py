@@ -20,13 +20,14 @@ WEBRTC = web.AppKey("webrtc", WebRtcSessions)
 async def open_webrtc(request: web.Request) -> web.Response:
     """Answer a WebRTC offer with the stream's `video` output, newest frame first (a slow
     viewer gets fewer frames, never older ones), at most `max_fps`, scaled down to
-    `max_width`; and, on a `predictions` data channel the viewer opened, each result as
-    JSON (the MQTT sink's message). 429 past webrtc.max_sessions(_per_stream)."""
+    `max_width`; on a `predictions` data channel the viewer opened, each result as JSON
+    (the MQTT sink's message); on a `frames` channel, each video frame's RTP timestamp
+    and the result it shows. 429 past webrtc.max_sessions(_per_stream)."""
     body = await parse_json(request, WebRtcOffer)
     sessions = request.app[WEBRTC]
     try:
         session_id, sdp = await sessions.open(
-            request.match_info["id"], body.sdp, body.max_fps, body.max_width
+            request.match_info["id"], body.sdp, body.max_fps, body.max_width, body.video == "raw"
         )
     except OfferError as exc:
         raise BadRequestError(str(exc)) from exc

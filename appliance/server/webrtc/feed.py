@@ -31,7 +31,8 @@ class StreamFeed:
         self._newest: Entry | None = None
         self._count = 0
         self._arrived = asyncio.Event()
-        self._images: dict[int | None, asyncio.Future[np.ndarray]] = {}  # by width, newest
+        # The newest entry's images, by (width, raw), each converted once.
+        self._images: dict[tuple[int | None, bool], asyncio.Future[np.ndarray]] = {}
         self._images_of = 0  # the count the cached images belong to
         self._message: tuple[int, str] | None = None
         self._unsubscribe: Callable[[], None] = runtime.subscribe(self._on_result, stream_id)
@@ -59,16 +60,17 @@ class StreamFeed:
                 return newest
             await self._arrived.wait()
 
-    async def image(self, entry: Entry, max_width: int | None) -> np.ndarray:
-        """The entry's image as I420 (yuv420p), at most `max_width` wide: converted once
-        per width in a worker thread, shared by every viewer that asks."""
+    async def image(self, entry: Entry, max_width: int | None, raw: bool = False) -> np.ndarray:
+        """The entry's image (`raw`: the frame as captured, else the workflow's video
+        output) as I420 (yuv420p), at most `max_width` wide: converted once per width in
+        a worker thread, shared by every viewer that asks."""
         count, result = entry
         if count != self._images_of:
             self._images, self._images_of = {}, count
-        future = self._images.get(max_width)
+        future = self._images.get((max_width, raw))
         if future is None:
-            future = self._images[max_width] = asyncio.ensure_future(
-                asyncio.to_thread(to_i420, result.image, max_width)
+            future = self._images[(max_width, raw)] = asyncio.ensure_future(
+                asyncio.to_thread(to_i420, source(result, raw), max_width)
             )
         return await asyncio.shield(future)
 
@@ -79,6 +81,24 @@ class StreamFeed:
             text = json.dumps(prediction(entry[1]), separators=(",", ":"))
             self._message = (entry[0], text)
         return self._message[1]
+
+
+def source(result: FrameResult, raw: bool) -> np.ndarray:
+    """The image a viewer asked for: the frame as captured (`raw`) or the video output."""
+    if raw and result.source_image is not None:
+        return result.source_image
+    return result.image
+
+
+def frame_message(entry: Entry, rtp_timestamp: int) -> str:
+    """What the `frames` data channel says about one video frame sent: its RTP timestamp,
+    which result it shows (`seq`, `capture_time`, as in the predictions) and the size of
+    the image the predictions' coordinates refer to (before any scaling for the viewer)."""
+    result = entry[1]
+    height, width = result.image.shape[:2]
+    doc = {"rtp_timestamp": rtp_timestamp, "seq": result.seq, "width": width,
+           "height": height, "capture_time": round(result.capture_time, 6)}  # fmt: skip
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def to_i420(image: np.ndarray, max_width: int | None) -> np.ndarray:

@@ -24,7 +24,7 @@ from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from appliance.config import WebRtcConfig
 from appliance.errors import LimitError, UnknownStreamError
 from appliance.runtime import Runtime
-from appliance.server.webrtc.feed import StreamFeed
+from appliance.server.webrtc.feed import Entry, StreamFeed, frame_message
 from appliance.server.webrtc.ice import (
     host_addresses_for,
     offer_host_addresses,
@@ -34,6 +34,7 @@ from appliance.server.webrtc.track import NewestFrameTrack
 
 log = logging.getLogger("appliance.webrtc")
 CHANNEL = "predictions"  # the data channel label a viewer opens to get predictions
+FRAMES = "frames"  # ... and the one to learn which result each video frame shows
 RETRY_AFTER_S = 5
 SWEEP_S = 2.0  # how often sessions of streams that went away (removed, reloaded) are closed
 
@@ -48,6 +49,7 @@ class Session:
     stream_id: str
     pc: RTCPeerConnection
     track: NewestFrameTrack | None = None
+    frames: RTCDataChannel | None = None  # the viewer's `frames` channel, if it opened one
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     closed: bool = False
 
@@ -84,9 +86,15 @@ class WebRtcSessions:
         return sum(1 for s in self._sessions.values() if stream_id in (None, s.stream_id))
 
     async def open(
-        self, stream_id: str, sdp: str, max_fps: float | None, max_width: int | None
+        self,
+        stream_id: str,
+        sdp: str,
+        max_fps: float | None,
+        max_width: int | None,
+        raw: bool = False,
     ) -> tuple[str, str]:
-        """Answer a viewer's offer: (session id, answer SDP). Raises UnknownStreamError,
+        """Answer a viewer's offer: (session id, answer SDP); `raw`: the frames as
+        captured rather than the workflow's video output. Raises UnknownStreamError,
         LimitError (429) or OfferError (400)."""
         if not self._runtime.has_stream(stream_id):
             raise UnknownStreamError(stream_id)
@@ -96,7 +104,7 @@ class WebRtcSessions:
         self._sessions[session.id] = session  # counted from now: limits hold under races
         self._gauge.labels(stream_id).inc()
         try:
-            answer = await self._answer(session, sdp, max_fps, max_width)
+            answer = await self._answer(session, sdp, max_fps, max_width, raw)
         except BaseException:
             await self.close(session.id)
             raise
@@ -126,7 +134,7 @@ class WebRtcSessions:
                              status=429, retry_after_s=RETRY_AFTER_S)  # fmt: skip
 
     async def _answer(
-        self, session: Session, sdp: str, max_fps: float | None, max_width: int | None
+        self, session: Session, sdp: str, max_fps: float | None, max_width: int | None, raw: bool
     ) -> str:
         pc = session.pc
         feed = self._feed(session.stream_id)
@@ -135,6 +143,8 @@ class WebRtcSessions:
         def on_datachannel(channel: RTCDataChannel) -> None:
             if channel.label == CHANNEL:
                 self._spawn(session, self._send_predictions(session, feed, channel))
+            elif channel.label == FRAMES:
+                session.frames = channel
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:
@@ -154,8 +164,18 @@ class WebRtcSessions:
             )
         fps = min(max_fps or self._config.max_fps, self._config.max_fps)
         sent = self._sent.labels(session.stream_id)
-        session.track = NewestFrameTrack(feed, fps, max_width, sent.inc)
-        pc.addTrack(session.track)
+        limit = self._config.max_buffered_bytes
+
+        def on_sent(entry: Entry, rtp_timestamp: int | None) -> None:
+            sent.inc()
+            channel = session.frames
+            if rtp_timestamp is None or channel is None or channel.readyState != "open":
+                return
+            if channel.bufferedAmount <= limit:  # else skipped: the video goes on
+                channel.send(frame_message(entry, rtp_timestamp))
+
+        session.track = NewestFrameTrack(feed, fps, max_width, on_sent, raw)
+        session.track.clock.sender = pc.addTrack(session.track)
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # e.g. no video codec in common

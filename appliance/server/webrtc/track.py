@@ -1,5 +1,7 @@
 """A viewer's video: the newest frame of its stream each time the encoder asks, at most
-`max_fps`, stamped with the frame's capture time."""
+`max_fps`, stamped with the frame's capture time; and, for each frame sent, the RTP
+timestamp it goes out with, so that a viewer can tell which result a presented frame
+shows (`requestVideoFrameCallback`'s `rtpTimestamp` in a browser)."""
 
 from __future__ import annotations
 
@@ -7,26 +9,67 @@ import asyncio
 from collections.abc import Callable
 from fractions import Fraction
 
-from aiortc import MediaStreamTrack
+from aiortc import MediaStreamTrack, RTCRtpSender
 from av import VideoFrame
 
-from appliance.server.webrtc.feed import StreamFeed
+from appliance.server.webrtc.feed import Entry, StreamFeed
 
 CLOCK_HZ = 90_000  # RTP's video clock (RFC 3551)
 TIME_BASE = Fraction(1, CLOCK_HZ)
+RTP_MASK = 0xFFFFFFFF  # RTP timestamps are 32 bits and wrap (RFC 3550, 5.1)
+OnSent = Callable[[Entry, int | None], None]  # (the entry sent, its RTP timestamp or None)
+
+
+class RtpClock:
+    """The RTP timestamps a sender gives our frames: its origin plus each frame's pts.
+
+    aiortc draws the origin at random when RTP starts and keeps it to itself; the sender
+    does keep the timestamp of the last packet it sent. It encodes and sends one frame at
+    a time, so when the track is asked for the next frame, every packet of the previous
+    one has gone: that timestamp minus the previous pts is the origin. Taken once two
+    frames in a row agree (an encoder that sent nothing for a frame gives a wrong one).
+    """
+
+    def __init__(self) -> None:
+        self.sender: RTCRtpSender | None = None  # set by the session after addTrack
+        self.origin: int | None = None
+        self._candidate: int | None = None
+
+    def learn(self, last_pts: int) -> None:
+        if self.origin is not None or self.sender is None or last_pts < 0:
+            return
+        # aiortc 1.x keeps it in a private attribute; tests/server/test_webrtc.py checks
+        # the timestamps against the packets a peer receives, so a change shows there.
+        sent = getattr(self.sender, "_RTCRtpSender__rtp_timestamp", None)
+        if not isinstance(sent, int) or sent == 0:  # 0: nothing sent yet
+            return
+        candidate = (sent - last_pts) & RTP_MASK
+        if candidate == self._candidate:
+            self.origin = candidate
+        self._candidate = candidate
+
+    def rtp(self, pts: int) -> int | None:
+        return None if self.origin is None else (self.origin + pts) & RTP_MASK
 
 
 class NewestFrameTrack(MediaStreamTrack):
     kind = "video"
 
     def __init__(
-        self, feed: StreamFeed, max_fps: float, max_width: int | None, on_sent: Callable[[], None]
+        self,
+        feed: StreamFeed,
+        max_fps: float,
+        max_width: int | None,
+        on_sent: OnSent,
+        raw: bool = False,
     ) -> None:
         super().__init__()
         self._feed = feed
         self._interval = 1.0 / max_fps
         self._max_width = max_width
+        self._raw = raw
         self._on_sent = on_sent
+        self.clock = RtpClock()
         self._last = 0  # the feed count last sent
         self._due = 0.0  # loop time before which no frame goes out (max_fps)
         self._first_capture: float | None = None
@@ -41,13 +84,14 @@ class NewestFrameTrack(MediaStreamTrack):
             entry = await self._feed.newer_than(self._last)  # the newest after the wait
         self._due = loop.time() + self._interval
         self._last = entry[0]
-        pixels = await self._feed.image(entry, self._max_width)
+        pixels = await self._feed.image(entry, self._max_width, self._raw)
         frame = VideoFrame.from_ndarray(pixels, format="yuv420p")
         capture = entry[1].capture_mono
         if self._first_capture is None:
             self._first_capture = capture
+        self.clock.learn(self._pts)  # the previous frame has gone out by now
         # Capture time on the RTP clock; never backwards (a restarted stream's clock).
         self._pts = max(self._pts + 1, round((capture - self._first_capture) * CLOCK_HZ))
         frame.pts, frame.time_base = self._pts, TIME_BASE
-        self._on_sent()
+        self._on_sent(entry, self.clock.rtp(self._pts))
         return frame
