@@ -121,11 +121,16 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def start_served(
-    config: Path, log_dir: Path, *extra: str, env: dict[str, str] | None = None
+    config: Path,
+    log_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> Served:
-    """`appliance serve --config PATH --port FREE ...` in a subprocess, up (/health)."""
-    port = free_port()
-    log_path = log_dir / f"serve-{port}.log"
+    """`appliance serve --config PATH --port PORT ...` in a subprocess, up (/health);
+    a free port unless one is given (an appliance started again where it was)."""
+    port = port or free_port()
+    log_path = log_dir / f"serve-{port}-{time.monotonic_ns()}.log"
     with log_path.open("w") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],

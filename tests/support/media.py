@@ -11,6 +11,7 @@ A bar moves across the rest so that consecutive frames differ like real video.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -62,9 +63,17 @@ def frame_index(image: Image) -> int:
 
 
 def write_clip(
-    path: Path, width: int, height: int, fps: int, seconds: float, *, faststart: bool
+    path: Path,
+    width: int,
+    height: int,
+    fps: int,
+    seconds: float,
+    *,
+    faststart: bool,
+    draw: Callable[[int, int, int], Image] = pattern_frame,
 ) -> Path:
-    """An H.264 MP4: yuv420p, a keyframe every second (gop = fps), no B-frames."""
+    """An H.264 MP4: yuv420p, a keyframe every second (gop = fps), no B-frames; frame i
+    is `draw(i, width, height)` (BGR), by default the numbered test pattern."""
     x264 = f"keyint={fps}:min-keyint={fps}:scenecut=0:bframes=0"
     muxer = {"movflags": "faststart"} if faststart else {}
     partial = path.with_suffix(".part.mp4")
@@ -72,7 +81,7 @@ def write_clip(
         stream = out.add_stream("libx264", rate=fps, options={"x264-params": x264, "crf": "18"})
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(round(fps * seconds)):
-            frame = av.VideoFrame.from_ndarray(pattern_frame(i, width, height), format="bgr24")
+            frame = av.VideoFrame.from_ndarray(draw(i, width, height), format="bgr24")
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
     partial.rename(path)
