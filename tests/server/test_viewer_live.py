@@ -99,8 +99,8 @@ def grid_server(module_server: LiveFactory) -> LiveServer:
     doc = config_doc(*streams)
     doc["webrtc"] = LOOPBACK
     live = module_server(doc)
-    for i in range(4):
-        wait_for(lambda i=i: live.stream(f"cam{i}")["frames_processed"] > 0, WAIT_S, f"cam{i}")
+    running = lambda: all(live.stream(f"cam{i}")["frames_processed"] > 0 for i in range(4))  # noqa: E731
+    wait_for(running, WAIT_S, "every cam processing")
     wait_for(lambda: live.stream("down")["state"] == "reconnecting", WAIT_S, "down reconnecting")
     return live
 
