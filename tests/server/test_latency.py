@@ -13,6 +13,7 @@ from pipelines.types import FrameResult
 from tests.server.conftest import WAIT_S, LiveFactory, config_doc
 from tests.server.live import LiveServer, wait_for
 from tests.support.appliance import DEMO_CLIP
+from tests.support.processes import free_port
 
 BLOCKS = [("people", "detect"), ("gate", "rate_limit"), ("tracks", "track")]
 EVERY_N = 3  # the gate passes one frame in 3: `tracks` runs on those only
@@ -129,3 +130,33 @@ def test_a_restart_starts_a_fresh_window_and_a_removal_ends_it(server: LiveServe
     wait_for(lambda: latency(server, "second")["frames"] > 0, WAIT_S, "second's frames")
     assert server.call("DELETE", "/v1/streams/second").status == 200
     assert server.call("GET", "/v1/streams/second/latency").status == 404
+
+
+def test_the_scene_gives_the_lines_and_zones_a_stream_counts(server: LiveServer) -> None:
+    """A stream whose camera never answers still has its compiled workflow: enough."""
+    workflow = {
+        "name": "door",
+        "blocks": [
+            {"id": "people", "type": "detect", "model": "person"},
+            {"id": "tracks", "type": "track", "detections": "people"},
+            {"id": "door", "type": "line_counter", "tracks": "tracks",
+             "line": [[0.1, 0.6], [0.9, 0.6]]},
+            {"id": "dock", "type": "zone_counter", "tracks": "tracks", "units": "px",
+             "zone": [[10, 10], [200, 10], [200, 120]]},
+        ],
+        "outputs": {"door": "door", "dock": "dock"},
+    }  # fmt: skip
+    dead = {"url": f"rtsp://127.0.0.1:{free_port()}/nothing"}
+    body = {"id": "doorcam", "source": dead, "workflow": workflow}
+    assert server.call("POST", "/v1/streams", json_body=body).status == 201
+    try:
+        assert server.get_json("/v1/streams/doorcam/scene") == {"stream": "doorcam", "regions": [
+            {"block": "door", "kind": "line", "points": [[0.1, 0.6], [0.9, 0.6]], "units": "norm"},
+            {"block": "dock", "kind": "zone", "points": [[10, 10], [200, 10], [200, 120]],
+             "units": "px"},
+        ]}  # fmt: skip
+    finally:
+        server.call("DELETE", "/v1/streams/doorcam")
+    assert server.get_json("/v1/streams/cam/scene") == {"stream": "cam", "regions": []}
+    assert server.call("GET", "/v1/streams/nope/scene").status == 404
+    assert server.call("GET", "/v1/streams/cam/scene", token=False).status == 401
