@@ -7,6 +7,7 @@ Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from pathlib import Path
@@ -253,18 +254,37 @@ def test_the_boxes_drawn_by_the_page_belong_to_their_frame(
 ) -> None:
     clip = write_clip(tmp_path / "mover.mp4", MOVER_W, MOVER_H, MOVER_FPS, 4.0,
                       faststart=False, draw=mover_frames())  # fmt: skip
-    stream = {"id": "mover", "workflow": detect_workflow(),
+    workflow = detect_workflow()
+    workflow["blocks"] += [
+        {"id": "tracks", "type": "track", "detections": "people"},
+        {"id": "door", "type": "line_counter", "tracks": "tracks",
+         "line": [[0.5, 0.05], [0.5, 0.95]]},
+    ]  # fmt: skip
+    workflow["outputs"]["door"] = "door"
+    stream = {"id": "mover", "workflow": workflow,
               "source": {"url": str(clip), "loop": True, "pace": "realtime"}}  # fmt: skip
     doc = config_doc(stream)
     doc["webrtc"] = LOOPBACK
     live = live_server(doc)
     page = Page(browser, token=True)
+    page.tab.set_viewport_size({"width": 390, "height": 844})  # a phone's
     page.tab.goto(live.url + "/streams/mover")
     page.tab.select_option("#video-mode", "raw")  # the page draws the boxes
     wait_playing(page)
     page.tab.evaluate(WATCH_OVERLAY)
     page.tab.wait_for_function("() => window.drawn.filter((d) => d.boxes?.length).length >= 30")
-    screenshot(page, "viewer-overlay.png")
+    screenshot(page, "viewer-overlay-phone.png")
+    # The counts, as text over the video, big enough to read on a phone.
+    count = page.tab.locator("#counts .count", has_text="door")
+    assert re.fullmatch(r"door in \d+ · out \d+ · total \d+", count.inner_text()), (
+        count.inner_text()
+    )
+    size = count.evaluate("(e) => parseFloat(getComputedStyle(e).fontSize)")
+    assert size >= 16
+    media, chip = page.tab.locator("#media").bounding_box(), count.bounding_box()
+    assert (
+        media and chip and media["y"] <= chip["y"] <= media["y"] + media["height"] - chip["height"]
+    )
     drawn = page.tab.evaluate("() => window.drawn")
     patches = {int(k): v for k, v in page.tab.evaluate("() => [...window.patches]")}
 

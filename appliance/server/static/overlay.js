@@ -26,6 +26,7 @@ export class Overlay {
     this.regions = [];
     this.enabled = false;
     this.current = null; // the frame on screen
+    new ResizeObserver(() => this.draw()).observe(canvas); // a resized canvas is blank
   }
 
   reset() {

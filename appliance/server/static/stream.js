@@ -131,7 +131,7 @@ export class StreamView {
     if (!message || message === this.drawn) return;
     this.drawn = message;
     const entries = Object.entries(message.outputs);
-    $("counts").replaceChildren(...entries.filter(([, v]) => isCounts(v)).map(countsChip));
+    drawCounts(entries.filter(([, v]) => isCounts(v)));
     const parts = entries.map(([name, value]) => output(name, value));
     $("predictions").replaceChildren(el("p", `frame ${message.seq}`, "note"), ...parts);
   }
@@ -160,11 +160,16 @@ export class StreamView {
 
 const isCounts = (v) => isRow(v) && ["in", "out", "inside"].some((k) => typeof v[k] === "number");
 
-function countsChip([name, counts]) {
-  const text = Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(" · ");
-  const chip = el("span", "", "count");
-  chip.append(el("strong", name), ` ${text}`);
-  return chip;
+// One chip per counts output, kept and updated in place (15 times a second).
+function drawCounts(counts) {
+  const box = $("counts");
+  while (box.children.length > counts.length) box.lastChild.remove();
+  counts.forEach(([name, value], i) => {
+    const chip = box.children[i] ?? box.appendChild(el("span", "", "count"));
+    const text = ` ${Object.entries(value).map(([k, v]) => `${k} ${v}`).join(" · ")}`;
+    if (chip.firstChild?.textContent === name && chip.lastChild.textContent === text) return;
+    chip.replaceChildren(el("strong", name), text);
+  });
 }
 
 function output(name, value) {
