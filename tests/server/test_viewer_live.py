@@ -188,6 +188,21 @@ def test_the_grid_plays_every_stream_and_stops_tiles_out_of_view(
     assert page.errors == []
 
 
+def test_the_grid_keeps_within_the_session_limit(live_server: LiveFactory, browser: Any) -> None:
+    doc = config_doc(*(plain_stream(f"cam{i}") for i in range(3)))
+    doc["webrtc"] = {**LOOPBACK, "max_sessions": 2}
+    live = live_server(doc)
+    page = Page(browser, token=True)
+    page.tab.goto(live.url + "/")
+    page.tab.locator("article.tile[data-phase='playing']").nth(1).wait_for()
+    # The third tile was refused (429): it says so, and waits for its turn.
+    left = page.tab.locator("article.tile:not([data-phase='playing'])")
+    left.locator(".tile-notice", has_text="no free video session").wait_for()
+    assert "webrtc.max_sessions" in left.locator(".tile-notice").inner_text()
+    assert left.count() == 1 and len(session_ids(live)) == 2
+    assert page.errors == []
+
+
 # -- the page's own overlay -----------------------------------------------------------------------
 MOVER_W, MOVER_H, MOVER_FPS = 640, 360, 15
 STEP_PX = 40  # the person moves this far each frame: a box one frame off is 40 px off

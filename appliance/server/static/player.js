@@ -39,6 +39,7 @@ export class Player {
     if (this.active) return;
     this.active = true;
     this.attempt = 0;
+    this.played = false; // since start(): "video lost" or "no video yet"
     this.checker = setInterval(() => this.check(), CHECK_EVERY_MS);
     this.connect();
   }
@@ -119,6 +120,7 @@ export class Player {
       conn.lastFrame = performance.now();
       if (!conn.playing) {
         conn.playing = true;
+        this.played = true;
         this.attempt = 0;
         this.setState("playing", "");
       }
@@ -197,7 +199,8 @@ export class Player {
     const backoff = BACKOFF_MS[Math.min(this.attempt, BACKOFF_MS.length - 1)];
     const delay = delayMs ?? backoff * (0.8 + 0.4 * Math.random()); // jitter: many viewers
     this.attempt += 1;
-    this.setState("retrying", `Video lost: ${why}. Retrying in ${(delay / 1000).toFixed(1)} s.`);
+    const lead = this.played ? "Video lost" : "No video yet";
+    this.setState("retrying", `${lead}: ${why}. Retrying in ${(delay / 1000).toFixed(1)} s.`);
     this.retryTimer = setTimeout(() => this.connect(), delay);
   }
 
