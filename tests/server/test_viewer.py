@@ -155,6 +155,9 @@ def test_the_viewer_plays_a_stream_over_webrtc(server: LiveServer, browser: Any)
         }"""
     )
     page.tab.locator("#predictions table caption", has_text="people").wait_for()
+    # The table shows the predictions of the frame on screen (the frames channel says
+    # which result each presented frame is), not merely the newest message.
+    page.tab.locator("#predictions .note", has_text="on screen").wait_for()
     # Functions, not expressions: Playwright evaluates an expression with eval, which the
     # page's Content-Security-Policy forbids (as it should). Rolling p50 and p95, both
     # capture -> frame shown (the `frames` channel's capture times) and -> message.

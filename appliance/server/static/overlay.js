@@ -56,6 +56,11 @@ export class Overlay {
     return info;
   }
 
+  /** The predictions of the frame on screen, once they have arrived (else null). */
+  onScreen() {
+    return this.current ? this.predictions.get(key(this.current.capture_time)) ?? null : null;
+  }
+
   /** Where the video's picture is inside the element (object-fit: contain). */
   box() {
     const w = this.canvas.clientWidth;

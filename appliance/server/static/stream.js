@@ -126,14 +126,18 @@ export class StreamView {
   }
 
   // -- predictions, drawn generically: lists of rows as tables, the rest as values -------
+  // The frame on screen's own predictions (the video and the table agree), or the
+  // newest while no frame is matched (before the frames channel's first entries).
   drawPredictions() {
-    const message = this.latest;
+    const onScreen = this.overlay.onScreen();
+    const message = onScreen ?? this.latest;
     if (!message || message === this.drawn) return;
     this.drawn = message;
     const entries = Object.entries(message.outputs);
     drawCounts(entries.filter(([, v]) => isCounts(v)));
     const parts = entries.map(([name, value]) => output(name, value));
-    $("predictions").replaceChildren(el("p", `frame ${message.seq}`, "note"), ...parts);
+    const caption = `frame ${message.seq}${onScreen ? ", on screen" : ", newest"}`;
+    $("predictions").replaceChildren(el("p", caption, "note"), ...parts);
   }
 
   // -- per-block latency -------------------------------------------------------------------
