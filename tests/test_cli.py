@@ -23,14 +23,16 @@ from tests.support.appliance import (
     detect_workflow,
     person_model,
 )
+from tests.support.media import MakeClip
+from tests.support.warm_cli import run_appliance
 
 WriteConfig = Callable[[dict[str, Any]], Path]
+DEMO = str(ROOT / "configs" / "demo.yaml")
 
 
 def appliance(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*APPLIANCE, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """`python -m appliance ARGS`, its output captured (tests/support/warm_cli.py)."""
+    return run_appliance(args, timeout=timeout)
 
 
 def file_stream(stream_id: str, url: str, **source: Any) -> dict[str, Any]:
@@ -39,6 +41,21 @@ def file_stream(stream_id: str, url: str, **source: Any) -> dict[str, Any]:
         "source": {"url": url, "pace": "fast", "loop": False, **source},
         "workflow": detect_workflow(),
     }
+
+
+@pytest.fixture(scope="module")
+def validated_demo() -> subprocess.CompletedProcess[str]:
+    """`appliance validate configs/demo.yaml`, plain: run once, read by several tests
+    (each call loads both of the demo's models)."""
+    return appliance("validate", DEMO)
+
+
+@pytest.fixture(scope="module")
+def verbose_in_new_york() -> tuple[datetime, subprocess.CompletedProcess[str]]:
+    """`appliance -v validate configs/demo.yaml` in a zone that is not UTC (UTC-5 or -4:
+    a local stamp would be off), with the time just before it ran."""
+    before = datetime.now(UTC)
+    return before, run_appliance(["-v", "validate", DEMO], env=clean_env(TZ="America/New_York"))
 
 
 def test_run_json_summarises_every_stream(write_config: WriteConfig) -> None:
@@ -61,16 +78,19 @@ def test_run_json_summarises_every_stream(write_config: WriteConfig) -> None:
         assert 0 < stream["latency_ms"]["p50"] <= stream["latency_ms"]["p99"]
 
 
-def test_run_plays_a_whole_file_and_prints_a_table(write_config: WriteConfig) -> None:
+def test_run_plays_a_whole_file_and_prints_a_table(
+    write_config: WriteConfig, make_clip: MakeClip
+) -> None:
+    clip = make_clip(seconds=2.0)  # short: the whole file is played, not a --max-frames
     config = write_config(
-        {"models": {"person": person_model()}, "streams": [file_stream("clip", str(DEMO_CLIP))]}
+        {"models": {"person": person_model()}, "streams": [file_stream("clip", str(clip))]}
     )
     done = appliance("run", "--config", str(config))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split()[:4] == ["stream", "state", "processed", "dropped"]
     row = lines[1].split()
-    assert row[:4] == ["clip", "stopped", "240", "0"]  # every frame of the 16 s, 15 fps clip
+    assert row[:4] == ["clip", "stopped", "60", "0"]  # every frame of the 2 s, 30 fps clip
 
 
 def test_a_corrupt_file_fails_its_stream_only(write_config: WriteConfig, tmp_path: Path) -> None:
@@ -227,8 +247,10 @@ def test_a_workflow_file_is_named_by_its_path_alone(tmp_path: Path) -> None:
     ]
 
 
-def test_validate_accepts_the_demo_and_its_workflows() -> None:
-    done = appliance("validate", str(ROOT / "configs/demo.yaml"))
+def test_validate_accepts_the_demo_and_its_workflows(
+    validated_demo: subprocess.CompletedProcess[str],
+) -> None:
+    done = validated_demo
     assert done.returncode == 0, done.stderr
     assert "valid config: 2 model(s), 2 stream(s)" in done.stdout
     assert "people-cam: workflow 'people_counter': 4 block(s)" in done.stdout
@@ -326,27 +348,30 @@ def test_version_and_help_list_every_command() -> None:
         assert f"\n    {command} " in listed, command
 
 
-def test_the_log_level_goes_after_the_command_too(tmp_path: Path) -> None:
+def test_the_log_level_goes_after_the_command_too() -> None:
     """`--log-level` after the command wins over the default: ERROR silences the INFO
     and WARNING lines that validating the demo config logs."""
-    demo = str(ROOT / "configs" / "demo.yaml")
-    loud = appliance("validate", demo, "--log-level", "DEBUG")
-    quiet = appliance("validate", demo, "--log-level", "ERROR")
+    loud = appliance("validate", DEMO, "--log-level", "DEBUG")
+    quiet = appliance("validate", DEMO, "--log-level", "ERROR")
     assert loud.returncode == 0 and quiet.returncode == 0, loud.stderr + quiet.stderr
     assert " DEBUG " in loud.stderr or " INFO " in loud.stderr
     assert quiet.stderr == ""
     assert quiet.stdout == loud.stdout  # the answer itself is the same
-    assert appliance("validate", demo, "--log-level", "LOUD").returncode == 2
+    assert appliance("validate", DEMO, "--log-level", "LOUD").returncode == 2
 
 
-def test_v_and_q_move_the_level_before_or_after_the_command(write_config: WriteConfig) -> None:
+def test_v_and_q_move_the_level_before_or_after_the_command(
+    write_config: WriteConfig,
+    validated_demo: subprocess.CompletedProcess[str],
+    verbose_in_new_york: tuple[datetime, subprocess.CompletedProcess[str]],
+) -> None:
     """-v: INFO lines on a one-shot command (quiet by default); -q: errors only, also on
     a start that warns."""
-    demo = str(ROOT / "configs" / "demo.yaml")
-    plain = appliance("validate", demo)
+    plain = validated_demo
     assert plain.returncode == 0 and plain.stderr == "", plain.stderr
-    for args in (["-v", "validate", demo], ["validate", demo, "--verbose"]):
-        verbose = appliance(*args)
+    # `-v validate DEMO` (run in another zone, which changes only the stamps) and
+    # `validate DEMO --verbose`.
+    for verbose in (verbose_in_new_york[1], appliance("validate", DEMO, "--verbose")):
         assert verbose.returncode == 0, verbose.stderr
         assert " INFO " in verbose.stderr and " DEBUG " not in verbose.stderr
     # A config that warns (a model that asks for CUDA, which this machine lacks) ...
@@ -361,14 +386,11 @@ def test_v_and_q_move_the_level_before_or_after_the_command(write_config: WriteC
         assert "valid config: 1 model(s)" in quiet.stdout
 
 
-def test_log_lines_are_stamped_in_utc_whatever_the_local_zone() -> None:
+def test_log_lines_are_stamped_in_utc_whatever_the_local_zone(
+    verbose_in_new_york: tuple[datetime, subprocess.CompletedProcess[str]],
+) -> None:
     """`2026-12-01T05:04:10.146Z`: ISO 8601 in UTC even where the machine's zone is not."""
-    before = datetime.now(UTC)
-    done = subprocess.run(
-        [*APPLIANCE, "-v", "validate", str(ROOT / "configs" / "demo.yaml")],
-        capture_output=True, text=True, timeout=120, check=False,
-        env=clean_env(TZ="America/New_York"),  # UTC-5 or -4: a local stamp would be off
-    )  # fmt: skip
+    before, done = verbose_in_new_york
     assert done.returncode == 0, done.stderr
     stamp = done.stderr.split(" ", 1)[0]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), done.stderr
@@ -398,14 +420,15 @@ def test_blocks_says_each_parameter_in_plain_words() -> None:
     assert "Literal" not in listing and "FieldInfo" not in listing and "Annotated" not in listing
 
 
-def test_one_shot_commands_are_quiet_on_the_demo() -> None:
+def test_one_shot_commands_are_quiet_on_the_demo(
+    validated_demo: subprocess.CompletedProcess[str],
+) -> None:
     """A CPU-only machine, the shipped demo: `validate`, `run` and `model bench` print
     their answer and nothing else on stderr (no GPU warning nobody asked for, no INFO narration)."""
-    demo = str(ROOT / "configs" / "demo.yaml")
-    checked = appliance("validate", demo)
+    checked = validated_demo
     assert checked.returncode == 0 and "valid config" in checked.stdout
     assert checked.stderr == ""
-    ran = appliance("run", "--config", demo, "--max-frames", "3")
+    ran = appliance("run", "--config", DEMO, "--max-frames", "3")
     assert ran.returncode == 0 and "people-cam" in ran.stdout
     assert ran.stderr == ""
     model = str(ROOT / "configs" / "models" / "person_ssdlite.onnx")

@@ -57,10 +57,26 @@ def test_people_counter_counts_each_walker_once(tmp_path: Path) -> None:
     assert results[-1].image.shape == (540, 960, 3)
 
 
+def first_frames(clip: Path, frames: int, out: Path) -> Path:
+    """The first `frames` frames of `clip` (no B-frames), its packets copied, not encoded
+    again: they decode to the very same images."""
+    with av.open(str(clip)) as src, av.open(str(out), "w") as dst:
+        video_in = src.streams.video[0]
+        video_out = dst.add_stream_from_template(video_in)
+        for _, packet in zip(range(frames), src.demux(video_in), strict=False):
+            packet.stream = video_out
+            dst.mux(packet)
+    return out
+
+
 def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
+    # The astronaut's crossing, whose face shows on frames 23-102 (the cameraman's, on
+    # 135-218, is the same case again).
+    clip = first_frames(DEMO_CLIP, 110, tmp_path / "astronaut.mp4")
     results: list[FrameResult] = []
-    run_file(DEMO_CLIP, "privacy_blur.yaml", tmp_path, results.append)
-    originals = decoded(DEMO_CLIP)
+    run_file(clip, "privacy_blur.yaml", tmp_path, results.append)
+    assert len(results) == 110
+    originals = decoded(clip)
     checked = 0
     for r in results:
         faces: Detections = r.outputs["faces"]

@@ -4,6 +4,11 @@ Every stream runs in exactly one worker (the sharding rule), the API answers for
 them, /metrics carries each stream's series once with its `worker`, a profiling window
 is one trace with a process track per worker, a killed worker is started again while
 the other's streams go on, and SIGTERM stops everything.
+
+The tests that start an appliance of their own come first. One appliance (`two`) serves
+the rest, in this order: the read-only tests, a stream added and removed, a worker
+killed and started again, then the reloads and SIGTERM, which end it. Nothing else runs
+beside it on this 2-core machine (a module fixture lives until the module ends).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from tests.support.appliance import (
     person_model,
     start_served,
 )
+from tests.support.warm_cli import run_appliance
 
 STREAMS = ["cam-a", "cam-b", "cam-c"]
 
@@ -63,14 +69,97 @@ def all_processing(served: Served) -> bool:
     return len(streams) == len(STREAMS) and all(s["frames_processed"] > 0 for s in streams.values())
 
 
+def test_a_token_is_asked_by_the_gateway(tmp_path: Path, serve: Callable[..., Served]) -> None:
+    config = tmp_path / "config.yaml"
+    doc = config_doc(tmp_path, token="s3cret-token")
+    doc["streams"] = doc["streams"][:2]
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2", env=clean_env())
+    served.wait_for(lambda: served.get("/ready")[0] == 200, 60, "both workers ready")
+    assert request(served, "GET", "/v1/streams")[0] == 401
+    assert request(served, "GET", "/v1/streams/cam-a/latest")[0] == 401
+    wrong = {"Authorization": "Bearer guess"}
+    assert request(served, "GET", "/v1/streams", headers=wrong)[0] == 401
+    assert served.get("/metrics")[0] == 200  # probes: open on loopback, as in one process
+    auth = {"Authorization": "Bearer s3cret-token"}
+    status, body = request(served, "GET", "/v1/streams", headers=auth)
+    assert status == 200 and {s["id"] for s in body["streams"]} == set(STREAMS[:2])
+    # Nothing but the gateway listens: each worker's socket sits in a folder only this
+    # user may enter, and no worker's command line carries the token.
+    for worker in served.json("/ready")["workers"]:
+        argv = Path(f"/proc/{worker['pid']}/cmdline").read_bytes().split(b"\0")
+        assert not any(b"s3cret-token" in arg for arg in argv)
+        socket_path = Path(argv[argv.index(b"--unix") + 1].decode())
+        assert socket_path.is_socket()
+        assert socket_path.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_worker_that_cannot_start_stops_the_appliance(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx model")  # exists (the config check passes), loads not
+    doc = config_doc(tmp_path)
+    doc["models"]["person"]["path"] = str(broken)
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(doc))
+    served = serve(config, "--workers", "2")  # the gateway answers /health at once
+    assert served.process.wait(60) == 1
+    assert "could not start" in served.log()
+    assert str(broken) in served.log()  # the worker's own error names the file
+
+
+def test_merge_metrics_adds_the_worker_label_and_keeps_one_family() -> None:
+    one = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="a"} 3.0\n'
+    two = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="b"} 4.0\n'
+    text = merge_metrics({0: one, 1: two}).decode()
+    assert text.count("# TYPE x_total counter") == 1
+    assert 'x_total{stream="a",worker="0"} 3.0' in text
+    assert 'x_total{stream="b",worker="1"} 4.0' in text
+
+
+def test_merge_traces_names_each_worker_track() -> None:
+    meta = {"name": "process_name", "ph": "M", "tid": 0, "args": {"name": "appliance"}}
+    traces: dict[int, dict[str, Any]] = {
+        i: {"traceEvents": [{**meta, "pid": 100 + i}, {"name": "s", "ph": "X", "pid": 100 + i}]}
+        for i in (0, 1)
+    }
+    merged = merge_traces(traces)
+    assert merged["otherData"]["worker_pids"] == {"0": 100, "1": 101}
+    names = [e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M"]
+    assert names == ["appliance worker 0", "appliance worker 1"]
+    assert traces[0]["traceEvents"][0]["args"]["name"] == "appliance"  # inputs untouched
+
+
+def test_a_port_in_use_starts_no_worker(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps(config_doc(tmp_path)))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+            capture_output=True, text=True, timeout=60, env=clean_env(), check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "worker 0 started" not in done.stderr
+
+
 @pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One appliance with two workers for the read-only tests of this module."""
-    tmp = tmp_path_factory.mktemp("workers")
-    config = tmp / "config.yaml"
-    config.write_text(json.dumps(config_doc(tmp)))
+def two_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of `two`: its config.yaml is `config_doc` of this folder."""
+    return tmp_path_factory.mktemp("workers")
+
+
+@pytest.fixture(scope="module")
+def two(two_folder: Path) -> Iterator[Served]:
+    """One appliance with two workers for the rest of this module (see its docstring)."""
+    config = two_folder / "config.yaml"
+    config.write_text(json.dumps(config_doc(two_folder)))
     # Shard 0 of 1 (every stream): a replica's shard, split again between its workers.
-    served = start_served(config, tmp, "--workers", "2", "--shard", "0/1")
+    served = start_served(config, two_folder, "--workers", "2", "--shard", "0/1")
     try:
         served.wait_for(lambda: all_processing(served), 60, "every stream to process")
         yield served
@@ -128,10 +217,7 @@ def test_events_stream_through_the_gateway(two: Served) -> None:
 
 
 def test_status_shows_the_shard_and_the_workers(two: Served) -> None:
-    done = subprocess.run(
-        [*APPLIANCE, "status", "--url", two.url], capture_output=True, text=True, timeout=30,
-        env=clean_env(), check=False,
-    )  # fmt: skip
+    done = run_appliance(["status", "--url", two.url], timeout=30, env=clean_env())
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].endswith("ok, ready (shard 0/1)"), lines[0]
@@ -231,12 +317,8 @@ def test_an_added_stream_goes_to_the_least_loaded_worker(two: Served) -> None:
     assert request(two, "GET", "/v1/streams/cam-new")[0] == 404
 
 
-def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(
-    tmp_path: Path, serve: Callable[..., Served]
-) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(json.dumps(config_doc(tmp_path)))
-    served = serve(config, "--workers", "2")
+def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(two: Served) -> None:
+    served = two
     served.wait_for(lambda: all_processing(served), 60, "every stream to process")
     placed = assign(STREAMS, 2)
     victim = served.json("/ready")["workers"][0]["pid"]
@@ -265,17 +347,15 @@ def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(
     assert "worker 0 exited (signal SIGKILL)" in served.log_path.read_text()
 
 
-def test_a_reload_one_worker_refuses_changes_nothing_in_any(
-    tmp_path: Path, serve: Callable[..., Served]
+def test_a_reload_one_worker_refuses_changes_nothing_then_a_good_one_reaches_every_worker(
+    two: Served, two_folder: Path
 ) -> None:
     """Two phases: each worker checks its share, and applies only once all accept. A
     broken workflow for a stream of worker 1 leaves worker 0's new stream unstarted,
-    over the API and on SIGHUP; a good file then applies in both."""
-    config = tmp_path / "config.yaml"
-    doc = config_doc(tmp_path)
-    config.write_text(json.dumps(doc))
-    served = serve(config, "--workers", "2")
-    served.wait_for(lambda: all_processing(served), 60, "every stream to process")
+    over the API and on SIGHUP; a good file then applies in both, and a reload of three
+    more cameras reaches every worker. Last, SIGTERM stops them all (it ends `two`)."""
+    served, config, doc = two, two_folder / "config.yaml", config_doc(two_folder)
+    assert set(running(served)) == set(STREAMS)  # as `two` was started
     placed = assign([*STREAMS, "cam-good", "cam-bad"], 2)
     assert placed["cam-good"] != placed["cam-bad"]  # one new stream on each worker
     broken = {**detect_workflow(), "outputs": {"people": "ghost"}}
@@ -297,28 +377,19 @@ def test_a_reload_one_worker_refuses_changes_nothing_in_any(
     served.wait_for(lambda: set(running(served)) == {*STREAMS, "cam-good", "cam-bad"}, 30,
                     "both new streams, each on its worker")  # fmt: skip
     assert {i: s["worker"] for i, s in running(served).items()} == placed
-
-
-def test_a_reload_reaches_every_worker_and_sigterm_stops_them(
-    tmp_path: Path, serve: Callable[..., Served]
-) -> None:
-    config = tmp_path / "config.yaml"
-    doc = config_doc(tmp_path)
-    config.write_text(json.dumps(doc))
-    served = serve(config, "--workers", "2")
-    served.wait_for(lambda: all_processing(served), 60, "every stream to process")
     # Three more cameras in the file: each worker starts its share of them.
+    first = [*STREAMS, "cam-good", "cam-bad"]
     more = ["cam-d", "cam-e", "cam-f"]
     doc["streams"] += [{**doc["streams"][0], "id": s} for s in more]
     config.write_text(json.dumps(doc))
     status, body = request(served, "POST", "/v1/config/reload")
     assert status == 200, body
-    before, after = assign(STREAMS, 2), assign([*STREAMS, *more], 2)
-    moved = sorted(s for s in STREAMS if before[s] != after[s])  # the balance may move some
+    before, after = assign(first, 2), assign([*first, *more], 2)
+    moved = sorted(s for s in first if before[s] != after[s])  # the balance may move some
     assert body["added"] == more
     assert body["removed"] == []
     assert body["restarted"] == moved
-    assert body["unchanged"] == sorted(set(STREAMS) - set(moved))
+    assert body["unchanged"] == sorted(set(first) - set(moved))
     assert {i: s["worker"] for i, s in running(served).items()} == after
     served.wait_for(lambda: served.get("/ready")[0] == 200, 30, "the new streams running")
 
@@ -330,86 +401,8 @@ def test_a_reload_reaches_every_worker_and_sigterm_stops_them(
         assert not Path(f"/proc/{pid}").exists() or "zombie" in _state(pid)
     assert served.log_path.read_text().count("runtime stopped") == 2
     # Each worker wrote its rolling traces in its own folder: no two writers share one.
-    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["worker-0", "worker-1"]
+    assert sorted(p.name for p in (two_folder / "traces").iterdir()) == ["worker-0", "worker-1"]
 
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
-
-
-def test_a_token_is_asked_by_the_gateway(tmp_path: Path, serve: Callable[..., Served]) -> None:
-    config = tmp_path / "config.yaml"
-    doc = config_doc(tmp_path, token="s3cret-token")
-    doc["streams"] = doc["streams"][:2]
-    config.write_text(json.dumps(doc))
-    served = serve(config, "--workers", "2", env=clean_env())
-    served.wait_for(lambda: served.get("/ready")[0] == 200, 60, "both workers ready")
-    assert request(served, "GET", "/v1/streams")[0] == 401
-    assert request(served, "GET", "/v1/streams/cam-a/latest")[0] == 401
-    wrong = {"Authorization": "Bearer guess"}
-    assert request(served, "GET", "/v1/streams", headers=wrong)[0] == 401
-    assert served.get("/metrics")[0] == 200  # probes: open on loopback, as in one process
-    auth = {"Authorization": "Bearer s3cret-token"}
-    status, body = request(served, "GET", "/v1/streams", headers=auth)
-    assert status == 200 and {s["id"] for s in body["streams"]} == set(STREAMS[:2])
-    # Nothing but the gateway listens: each worker's socket sits in a folder only this
-    # user may enter, and no worker's command line carries the token.
-    for worker in served.json("/ready")["workers"]:
-        argv = Path(f"/proc/{worker['pid']}/cmdline").read_bytes().split(b"\0")
-        assert not any(b"s3cret-token" in arg for arg in argv)
-        socket_path = Path(argv[argv.index(b"--unix") + 1].decode())
-        assert socket_path.is_socket()
-        assert socket_path.parent.stat().st_mode & 0o777 == 0o700
-
-
-def test_a_worker_that_cannot_start_stops_the_appliance(
-    tmp_path: Path, serve: Callable[..., Served]
-) -> None:
-    broken = tmp_path / "broken.onnx"
-    broken.write_bytes(b"not an onnx model")  # exists (the config check passes), loads not
-    doc = config_doc(tmp_path)
-    doc["models"]["person"]["path"] = str(broken)
-    config = tmp_path / "config.yaml"
-    config.write_text(json.dumps(doc))
-    served = serve(config, "--workers", "2")  # the gateway answers /health at once
-    assert served.process.wait(60) == 1
-    assert "could not start" in served.log()
-    assert str(broken) in served.log()  # the worker's own error names the file
-
-
-def test_merge_metrics_adds_the_worker_label_and_keeps_one_family() -> None:
-    one = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="a"} 3.0\n'
-    two = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="b"} 4.0\n'
-    text = merge_metrics({0: one, 1: two}).decode()
-    assert text.count("# TYPE x_total counter") == 1
-    assert 'x_total{stream="a",worker="0"} 3.0' in text
-    assert 'x_total{stream="b",worker="1"} 4.0' in text
-
-
-def test_merge_traces_names_each_worker_track() -> None:
-    meta = {"name": "process_name", "ph": "M", "tid": 0, "args": {"name": "appliance"}}
-    traces = {
-        i: {"traceEvents": [{**meta, "pid": 100 + i}, {"name": "s", "ph": "X", "pid": 100 + i}]}
-        for i in (0, 1)
-    }
-    merged = merge_traces(traces)
-    assert merged["otherData"]["worker_pids"] == {"0": 100, "1": 101}
-    names = [e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M"]
-    assert names == ["appliance worker 0", "appliance worker 1"]
-    assert traces[0]["traceEvents"][0]["args"]["name"] == "appliance"  # inputs untouched
-
-
-def test_a_port_in_use_starts_no_worker(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(json.dumps(config_doc(tmp_path)))
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
-            capture_output=True, text=True, timeout=60, env=clean_env(), check=False,
-        )  # fmt: skip
-    assert done.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
-    assert "worker 0 started" not in done.stderr

@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.client import TOKEN, WORKFLOW, served_appliance
-from tests.support.appliance import APPLIANCE, DEMO_CLIP, ROOT, Served, clean_env, free_port
+from tests.support.appliance import DEMO_CLIP, ROOT, Served, clean_env
+from tests.support.processes import free_port
+from tests.support.warm_cli import run_appliance
 
 BROKEN = '{"name": "broken", "blocks": [{"id": "a", "type": "no_such_block"}], "outputs": {}}'
 
@@ -25,16 +27,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def appliance(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m appliance ARGS` from the repository root, with only `env` configuring it."""
-    return subprocess.run(
-        [*APPLIANCE, *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        cwd=ROOT,
-        env=clean_env(**env),
-    )
+    """`python -m appliance ARGS` from the repository root, with only `env` configuring it
+    (tests/support/warm_cli.py)."""
+    return run_appliance(args, timeout=30, cwd=ROOT, env=clean_env(**env))
 
 
 def against(served: Served, *args: str) -> subprocess.CompletedProcess[str]:

@@ -27,7 +27,8 @@ import yaml
 from appliance.client import ApplianceAPIError, ApplianceClient
 from appliance.watch.report import Regression
 from tests.client import CONFIGS, TOKEN, stream_doc
-from tests.support.appliance import APPLIANCE, ROOT, Served, clean_env, start_served
+from tests.support.appliance import ROOT, Served, clean_env, start_served
+from tests.support.warm_cli import run_appliance
 
 STREAM, BLOCK = "people-cam", "people-cam/people"
 WAIT_S = 45.0
@@ -57,6 +58,30 @@ def served_with_baseline(folder: Path, probe_us: list[int]) -> Served:
     return start_served(config, folder)
 
 
+def test_status_says_when_the_host_is_slower(tmp_path: Path) -> None:
+    # First: before the module's appliance starts, so that the two never run side by side.
+    # The baseline's host probe ran in 10 µs: a hundred times faster than any host now.
+    served = served_with_baseline(tmp_path, probe_us=[10] * 30)
+    try:
+        client = ApplianceClient(served.url, token=TOKEN, timeout=20)
+        served.wait_for(lambda: client.regressions().host is not None, WAIT_S, "host slowdown")
+        report = client.regressions()
+        host = report.host
+        assert host is not None and host.kind == "host" and report.active == []
+        assert host.probe_ratio is not None and host.probe_ratio > 10 and host.ratio > 3
+        done = appliance(served, "status")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        section = lines[lines.index("regressions: 1 active") :]
+        assert section[1] == (
+            f"  host: ×{host.ratio:.2f} slower as a whole, the host and not a block (probe "
+            f"×{host.probe_ratio:.2f}, rows ×{host.common_ratio:.2f}), since {host.started_at}"
+        )
+        assert len(section) == 2  # the block is not in regression: the host explains it
+    finally:
+        served.stop()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """No host probe in the baseline: nothing can be put on the host, the block is slower."""
@@ -73,10 +98,9 @@ def client(served: Served) -> ApplianceClient:
 
 
 def appliance(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*APPLIANCE, *args, "--url", served.url, "--token", TOKEN], capture_output=True,
-        text=True, timeout=30, check=False, cwd=ROOT, env=clean_env(),
-    )  # fmt: skip
+    """`python -m appliance ARGS` against `served` (tests/support/warm_cli.py)."""
+    command = [*args, "--url", served.url, "--token", TOKEN]
+    return run_appliance(command, timeout=30, cwd=ROOT, env=clean_env())
 
 
 def block_regression(served: Served, client: ApplianceClient) -> Regression:
@@ -164,26 +188,3 @@ def test_streams_baseline_learns_again_and_ends_the_regression(
     with pytest.raises(ApplianceAPIError) as caught:
         client.rebaseline("nope")
     assert caught.value.status == 404
-
-
-def test_status_says_when_the_host_is_slower(tmp_path: Path) -> None:
-    # The baseline's host probe ran in 10 µs: a hundred times faster than any host now.
-    served = served_with_baseline(tmp_path, probe_us=[10] * 30)
-    try:
-        client = ApplianceClient(served.url, token=TOKEN, timeout=20)
-        served.wait_for(lambda: client.regressions().host is not None, WAIT_S, "host slowdown")
-        report = client.regressions()
-        host = report.host
-        assert host is not None and host.kind == "host" and report.active == []
-        assert host.probe_ratio is not None and host.probe_ratio > 10 and host.ratio > 3
-        done = appliance(served, "status")
-        assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
-        section = lines[lines.index("regressions: 1 active") :]
-        assert section[1] == (
-            f"  host: ×{host.ratio:.2f} slower as a whole, the host and not a block (probe "
-            f"×{host.probe_ratio:.2f}, rows ×{host.common_ratio:.2f}), since {host.started_at}"
-        )
-        assert len(section) == 2  # the block is not in regression: the host explains it
-    finally:
-        served.stop()

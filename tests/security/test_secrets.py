@@ -27,7 +27,9 @@ from appliance.server.routes import ROUTES
 from appliance.server.routing import Route
 from tests.server.conftest import WAIT_S, config_doc, demo_stream
 from tests.server.live import LiveServer, Reply, wait_for, write_yaml
-from tests.support.appliance import APPLIANCE, ROOT, Served, clean_env, detect_workflow, free_port
+from tests.support.appliance import ROOT, Served, clean_env, detect_workflow
+from tests.support.processes import free_port
+from tests.support.warm_cli import run_appliance
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 FAST_RETRY = {"open_timeout_s": 2, "backoff": {"initial_s": 0.05, "max_s": 0.2}}
@@ -201,16 +203,9 @@ def _check_traces(folder: Path) -> None:
 
 # -- out of process: `appliance serve` and the CLI -------------------------------------
 def appliance(*args: str) -> subprocess.CompletedProcess[str]:
-    """The `appliance` command as a user runs it; no APPLIANCE_* variables."""
-    return subprocess.run(
-        [*APPLIANCE, *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        cwd=ROOT,
-        env=clean_env(),
-    )
+    """The `appliance` command as a user runs it; no APPLIANCE_* variables
+    (tests/support/warm_cli.py)."""
+    return run_appliance(args, timeout=30, cwd=ROOT, env=clean_env())
 
 
 def test_no_log_or_cli_message_holds_the_secret(

@@ -31,7 +31,7 @@ from tests.server.live import LiveServer, wait_for
 from tests.support.appliance import Served
 
 HEAD_S = 1.0  # limits.header_timeout_s of the module's server
-KEEPALIVE_S = 3.0  # limits.keepalive_timeout_s
+KEEPALIVE_S = 2.0  # limits.keepalive_timeout_s
 PER_CLIENT = 40
 MARGIN_S = 6.0  # a timer on a shared, busy machine fires late, never early
 MANY = 2000
@@ -43,8 +43,8 @@ WHOLE = b"GET /health HTTP/1.1\r\nHost: appliance\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
-def server(module_server: LiveFactory) -> LiveServer:
-    doc = config_doc(demo_stream("cam"))
+def server(module_server: LiveFactory, light_camera: Path) -> LiveServer:
+    doc = config_doc(demo_stream("cam", url=str(light_camera)))
     doc["limits"] = {
         "header_timeout_s": HEAD_S,
         "keepalive_timeout_s": KEEPALIVE_S,

@@ -4,6 +4,7 @@ it: schemathesis sends generated requests, valid and invalid, to every operation
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -32,9 +33,10 @@ SENT_CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def server(module_server: LiveFactory) -> LiveServer:
+def server(module_server: LiveFactory, light_camera: Path) -> LiveServer:
     # Generated profiling windows last at most 1 s; a start while one runs is a 409.
-    return module_server({**config_doc(demo_stream("fuzz-cam")), "profiling": {"max_window_s": 1}})
+    cam = demo_stream("fuzz-cam", url=str(light_camera))
+    return module_server({**config_doc(cam), "profiling": {"max_window_s": 1}})
 
 
 def operations(document: dict[str, Any]) -> set[tuple[str, str]]:

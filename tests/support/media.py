@@ -111,6 +111,15 @@ def make_clip(tmp_path_factory: pytest.TempPathFactory) -> MakeClip:
 
 
 @pytest.fixture(scope="session")
+def light_camera(make_clip: MakeClip) -> Path:
+    """A cheap clip to loop as a live camera where a test needs a stream that runs, not
+    what it shows: 320x240 at 5 fps. The demo clip (960x540, 15 fps) keeps about 0.7 of a
+    core busy through the person detector, this one about 0.3, on the 2-core test box
+    whose other core runs the test itself."""
+    return make_clip(320, 240, fps=5, seconds=4.0)
+
+
+@pytest.fixture(scope="session")
 def truncated_clip(make_clip: MakeClip, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A valid clip cut in half: its index (moov, written first) promises frames whose
     bytes are missing, so it opens and decodes, then fails mid-file."""
