@@ -82,7 +82,11 @@ class NewestFrameTrack(MediaStreamTrack):
         if wait > 0:
             await asyncio.sleep(wait)
             entry = await self._feed.newer_than(self._last)  # the newest after the wait
-        self._due = loop.time() + self._interval
+        # From the previous due time, not from now: the loop's lag would add to every
+        # period (4.5 fps for 5 on a busy machine); from now after a pause (no burst).
+        now = loop.time()
+        base = self._due if self._due > now - self._interval else now
+        self._due = base + self._interval
         self._last = entry[0]
         pixels = await self._feed.image(entry, self._max_width, self._raw)
         frame = VideoFrame.from_ndarray(pixels, format="yuv420p")

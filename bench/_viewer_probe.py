@@ -1,0 +1,321 @@
+"""For bench/viewer.py: Chromium (Debian's binary driven by Playwright with the viewer
+tests' flags, tests/server/chromium.py; niced; the recording script bench/_viewer_page.js
+injected into every page), the CPU used by its process tree, by the appliance's threads
+that serve viewers and by the whole machine (/proc), and the figures made of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import statistics
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from playwright.sync_api import ViewportSize, sync_playwright
+
+from tests.server.chromium import CHROMIUM, CHROMIUM_FLAGS
+from tests.support import clock_camera
+from tests.support import clock_camera_server as layout
+from tests.support.clock_camera import ClockCamera
+
+PAGE_SCRIPT = Path(__file__).with_name("_viewer_page.js")
+# Niced: viewers watch from other machines; here the browser shares the two cores with
+# the appliance, whose work must not wait for it (nor be charged for it).
+NICE = 10
+NO_RAISING = "setpriv --bounding-set=-sys_nice --inh-caps=-sys_nice"  # drop CAP_SYS_NICE
+WAIT_MS = 30_000
+RTP_MASK = 0xFFFFFFFF
+Records = dict[str, list[list[Any]]]  # bench/_viewer_page.js's arrays
+TICKS = os.sysconf("SC_CLK_TCK")  # /proc's CPU times are in these
+SERVER_THREAD = re.compile(r"loop|asyncio_\d+")
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc/PID/stat has it."""
+
+    pid: int
+    ppid: int
+    name: str
+    cpu_s: float  # user + system, its own and its reaped children's
+
+
+def processes() -> list[Proc]:
+    """Every process readable now (proc(5)); ones that end meanwhile are left out."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        out.append(Proc(int(entry.name), int(fields[1]), name, ticks / TICKS))
+    return out
+
+
+def server_threads_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) of this process's threads that serve viewers, by
+    native id: the server's event loop (LiveServer's thread "loop": HTTP, ICE, DTLS,
+    RTP) and its default thread pool ("asyncio_N": frame conversion, VP8 encoding).
+    The streams' threads (decoding, inference) are the rest of the process."""
+    out: dict[int, float] = {}
+    for thread in threading.enumerate():
+        if thread.native_id is None or not SERVER_THREAD.fullmatch(thread.name):
+            continue
+        try:
+            text = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        out[thread.native_id] = (int(fields[11]) + int(fields[12])) / TICKS
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core has spent busy since boot (proc(5): /proc/stat's "cpu")."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
+class OtherWork:
+    """The CPU the rest of the machine uses from now on: every core's busy time less that
+    of this process and its descendants (the appliance, the camera, Chromium and
+    Playwright's driver), % of one core."""
+
+    def __init__(self) -> None:
+        self._busy, self._ours = machine_busy_s(), self._our_tree()
+
+    @staticmethod
+    def _our_tree() -> dict[int, float]:
+        return {p.pid: p.cpu_s for p in tree(os.getpid(), processes())}
+
+    def pct(self, elapsed_s: float) -> float:
+        ours = cpu_between(self._ours, self._our_tree())
+        return 100 * (machine_busy_s() - self._busy - ours) / elapsed_s
+
+
+def tree(root: int, procs: list[Proc]) -> list[Proc]:
+    """`root` and its descendants among `procs`."""
+    children: dict[int, list[Proc]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    found = [p for p in procs if p.pid == root]
+    for p in found:  # grows as it goes: breadth first
+        found.extend(children.get(p.pid, []))
+    return found
+
+
+def page_script(watch: bool) -> str:
+    """The recording script, with the clock camera's stamp layout; `watch`: read the stamp
+    of every frame #video presents (else only the data channels are recorded)."""
+    constants = {
+        "blocks": layout.BLOCKS,
+        "checkBits": layout.CHECK_BITS,
+        "salt": layout.check_nibble(0),  # the salt: the check of stamp 0
+        "threshold": clock_camera._THRESHOLD,
+        "margin": clock_camera._MARGIN,
+        "watch": watch,
+    }
+    return f"const LAYOUT = {json.dumps(constants)};\n" + PAGE_SCRIPT.read_text()
+
+
+@dataclass
+class Browser:
+    """A running Chromium: its Playwright context and the pid of its first process."""
+
+    context: Any
+    pid: int
+
+    def page(self, token: str, watch: bool) -> Any:
+        """A new tab that knows the token and records (see page_script); the page's
+        script errors collect in its `errors` list."""
+        tab = self.context.new_page()
+        tab.set_default_timeout(WAIT_MS)
+        tab.add_init_script(f"sessionStorage.setItem('appliance.token', {json.dumps(token)})")
+        tab.add_init_script(page_script(watch))
+        errors: list[str] = []
+        tab.on("pageerror", lambda exc: errors.append(str(exc)))
+        tab.errors = errors
+        return tab
+
+    def cpu_s(self) -> dict[int, float]:
+        """CPU seconds (user + system, and of reaped children) of each live process of
+        the browser's tree, by pid."""
+        return {p.pid: p.cpu_s for p in tree(self.pid, processes())}
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two readings by pid (or thread id); one new since counts
+    from 0 (one gone since is lost: the grid's tab and the thread pool keep theirs)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+@contextmanager
+def chromium(folder: Path, viewport: ViewportSize) -> Iterator[Browser]:
+    """Chromium with a fresh profile in `folder`, niced by a wrapper script."""
+    if not CHROMIUM.exists():
+        raise SystemExit(f"{CHROMIUM} is missing: run sh tests/install_deps.sh")
+    wrapper = folder / "chromium-niced"
+    # Chromium sets its threads' priorities itself (0, -8 for its display and IO threads,
+    # as root): without CAP_SYS_NICE it cannot raise them above the nice it starts with.
+    keep_nice = f"{NO_RAISING} " if os.geteuid() == 0 else ""
+    wrapper.write_text(f'#!/bin/sh\nexec {keep_nice}nice -n {NICE} {CHROMIUM} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    before = {p.pid for p in tree(os.getpid(), processes())}
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(folder / "chromium-profile"),
+            executable_path=str(wrapper),
+            args=CHROMIUM_FLAGS,
+            viewport=viewport,
+        )
+        try:
+            yield Browser(context, _browser_pid(before))
+        finally:
+            context.close()
+
+
+def _browser_pid(before: set[int]) -> int:
+    """The browser's main process: the new Chromium descendant of ours whose parent is
+    not one (Playwright's driver, a Node process, started it)."""
+    new = [p for p in tree(os.getpid(), processes()) if p.pid not in before]
+    chrome = [p for p in new if "chrom" in p.name]
+    pids = {p.pid for p in chrome}
+    roots = [p.pid for p in chrome if p.ppid not in pids]
+    if len(roots) != 1:
+        raise SystemExit(f"cannot tell Chromium's main process among {chrome}")
+    return roots[0]
+
+
+# -- the figures --------------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 1) if values else float("nan")
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{min(values):.{digits}f} to {max(values):.{digits}f}"
+
+
+def glass_metrics(
+    camera: ClockCamera, records: Records, by_seq: dict[int, int], seconds: float
+) -> dict[str, Any]:
+    """The figures of one recording (bench/_viewer_page.js's arrays), in ms; `by_seq`:
+    the stamp of each result, as the appliance read it."""
+
+    def emitted_ms(stamp: int | None) -> float | None:
+        index = None if stamp is None else camera.emissions.resolve(stamp)
+        at = None if index is None else camera.emitted(index)
+        return None if at is None else at * 1000
+
+    sent = {rtp: (seq, capture * 1000) for _, rtp, seq, capture in records["frames"]}
+    video, received, held, decode, internal = [], [], [], [], []
+    checked = same = off_by_one = 0
+    for stamp, expected, _, receive, rtp, processing in records["presented"]:
+        info = sent.get(rtp)
+        if info is None and rtp is not None:
+            # Chromium's rtpTimestamp is often one tick off the one sent (it converts
+            # through microseconds and back); frames are thousands of ticks apart.
+            info = sent.get((rtp + 1) & RTP_MASK) or sent.get((rtp - 1) & RTP_MASK)
+            off_by_one += info is not None
+        if info is not None:
+            internal.append(expected - info[1])
+            if stamp is not None and info[0] in by_seq:  # the frame drawn is the one named
+                checked += 1
+                same += by_seq[info[0]] == stamp
+        at = emitted_ms(stamp)
+        if at is None:
+            continue
+        video.append(expected - at)
+        if receive is not None:
+            received.append(receive - at)
+            held.append(expected - receive)
+        if processing is not None:
+            decode.append(processing)
+    predictions, capture_to_message = [], []
+    for arrival, seq, capture in records["predictions"]:
+        capture_to_message.append(arrival - capture * 1000)
+        at = emitted_ms(by_seq.get(seq))
+        if at is not None:
+            predictions.append(arrival - at)
+    presented = len(records["presented"])
+    return {
+        "video.frames": len(video),
+        "video.presented_fps": round(presented / seconds, 2),
+        "video.unreadable_stamps": presented - len(video),
+        "video.mapped_by_rtp": round(len(internal) / max(1, presented), 3),
+        "video.rtp_timestamp_off_by_one": round(off_by_one / max(1, presented), 3),
+        "video.same_frame_as_rtp": round(same / max(1, checked), 4),
+        # The page's own overlay: the presented frames it matched to their result.
+        "page.overlay_matched_frames": round(
+            len({o[0] for o in records["overlaid"]}) / max(1, presented), 3
+        ),
+        "video.g2g_p50_ms": pct(video, 50),
+        "video.g2g_p95_ms": pct(video, 95),
+        "video.g2g_to_received_p50_ms": pct(received, 50),
+        "video.g2g_to_received_p95_ms": pct(received, 95),
+        # The browser: from the frame's last packet to its expected display.
+        "video.received_to_display_p50_ms": pct(held, 50),
+        "video.received_to_display_p95_ms": pct(held, 95),
+        "video.decode_p50_ms": pct(decode, 50),
+        "video.capture_to_presented_p50_ms": pct(internal, 50),
+        "video.capture_to_presented_p95_ms": pct(internal, 95),
+        "predictions.messages": len(capture_to_message),
+        "predictions.matched": len(predictions),
+        "predictions.g2g_p50_ms": pct(predictions, 50),
+        "predictions.g2g_p95_ms": pct(predictions, 95),
+        "predictions.capture_to_message_p50_ms": pct(capture_to_message, 50),
+        "predictions.capture_to_message_p95_ms": pct(capture_to_message, 95),
+    }
+
+
+def slope(points: list[dict[str, float]], key: str) -> float:
+    """The least-squares slope of `key` over the number of tiles."""
+    return float(np.polyfit([p["k"] for p in points], [p[key] for p in points], 1)[0])
+
+
+def mean_at(points: list[dict[str, float]], k: float, key: str) -> float:
+    return statistics.mean(p[key] for p in points if p["k"] == k)
+
+
+def grid_metrics(phases: list[list[dict[str, float]]], quiet_pct: float) -> dict[str, Any]:
+    """Per round (a list of phases): slopes over k and the fps ratio; their medians and
+    ranges over the rounds. A round is quiet when the rest of the machine used at most
+    `quiet_pct` % of a core in each of its phases."""
+    metrics: dict[str, Any] = {"grid.rounds": len(phases)}
+    for key, name in (("app_pct", "app"), ("server_pct", "server"), ("browser_pct", "browser")):
+        slopes = [slope(points, key) for points in phases]
+        metrics[f"grid.{name}_pct_per_tile"] = round(statistics.median(slopes), 2)
+        metrics[f"grid.{name}_pct_per_tile.range"] = spread(slopes)
+        metrics[f"grid.{name}_pct_per_tile.max"] = round(max(slopes), 2)
+        for k in sorted({p["k"] for p in phases[0]}):
+            shown = statistics.median(mean_at(points, k, key) for points in phases)
+            metrics[f"grid.{name}_pct.{int(k)}_tiles"] = round(shown, 1)
+    ratios = [mean_at(points, 4, "fps") / mean_at(points, 0, "fps") for points in phases]
+    metrics["grid.fps_4_tiles_vs_none"] = round(statistics.median(ratios), 3)
+    metrics["grid.fps_4_tiles_vs_none.range"] = spread(ratios, 3)
+    # Judged over the rounds the rest of the machine left alone: when it takes the cores,
+    # the streams lose frames to whatever else runs, tiles or not.
+    quiet = [r for r, points in zip(ratios, phases, strict=True)
+             if max(p["others_pct"] for p in points) <= quiet_pct]  # fmt: skip
+    metrics["grid.quiet_rounds"] = len(quiet)
+    metrics["grid.fps_4_tiles_vs_none.quiet_min"] = round(min(quiet), 3) if quiet else None
+    metrics["grid.fps_none"] = round(statistics.median(mean_at(p, 0, "fps") for p in phases), 2)
+    others = [p["others_pct"] for points in phases for p in points]
+    metrics["grid.others_pct"] = f"{round(statistics.median(others))} (max {round(max(others))})"
+    tile_fps = [p["tile_fps"] for points in phases for p in points if p["k"]]
+    metrics["grid.tile_fps"] = spread(tile_fps, 1)
+    return metrics
