@@ -1,7 +1,7 @@
 """For bench/viewer.py: Chromium (Debian's binary driven by Playwright with the viewer
 tests' flags, tests/server/chromium.py; niced; the recording script bench/_viewer_page.js
 injected into every page), the CPU used by its process tree, by the appliance's threads
-that serve viewers and by the whole machine (/proc), and the figures made of them."""
+that serve viewers and by the whole machine (psutil), and the figures made of them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 from playwright.sync_api import ViewportSize, sync_playwright
 
 from tests.server.chromium import CHROMIUM, CHROMIUM_FLAGS
@@ -33,35 +34,24 @@ NO_RAISING = "setpriv --bounding-set=-sys_nice --inh-caps=-sys_nice"  # drop CAP
 WAIT_MS = 30_000
 RTP_MASK = 0xFFFFFFFF
 Records = dict[str, list[list[Any]]]  # bench/_viewer_page.js's arrays
-TICKS = os.sysconf("SC_CLK_TCK")  # /proc's CPU times are in these
 SERVER_THREAD = re.compile(r"loop|asyncio_\d+")
 
 
-@dataclass(frozen=True)
-class Proc:
-    """One process as /proc/PID/stat has it."""
-
-    pid: int
-    ppid: int
-    name: str
-    cpu_s: float  # user + system, its own and its reaped children's
-
-
-def processes() -> list[Proc]:
-    """Every process readable now (proc(5)); ones that end meanwhile are left out."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def tree_cpu_s(root: int) -> dict[int, float]:
+    """CPU seconds (user + system, its own and its reaped children's) of `root` and each
+    live descendant, by pid; ones that end meanwhile are left out."""
+    try:
+        top = psutil.Process(root)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    out: dict[int, float] = {}
+    for proc in procs:
         try:
-            text = (entry / "stat").read_text()
-        except OSError:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
             continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
-        ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-        out.append(Proc(int(entry.name), int(fields[1]), name, ticks / TICKS))
+        out[proc.pid] = t.user + t.system + t.children_user + t.children_system
     return out
 
 
@@ -70,25 +60,14 @@ def server_threads_cpu_s() -> dict[int, float]:
     native id: the server's event loop (LiveServer's thread "loop": HTTP, ICE, DTLS,
     RTP) and its default thread pool ("asyncio_N": frame conversion, VP8 encoding).
     The streams' threads (decoding, inference) are the rest of the process."""
-    out: dict[int, float] = {}
-    for thread in threading.enumerate():
-        if thread.native_id is None or not SERVER_THREAD.fullmatch(thread.name):
-            continue
-        try:
-            text = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        out[thread.native_id] = (int(fields[11]) + int(fields[12])) / TICKS
-    return out
+    ours = {t.native_id for t in threading.enumerate() if SERVER_THREAD.fullmatch(t.name)}
+    return {t.id: t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ours}
 
 
 def machine_busy_s() -> float:
-    """CPU seconds every core has spent busy since boot (proc(5): /proc/stat's "cpu")."""
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (
-        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    )
-    return (user + nice + system + irq + softirq + steal) / TICKS
+    """CPU seconds every core has spent busy since boot."""
+    t = psutil.cpu_times()
+    return float(t.user + t.nice + t.system + t.irq + t.softirq + t.steal)
 
 
 class OtherWork:
@@ -101,22 +80,11 @@ class OtherWork:
 
     @staticmethod
     def _our_tree() -> dict[int, float]:
-        return {p.pid: p.cpu_s for p in tree(os.getpid(), processes())}
+        return tree_cpu_s(os.getpid())
 
     def pct(self, elapsed_s: float) -> float:
         ours = cpu_between(self._ours, self._our_tree())
         return 100 * (machine_busy_s() - self._busy - ours) / elapsed_s
-
-
-def tree(root: int, procs: list[Proc]) -> list[Proc]:
-    """`root` and its descendants among `procs`."""
-    children: dict[int, list[Proc]] = {}
-    for p in procs:
-        children.setdefault(p.ppid, []).append(p)
-    found = [p for p in procs if p.pid == root]
-    for p in found:  # grows as it goes: breadth first
-        found.extend(children.get(p.pid, []))
-    return found
 
 
 def page_script(watch: bool) -> str:
@@ -155,7 +123,7 @@ class Browser:
     def cpu_s(self) -> dict[int, float]:
         """CPU seconds (user + system, and of reaped children) of each live process of
         the browser's tree, by pid."""
-        return {p.pid: p.cpu_s for p in tree(self.pid, processes())}
+        return tree_cpu_s(self.pid)
 
 
 def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
@@ -175,7 +143,7 @@ def chromium(folder: Path, viewport: ViewportSize) -> Iterator[Browser]:
     keep_nice = f"{NO_RAISING} " if os.geteuid() == 0 else ""
     wrapper.write_text(f'#!/bin/sh\nexec {keep_nice}nice -n {NICE} {CHROMIUM} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    before = {p.pid for p in tree(os.getpid(), processes())}
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(folder / "chromium-profile"),
@@ -192,10 +160,10 @@ def chromium(folder: Path, viewport: ViewportSize) -> Iterator[Browser]:
 def _browser_pid(before: set[int]) -> int:
     """The browser's main process: the new Chromium descendant of ours whose parent is
     not one (Playwright's driver, a Node process, started it)."""
-    new = [p for p in tree(os.getpid(), processes()) if p.pid not in before]
-    chrome = [p for p in new if "chrom" in p.name]
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    chrome = [p for p in new if "chrom" in p.name()]
     pids = {p.pid for p in chrome}
-    roots = [p.pid for p in chrome if p.ppid not in pids]
+    roots = [p.pid for p in chrome if p.ppid() not in pids]
     if len(roots) != 1:
         raise SystemExit(f"cannot tell Chromium's main process among {chrome}")
     return roots[0]
