@@ -21,6 +21,7 @@ import http
 import http.client
 import json
 import os
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -287,16 +288,27 @@ class ApplianceClient:
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}  # one per answer shape: building one costs ms
+# Built under a lock: pydantic reads the dataclasses' source (ast.parse) to build one, and
+# CPython 3.11's parser is not safe across threads ("AST constructor recursion depth
+# mismatch", python/cpython#106905): three MQTT restarts forwarded at once failed so.
+_ADAPTERS_LOCK = threading.Lock()
 
 
 def _parse(shape: type[T], data: Any) -> T:
     """An answer as the status dataclass(es) it is; a shape mismatch (an appliance of
     another version) raises ApplianceClientError naming the field."""
     try:
-        adapter = _ADAPTERS.get(shape) or _ADAPTERS.setdefault(shape, TypeAdapter(shape))
+        adapter = _ADAPTERS.get(shape) or _adapter(shape)
         return cast(T, adapter.validate_python(data))
     except ValidationError as exc:
         raise ApplianceClientError(f"unexpected answer from the appliance: {exc}") from None
+
+
+def _adapter(shape: type[T]) -> TypeAdapter[T]:
+    with _ADAPTERS_LOCK:
+        if shape not in _ADAPTERS:
+            _ADAPTERS[shape] = TypeAdapter(shape)
+        return _ADAPTERS[shape]
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:
