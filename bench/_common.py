@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,19 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def report(
-    name: str, metrics: dict[str, Any], targets: dict[str, Any], met: dict[str, bool]
-) -> None:
-    """Print a table and write bench/results/NAME.json."""
+    name: str,
+    metrics: dict[str, Any],
+    targets: dict[str, Any],
+    met: dict[str, bool],
+    *,
+    method: dict[str, Any] | None = None,
+    verdicts: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Path:
+    """Print a table and write the results file: bench/results/NAME.json for a full run,
+    bench/results/quick/NAME.json for `--quick` (a 60-s smoke run never replaces the
+    figures the docs are rendered from). `method` says how the figures were taken and
+    `verdicts` how each target was judged (bench/_compare.py)."""
     width = max(len(k) for k in (*metrics, *targets)) + 2
     print(f"\n{name}")
     print(f"{'metric':<{width}}{'value':>14}  {'target':<24}met")
@@ -35,12 +46,43 @@ def report(
         ok = met.get(key)
         verdict = "" if ok is None else ("yes" if ok else "NO")
         print(f"{key:<{width}}{shown:>14}  {target:<24}{verdict}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{name}.json"
-    out.write_text(
-        json.dumps({"metrics": metrics, "targets": targets, "met": met}, indent=2) + "\n"
-    )
+    quick = "--quick" in sys.argv[1:]
+    folder = RESULTS / "quick" if quick else RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.json"
+    doc: dict[str, Any] = {"metrics": metrics, "targets": targets, "met": met}
+    if method is not None:
+        doc["method"] = method
+    if verdicts is not None:
+        doc["verdicts"] = verdicts
+    doc.update(extra)
+    doc["run"] = run_facts(quick)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
+    return out
+
+
+def run_facts(quick: bool) -> dict[str, Any]:
+    """When and on what a results file was made."""
+    import datetime
+    import platform
+    import subprocess
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+            check=False, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return {
+        "quick": quick,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": commit or None,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
 
 
 def detect_stream_config(
