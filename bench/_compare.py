@@ -107,15 +107,20 @@ class Verdict:
         return " and ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
+        """The verdict for a results file (no rounds: null figures, RFC 8259 has no NaN)."""
         return {
-            "median": self.median,
-            "interval": [self.low, self.high],
+            "median": _finite(self.median),
+            "interval": [_finite(self.low), _finite(self.high)],
             "level": LEVEL,
             "rounds": self.rounds,
             "target": self.target,
             "rule": f"met when {self.rule}",
             "met": self.met,
         }
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def judge(

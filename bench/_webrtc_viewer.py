@@ -1,14 +1,21 @@
 """WebRTC viewers in a process of their own, for bench/webrtc.py: N aiortc peers watch one
-stream of an appliance over HTTP signalling on loopback; for each decoded frame, each
-viewer records when it was decoded and when its last RTP packet (the marker) arrived
-(wall time), and the clock camera's stamp read from its pixels. aiortc's jitter buffer
-hands a frame to the decoder only when the next frame's first packet arrives (it ignores
-the marker bit), so "decoded" includes one frame interval that a browser does not add;
-the marker's arrival is taken by wrapping aiortc's packet handler (bench only).
+stream of an appliance over HTTP signalling on loopback.
 
-    python bench/_webrtc_viewer.py URL TOKEN STREAM VIEWERS SECONDS OUT.json
+- `decode` (the latency part): for each decoded frame, each viewer records when it was
+  decoded and when its last RTP packet (the marker) arrived (wall time), and the clock
+  camera's stamp read from its pixels. aiortc's jitter buffer hands a frame to the
+  decoder only when the next frame's first packet arrives (it ignores the marker bit), so
+  "decoded" includes one frame interval that a browser does not add; the marker's arrival
+  is taken by wrapping aiortc's packet handler (bench only).
+- `count` (the cost part): each viewer records only its marker packets' arrival times
+  and hands no packet on, so it never decodes (nor asks for keyframes or bitrate): a
+  viewer that costs this machine little more than reading its sockets, while the
+  appliance encodes and sends to it exactly as to any viewer.
 
-Prints READY when every viewer has its first frame, then records for SECONDS.
+    python bench/_webrtc_viewer.py URL TOKEN STREAM VIEWERS SECONDS OUT.json [decode|count]
+
+Prints READY when every viewer has its first frame (`count`: its first whole frame's
+marker), then records for SECONDS.
 """
 
 from __future__ import annotations
@@ -36,15 +43,21 @@ aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_
 # frames carry that as their pts) -> the wall time its marker packet arrived.
 COMPLETE: dict[RTCRtpReceiver, dict[int, float]] = {}
 ORIGIN: dict[RTCRtpReceiver, int] = {}
+COUNT_ONLY = False  # `count`: markers recorded, no packet handed on (no decoding)
+MARKERS: dict[RTCRtpReceiver, list[float]] = {}  # `count`: each marker's arrival
 _handle = RTCRtpReceiver._handle_rtp_packet
 
 
 async def _timed(self: RTCRtpReceiver, packet: Any, arrival_time_ms: int) -> None:
     if packet.marker:
+        if COUNT_ONLY:
+            MARKERS.setdefault(self, []).append(time.time())
+            return
         origin = ORIGIN.setdefault(self, packet.timestamp)
         relative = (packet.timestamp - origin) & 0xFFFFFFFF
         COMPLETE.setdefault(self, {})[relative] = time.time()
-    await _handle(self, packet, arrival_time_ms)
+    if not COUNT_ONLY:
+        await _handle(self, packet, arrival_time_ms)
 
 
 RTCRtpReceiver._handle_rtp_packet = _timed  # type: ignore[method-assign]
@@ -63,6 +76,20 @@ def post(url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
 PUMPS: set[asyncio.Task[None]] = set()
 
 
+async def count_markers(receiver: RTCRtpReceiver, record: list[tuple[float, float, int]],
+                first: asyncio.Event, recording: asyncio.Event) -> None:  # fmt: skip
+    """`count`: move the receiver's markers into `record` (arrival, arrival, -1) while
+    recording; `first` once one has arrived."""
+    while True:
+        await asyncio.sleep(0.05)
+        markers = MARKERS.get(receiver, [])
+        if markers:
+            first.set()
+        MARKERS[receiver] = []
+        if recording.is_set():
+            record.extend((at, at, -1) for at in markers)
+
+
 async def viewer(url: str, token: str, stream: str, record: list[tuple[float, float, int]],
                  first: asyncio.Event, recording: asyncio.Event) -> RTCPeerConnection:  # fmt: skip
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -71,6 +98,9 @@ async def viewer(url: str, token: str, stream: str, record: list[tuple[float, fl
     @pc.on("track")
     def on_track(track: Any) -> None:
         receiver = next(r for r in pc.getReceivers() if r.track is track)
+        if COUNT_ONLY:
+            PUMPS.add(asyncio.ensure_future(count_markers(receiver, record, first, recording)))
+            return
 
         async def pump() -> None:
             while True:
@@ -111,5 +141,6 @@ async def main(url: str, token: str, stream: str, count: int, seconds: float, ou
 
 
 if __name__ == "__main__":
-    url, token, stream, count, seconds, out = sys.argv[1:7]
-    asyncio.run(main(url, token, stream, int(count), float(seconds), out))
+    url, token, stream, viewers, seconds, out = sys.argv[1:7]
+    COUNT_ONLY = sys.argv[7:8] == ["count"]
+    asyncio.run(main(url, token, stream, int(viewers), float(seconds), out))

@@ -1,48 +1,50 @@
 """Does dynamic batching pay? Four streams share one person_ssdlite batcher.
 
 Four threads (stand-ins for four stream workers) each submit a preprocessed 300x300 RGB
-uint8 sample and wait for its result, in a closed loop, for a fixed time: once with
-max_batch_size 4 and once with max_batch_size 1 (no batching). The session keeps ONNX
-Runtime's default thread count.
+uint8 sample and wait for its result, in a closed loop, for a fixed time. Two arms:
+`batched` (max_batch_size 4, a 5 ms queue delay) and `unbatched` (max_batch_size 1), each
+on a fresh batcher over the same loaded session (ONNX Runtime's default thread count),
+alternating round by round in one run with the order rotated each round
+(bench/_compare.py). Per round: batched fps ÷ the same round's unbatched fps; the
+verdict takes the median's bootstrap 95 % interval.
 
 On CPU a batch of 4 costs nearly 4 single runs (convolutions are already parallel over
-the cores), so the target is only "no slower" (speedup >= 1.0); on a GPU a batch of 4
-costs little more than one run and the speedup is much larger.
+the cores), so the target is only "no slower": speedup >= 1.0 by the interval's lower
+bound. On a GPU a batch of 4 costs little more than one run and the speedup is larger.
 
-    python bench/batching.py [--quick]    # quick: ~8 s per config; full: ~30 s
-Writes bench/results/batching.json: {"metrics": ..., "targets": ..., "met": ...}.
+    python bench/batching.py [--quick]    # quick: 4 rounds of 3 s per arm; full: 12 of 8 s
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
+import statistics
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 
 import cv2
 import numpy as np
+from _common import ROOT, parse_args, report
+from _compare import alternate, judge, method, ratios
 
 from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import LoadedModel, ModelBatcher, load_model
 from pipelines.models import Tensor
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "configs" / "models" / "person_ssdlite.onnx"
-IMAGES = REPO / "configs" / "media" / "sources"
-RESULTS = REPO / "bench" / "results" / "batching.json"
+MODEL = ROOT / "configs" / "models" / "person_ssdlite.onnx"
+IMAGES = ROOT / "configs" / "media" / "sources"
 STREAMS = 4
-WARMUP_S = 1.0  # first runs pay for ORT's allocations and thread start-up
+WARMUP_S = 1.0  # a fresh batcher's first runs pay for buffers and thread start-up
 BATCH_DELAY_MS = 5.0  # long enough for 4 closed-loop streams to meet, short for latency
-TARGETS = {"speedup": 1.0}  # on CPU: batching must not cost throughput
+ARMS = {"batched": STREAMS, "unbatched": 1}  # arm -> max_batch_size
+TARGET = 1.0  # on CPU: batching must not cost throughput
 
 
 @dataclass(frozen=True)
 class Run:
-    name: str
     fps: float
     mean_batch_size: float
     p50_ms: float
@@ -73,13 +75,13 @@ def measure(model: LoadedModel, max_batch_size: int, seconds: float, inputs: lis
     """Run the closed loop for `seconds` after a warm-up; fps counts every stream."""
     batching = BatchingConfig(max_batch_size=max_batch_size, max_queue_delay_ms=BATCH_DELAY_MS)
     with ModelBatcher(model, batching) as batcher:
+        batcher.set_producers(len(inputs))  # as the runtime does: the streams leasing it
         _closed_loop(batcher, inputs, WARMUP_S)
         batches, samples_before = batcher.batches, batcher.samples
         latencies, elapsed = _closed_loop(batcher, inputs, seconds)
         mean_batch = (batcher.samples - samples_before) / max(1, batcher.batches - batches)
     ms = np.array(latencies) * 1000.0
     return Run(
-        name=f"max_batch_size={max_batch_size}",
         fps=len(latencies) / elapsed,
         mean_batch_size=mean_batch,
         p50_ms=float(np.percentile(ms, 50)),
@@ -106,38 +108,61 @@ def _closed_loop(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="~8 s per config instead of ~30 s")
-    seconds = 8.0 if parser.parse_args().quick else 30.0
+    args = parse_args(__doc__.splitlines()[0])
+    rounds, seconds = (4, 3.0) if args.quick else (12, 8.0)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
 
     cfg = ModelConfig(path=MODEL, decoder="tf_od")  # default providers: cuda, then cpu
     model = load_model("person", cfg, Path.resolve)
     inputs = samples()
-    batched = measure(model, STREAMS, seconds, inputs)
-    unbatched = measure(model, 1, seconds, inputs)
+    runs: dict[str, list[Run]] = {arm: [] for arm in ARMS}
 
-    print(f"person_ssdlite, {STREAMS} streams, {seconds:.0f} s each, {model.info.providers[0]}")
-    row = "{:<18} {:>9} {:>10} {:>8} {:>8}"
-    print(row.format("config", "frames/s", "mean batch", "p50 ms", "p99 ms"))
-    for r in (batched, unbatched):
-        cells = (f"{r.fps:.1f}", f"{r.mean_batch_size:.2f}", f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}")
-        print(row.format(r.name, *cells))
+    def arm(name: str) -> Callable[[], float]:
+        def run() -> float:
+            runs[name].append(measure(model, ARMS[name], seconds, inputs))
+            return runs[name][-1].fps
+
+        return run
+
+    def progress(r: int, fps: dict[str, list[float]]) -> None:
+        shown = ", ".join(f"{name} {values[-1]:.1f} fps" for name, values in fps.items())
+        print(f"round {r + 1}/{rounds}: {shown}", flush=True)
+
+    provider = model.info.providers[0]
+    print(f"person_ssdlite, {STREAMS} streams, {rounds} rounds of {seconds:g} s, {provider}")
+    fps = alternate({name: arm(name) for name in ARMS}, rounds, progress)
+    speedup = judge(ratios(fps["batched"], fps["unbatched"]), at_least=TARGET)
+
+    def median(name: str, field: str) -> float:
+        return round(float(statistics.median(getattr(r, field) for r in runs[name])), 2)
+
     metrics = {
-        "fps_batched": round(batched.fps, 1),
-        "fps_unbatched": round(unbatched.fps, 1),
-        "speedup": round(batched.fps / unbatched.fps, 3),
-        "mean_batch_size": round(batched.mean_batch_size, 2),
-        "p50_ms_batched": round(batched.p50_ms, 2),
-        "p99_ms_batched": round(batched.p99_ms, 2),
-        "p50_ms_unbatched": round(unbatched.p50_ms, 2),
-        "p99_ms_unbatched": round(unbatched.p99_ms, 2),
+        "speedup": round(speedup.median, 3),
+        "speedup.interval": f"{speedup.low:.3f}-{speedup.high:.3f}",
+        "fps_batched": median("batched", "fps"),
+        "fps_unbatched": median("unbatched", "fps"),
+        "mean_batch_size": median("batched", "mean_batch_size"),
+        "p50_ms_batched": median("batched", "p50_ms"),
+        "p99_ms_batched": median("batched", "p99_ms"),
+        "p50_ms_unbatched": median("unbatched", "p50_ms"),
+        "p99_ms_unbatched": median("unbatched", "p99_ms"),
+        "provider": provider,
     }
-    met = {name: metrics[name] >= target for name, target in TARGETS.items()}
-    print(f"speedup {metrics['speedup']:.2f}x (target >= {TARGETS['speedup']}): {met}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    report = {"metrics": metrics, "targets": TARGETS, "met": met}
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    how = method(
+        f"{STREAMS} closed-loop submitter threads on one person_ssdlite batcher (300x300 "
+        f"uint8), {seconds:g} s per arm after a {WARMUP_S:g} s warm-up on a fresh batcher; "
+        f"batched: max_batch_size {STREAMS}, {BATCH_DELAY_MS:g} ms queue delay; unbatched: "
+        f"max_batch_size 1; provider {provider}",
+        list(ARMS), rounds, f"each arm for {seconds:g} s",
+        ratio="batched fps ÷ the same round's unbatched fps",
+        arm_figures="fps, mean batch size and latency: the median over the rounds",
+    )  # fmt: skip
+    report(
+        "batching", metrics,
+        {"speedup": f">= {TARGET:g} (95 % interval's lower bound)"},
+        {"speedup": speedup.met},
+        method=how, verdicts={"speedup": speedup.as_json()},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
