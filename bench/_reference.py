@@ -13,8 +13,9 @@ appliance's `Runtime` with the same model, CPU provider and decoder, results tak
 `outputs.subscribe`. So both pay the same model cost; what differs is the pipeline:
 reading, decoding, buffering, threads.
 
-Both print one line per result on stdout (`Recorder`) and stop when stdin closes. Only
-the standard library and numpy are imported at the top: both environments import this.
+Both print one line per result on stdout (`Recorder`) and stop when stdin closes; the
+bench reads them (`Child`, `Record`). Only the standard library and numpy are imported
+at the top: both environments import this.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -43,6 +45,7 @@ from tests.support.clock_camera import read_stamp  # noqa: E402
 REFERENCE_PACKAGES = ("streamvision==0.1.3", "onnxruntime==1.31.1")
 LOGS = ROOT / "bench" / ".work" / "freshness"  # children's stderr, one file per run
 UNREADABLE = -1  # the stamp printed when a result's frame carries none
+STOP_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}
 
@@ -65,6 +68,73 @@ class Spec:
     @classmethod
     def from_json(cls, text: str) -> Spec:
         return cls(**json.loads(text))
+
+
+class Record(NamedTuple):
+    """One result line of a child (see bench/_reference.py's Recorder); wall times, s."""
+
+    source: int
+    stamp: int
+    at: float  # the result reached the sink
+    start: float  # the model step began on its frame
+    done: float  # ... and ended
+    decoded: float | None  # the frame left the decoder (ours only)
+
+    @classmethod
+    def parse(cls, line: str) -> Record | None:
+        parts = line.split()
+        if len(parts) not in (6, 7) or parts[0] != "R":
+            return None  # a stray line (a library printing on stdout)
+        at, start, done, *decoded = (float(p) for p in parts[3:])
+        return cls(int(parts[1]), int(parts[2]), at, start, done, decoded[0] if decoded else None)
+
+
+@dataclass
+class Child:
+    """A pipeline child process; a thread collects its result lines."""
+
+    process: subprocess.Popen[str]
+    records: list[Record] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # lines that are no Record
+    first: dict[int, threading.Event] = field(default_factory=dict)
+
+    reader: threading.Thread | None = None
+
+    def start_reading(self, streams: int) -> None:
+        self.first = {i: threading.Event() for i in range(streams)}
+        self.reader = threading.Thread(target=self._read, name="child-reader", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            record = Record.parse(line)
+            if record is None:
+                self.other.append(line.strip())
+            else:
+                self.records.append(record)
+                if record.source in self.first:
+                    self.first[record.source].set()
+
+    def wait_first_results(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for event in self.first.values():
+            while not event.wait(0.2):
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    return False
+        return True
+
+    def stop(self) -> None:
+        """Close stdin (the child's signal to stop), then kill if it lingers."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+        if self.reader is not None:
+            self.reader.join(STOP_TIMEOUT_S)  # its last lines (summaries) are read
 
 
 class Recorder:

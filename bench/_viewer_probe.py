@@ -1,7 +1,8 @@
 """For bench/viewer.py: Chromium (Debian's binary driven by Playwright with the viewer
 tests' flags, tests/server/chromium.py; niced; the recording script bench/_viewer_page.js
 injected into every page), the CPU used by its process tree, by the appliance's threads
-that serve viewers and by the whole machine (psutil), and the figures made of them."""
+that serve viewers and by the whole machine (psutil), the figures made of them, and the
+results file's `method`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import re
 import stat
 import statistics
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import numpy as np
 import psutil
 from playwright.sync_api import ViewportSize, sync_playwright
 
+from bench._compare import method
 from tests.server.chromium import CHROMIUM, CHROMIUM_FLAGS
 from tests.support import clock_camera
 from tests.support import clock_camera_server as layout
@@ -169,6 +173,24 @@ def _browser_pid(before: set[int]) -> int:
     return roots[0]
 
 
+def encode_ms(width: int, height: int) -> float:
+    """aiortc's VP8 encoder (the codec aiortc offers first) on one frame of this size, ms:
+    the median of 50 encodes after 10 to warm up."""
+    from aiortc.codecs.vpx import Vp8Encoder
+    from av import VideoFrame
+
+    encoder = Vp8Encoder()
+    base = np.random.default_rng(0).integers(0, 255, (height * 3 // 2, width), dtype=np.uint8)
+    times = []
+    for i in range(60):
+        frame = VideoFrame.from_ndarray(np.roll(base, i * 4, axis=1), format="yuv420p")
+        frame.pts, frame.time_base = i * 6000, Fraction(1, 90000)
+        start = time.perf_counter()
+        encoder.encode(frame)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times[10:])
+
+
 # -- the figures --------------------------------------------------------------------------------
 def pct(values: list[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 1) if values else float("nan")
@@ -179,18 +201,71 @@ def spread(values: list[float], digits: int = 2) -> str:
 
 
 def glass_metrics(
-    camera: ClockCamera, records: Records, by_seq: dict[int, int], seconds: float
-) -> dict[str, Any]:
-    """The figures of one recording (bench/_viewer_page.js's arrays), in ms; `by_seq`:
-    the stamp of each result, as the appliance read it."""
+    camera: ClockCamera, rounds: list[Records], by_seq: dict[int, int], seconds: float
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The figures of the recordings (bench/_viewer_page.js's arrays, one per round and
+    player session), over every round's frames, in ms; and per round the p50s of
+    `video` and `predictions` (glass to glass). `by_seq`: the stamp of each result, as
+    the appliance read it."""
+    pooled: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    per_round: dict[str, list[float]] = {"video": [], "predictions": []}
+    for records in rounds:
+        lists, found = _glass_lists(camera, records, by_seq)
+        for key, values in lists.items():
+            pooled.setdefault(key, []).extend(values)
+        for key, n in found.items():
+            counts[key] = counts.get(key, 0) + n
+        for key, values in per_round.items():
+            values.append(pct(lists[key], 50))
+    presented = max(1, counts["presented"])
+
+    def share(key: str, of: int, digits: int) -> float:
+        return round(counts[key] / max(1, of), digits)
+
+    return {
+        "video.frames": len(pooled["video"]),
+        "video.presented_fps": round(counts["presented"] / (seconds * len(rounds)), 2),
+        "video.unreadable_stamps": counts["presented"] - len(pooled["video"]),
+        "video.mapped_by_rtp": round(len(pooled["internal"]) / presented, 3),
+        "video.rtp_timestamp_off_by_one": share("off_by_one", presented, 3),
+        "video.same_frame_as_rtp": share("same", counts["checked"], 4),
+        # The page's own overlay: the presented frames it matched to their result.
+        "page.overlay_matched_frames": share("overlaid", presented, 3),
+        "video.g2g_p50_ms": pct(pooled["video"], 50),
+        "video.g2g_p95_ms": pct(pooled["video"], 95),
+        "video.g2g_to_received_p50_ms": pct(pooled["received"], 50),
+        "video.g2g_to_received_p95_ms": pct(pooled["received"], 95),
+        # The browser: from the frame's last packet to its expected display.
+        "video.received_to_display_p50_ms": pct(pooled["held"], 50),
+        "video.received_to_display_p95_ms": pct(pooled["held"], 95),
+        "video.decode_p50_ms": pct(pooled["decode"], 50),
+        "video.capture_to_presented_p50_ms": pct(pooled["internal"], 50),
+        "video.capture_to_presented_p95_ms": pct(pooled["internal"], 95),
+        "predictions.messages": len(pooled["capture_to_message"]),
+        "predictions.matched": len(pooled["predictions"]),
+        "predictions.g2g_p50_ms": pct(pooled["predictions"], 50),
+        "predictions.g2g_p95_ms": pct(pooled["predictions"], 95),
+        "predictions.capture_to_message_p50_ms": pct(pooled["capture_to_message"], 50),
+        "predictions.capture_to_message_p95_ms": pct(pooled["capture_to_message"], 95),
+    }, per_round
+
+
+def _glass_lists(
+    camera: ClockCamera, records: Records, by_seq: dict[int, int]
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """One player session's latencies (ms) by kind, and its counts."""
 
     def emitted_ms(stamp: int | None) -> float | None:
         index = None if stamp is None else camera.emissions.resolve(stamp)
         at = None if index is None else camera.emitted(index)
         return None if at is None else at * 1000
 
+    out: dict[str, list[float]] = {
+        k: [] for k in ("video", "received", "held", "decode", "internal", "predictions")
+    }
+    out["capture_to_message"] = []
     sent = {rtp: (seq, capture * 1000) for _, rtp, seq, capture in records["frames"]}
-    video, received, held, decode, internal = [], [], [], [], []
     checked = same = off_by_one = 0
     for stamp, expected, _, receive, rtp, processing in records["presented"]:
         info = sent.get(rtp)
@@ -200,54 +275,32 @@ def glass_metrics(
             info = sent.get((rtp + 1) & RTP_MASK) or sent.get((rtp - 1) & RTP_MASK)
             off_by_one += info is not None
         if info is not None:
-            internal.append(expected - info[1])
+            out["internal"].append(expected - info[1])
             if stamp is not None and info[0] in by_seq:  # the frame drawn is the one named
                 checked += 1
                 same += by_seq[info[0]] == stamp
         at = emitted_ms(stamp)
         if at is None:
             continue
-        video.append(expected - at)
+        out["video"].append(expected - at)
         if receive is not None:
-            received.append(receive - at)
-            held.append(expected - receive)
+            out["received"].append(receive - at)
+            out["held"].append(expected - receive)
         if processing is not None:
-            decode.append(processing)
-    predictions, capture_to_message = [], []
+            out["decode"].append(processing)
     for arrival, seq, capture in records["predictions"]:
-        capture_to_message.append(arrival - capture * 1000)
+        out["capture_to_message"].append(arrival - capture * 1000)
         at = emitted_ms(by_seq.get(seq))
         if at is not None:
-            predictions.append(arrival - at)
-    presented = len(records["presented"])
-    return {
-        "video.frames": len(video),
-        "video.presented_fps": round(presented / seconds, 2),
-        "video.unreadable_stamps": presented - len(video),
-        "video.mapped_by_rtp": round(len(internal) / max(1, presented), 3),
-        "video.rtp_timestamp_off_by_one": round(off_by_one / max(1, presented), 3),
-        "video.same_frame_as_rtp": round(same / max(1, checked), 4),
-        # The page's own overlay: the presented frames it matched to their result.
-        "page.overlay_matched_frames": round(
-            len({o[0] for o in records["overlaid"]}) / max(1, presented), 3
-        ),
-        "video.g2g_p50_ms": pct(video, 50),
-        "video.g2g_p95_ms": pct(video, 95),
-        "video.g2g_to_received_p50_ms": pct(received, 50),
-        "video.g2g_to_received_p95_ms": pct(received, 95),
-        # The browser: from the frame's last packet to its expected display.
-        "video.received_to_display_p50_ms": pct(held, 50),
-        "video.received_to_display_p95_ms": pct(held, 95),
-        "video.decode_p50_ms": pct(decode, 50),
-        "video.capture_to_presented_p50_ms": pct(internal, 50),
-        "video.capture_to_presented_p95_ms": pct(internal, 95),
-        "predictions.messages": len(capture_to_message),
-        "predictions.matched": len(predictions),
-        "predictions.g2g_p50_ms": pct(predictions, 50),
-        "predictions.g2g_p95_ms": pct(predictions, 95),
-        "predictions.capture_to_message_p50_ms": pct(capture_to_message, 50),
-        "predictions.capture_to_message_p95_ms": pct(capture_to_message, 95),
+            out["predictions"].append(arrival - at)
+    counts = {
+        "presented": len(records["presented"]),
+        "checked": checked,
+        "same": same,
+        "off_by_one": off_by_one,
+        "overlaid": len({o[0] for o in records["overlaid"]}),
     }
+    return out, counts
 
 
 def slope(points: list[dict[str, float]], key: str) -> float:
@@ -259,13 +312,19 @@ def mean_at(points: list[dict[str, float]], k: float, key: str) -> float:
     return statistics.mean(p[key] for p in points if p["k"] == k)
 
 
-def grid_metrics(phases: list[list[dict[str, float]]], quiet_pct: float) -> dict[str, Any]:
+def grid_metrics(
+    phases: list[list[dict[str, float]]], quiet_pct: float
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """Per round (a list of phases): slopes over k and the fps ratio; their medians and
-    ranges over the rounds. A round is quiet when the rest of the machine used at most
-    `quiet_pct` % of a core in each of its phases."""
+    ranges over the rounds; and the per-round values to judge: the viewer threads'
+    slope (`server`) and the fps ratio of the quiet rounds (`fps_quiet`). A round is
+    quiet when the rest of the machine used at most `quiet_pct` % of a core in each of
+    its phases."""
     metrics: dict[str, Any] = {"grid.rounds": len(phases)}
+    per_round: dict[str, list[float]] = {}
     for key, name in (("app_pct", "app"), ("server_pct", "server"), ("browser_pct", "browser")):
         slopes = [slope(points, key) for points in phases]
+        per_round[name] = slopes
         metrics[f"grid.{name}_pct_per_tile"] = round(statistics.median(slopes), 2)
         metrics[f"grid.{name}_pct_per_tile.range"] = spread(slopes)
         metrics[f"grid.{name}_pct_per_tile.max"] = round(max(slopes), 2)
@@ -279,6 +338,7 @@ def grid_metrics(phases: list[list[dict[str, float]]], quiet_pct: float) -> dict
     # the streams lose frames to whatever else runs, tiles or not.
     quiet = [r for r, points in zip(ratios, phases, strict=True)
              if max(p["others_pct"] for p in points) <= quiet_pct]  # fmt: skip
+    per_round["fps_quiet"] = quiet
     metrics["grid.quiet_rounds"] = len(quiet)
     metrics["grid.fps_4_tiles_vs_none.quiet_min"] = round(min(quiet), 3) if quiet else None
     metrics["grid.fps_none"] = round(statistics.median(mean_at(p, 0, "fps") for p in phases), 2)
@@ -286,4 +346,49 @@ def grid_metrics(phases: list[list[dict[str, float]]], quiet_pct: float) -> dict
     metrics["grid.others_pct"] = f"{round(statistics.median(others))} (max {round(max(others))})"
     tile_fps = [p["tile_fps"] for points in phases for p in points if p["k"]]
     metrics["grid.tile_fps"] = spread(tile_fps, 1)
-    return metrics
+    return metrics, per_round
+
+
+def viewer_method(
+    *,
+    rounds: int,
+    record_s: float,
+    grid_rounds: int,
+    phase_s: float,
+    settle_s: float,
+    tile_counts: Sequence[int],
+    quiet_pct: float,
+    quick: bool,
+) -> dict[str, Any]:
+    """bench/viewer.py's `method`: the grid's alternation, and glass to glass's rounds."""
+    return method(
+        "the grid's cost per tile: k tiles on screen (by the viewport's height, checked by "
+        "tiles playing and the server's sessions); CPU seconds per second of the "
+        "appliance's process, of its threads serving viewers (event loop and its pool), "
+        "of Chromium's tree (niced, unable to raise its threads' priority) and of the rest "
+        "of the machine; the streams' processed fps",
+        [f"{k} tiles" for k in tile_counts],
+        grid_rounds,
+        f"one {phase_s:g} s phase per k ({settle_s:g} s after k tiles play), in one "
+        "appliance and one browser",
+        order="rotated by one each round"
+        + ("" if quick else ", then reversed: 0 1 2 4 4 2 1 0, 1 2 4 0 0 4 2 1, ..."),
+        figure="per round: the least-squares slope over k (% of a core per tile), and the "
+        "fps with 4 tiles ÷ with none (judged over the rounds in which other work took "
+        f"at most {quiet_pct:g} % of a core in every phase)",
+        glass_to_glass={
+            "what": "the clock camera's stamp read in Chromium from each frame the page's "
+            "<video> presents (requestVideoFrameCallback, expected display time) minus the "
+            "camera's logged emission of that frame; a predictions message's arrival minus "
+            "the emission of its frame (its seq's stamp as the appliance read it when "
+            "publishing); the browser's stamp checked against the appliance's for the seq "
+            "the frame's RTP timestamp names (frames channel)",
+            "rounds": rounds,
+            "round": f"a fresh player session (video mode switched away and back), "
+            f"{record_s:g} s recorded",
+            "baseline": "the same round's emission -> result p50 of the stream, on the same "
+            "frames at the same time",
+            "figure": "median of the per-round differences: glass-to-glass p50 minus the "
+            "round's result p50 (ms)",
+        },
+    )

@@ -15,33 +15,42 @@ frame it reads the stamp from the pixels and records the expected display time.
 - checks: the stamp the browser read is the appliance's for the seq that the frame's
   RTP timestamp names (the `frames` channel), and the page's clock
   (performance.timeOrigin + its monotonic clock) against Date.now().
-Targets (p50): video within the result's p50 + 2 frame intervals + one VP8 encode
-(640x480, measured here): one interval for what the browser's receiver holds (jitter
-buffer, decode, render delay) and one for the compositor, which shows a frame at a
-display refresh after that; predictions within the result's p50 + 1 frame interval
-(a message goes out as soon as the result exists: a data channel on loopback adds
-milliseconds). Times are wall clock on one machine.
+The recording runs in ROUNDS rounds, each a fresh player session (the page's video mode
+switched away and back: a new peer connection, a new jitter buffer), its own stretch of
+time. Per round, each glass-to-glass p50 minus the same round's result p50 (the
+baseline, measured on the same frames at the same time). Targets: the video's excess
+at most 2 frame intervals + one VP8 encode (640x480, measured here): one interval for
+what the browser's receiver holds (jitter buffer, decode, render delay) and one for the
+compositor, which shows a frame at a display refresh after that; the predictions'
+excess at most 1 frame interval (a message goes out as soon as the result exists: a
+data channel on loopback adds milliseconds). Each is the median of the rounds with a
+bootstrap 95 % interval (bench/_compare.py), met only by the interval's upper bound.
+Times are wall clock on one machine. The pooled figures (`video.g2g_p50_ms`, ...) are
+over every round's frames.
 
 The grid's cost. Four streams of the bundled clip (real time, 15 fps; people detected
 on every third frame: on every frame four streams need more than the two cores, and a
 tile's cost would show as frames lost, not as CPU) and the page at / in a one-column
 viewport (400 px wide) whose height puts exactly k tiles on screen, k in 0, 1, 2, 4
 (a tile plays a 320 px, 5 fps WebRTC session only while on screen): checked by the
-tiles playing and the server's open sessions (/metrics). Each round runs the phases in
-the order 0 1 2 4 4 2 1 0, so that a drift linear in time (these cores change speed
-for minutes at a time) adds the same to every k. In each phase, CPU seconds per second
+tiles playing and the server's open sessions (/metrics). Each round runs the phases as
+a palindrome of the counts, rotated by one each round (0 1 2 4 4 2 1 0, then
+1 2 4 0 0 4 2 1, ...: bench/_compare.py's `rotations`), so that a drift linear in time
+(these cores change speed for minutes at a time) adds the same to every k, and no k
+always runs first or right after another. In each phase, CPU seconds per second
 of: the appliance (this process: the server runs in it, the bench's thread sleeps);
 its threads that serve viewers (the event loop and its thread pool: ICE, DTLS, RTP,
 frame scaling, VP8 encoding; the streams' decoding and inference are the rest);
 Chromium's process tree; and the rest of the machine. Per round, the least-squares
 slope of each over k, in % of one core per tile; reported: the median of the rounds
-and their range. Targets: the slope of the appliance's viewer threads <= 5 % of a core
-per tile in every round. The whole process's slope is reported beside it, not judged:
+with a bootstrap 95 % interval, and their range. Targets, met only by the interval's
+bound: the slope of the appliance's viewer threads <= 5 % of a core per tile. The
+whole process's slope is reported beside it, not judged:
 the streams' inference moves it by several % of a core from phase to phase, so its
 rounds spread about ten times wider than the threads' (the `.range` keys; the medians
 agree), and on a machine without room to spare the streams lose frames to the tiles and
-it understates. And the streams' processed fps with 4 tiles against none >= 0.95 in every
-quiet round: one in which the rest of the machine (other work on a shared box:
+it understates. And the streams' processed fps with 4 tiles against none >= 0.95 over
+the quiet rounds: those in which the rest of the machine (other work on a shared box:
 all busy time but this process tree's) took at most 20 % of a core in every phase.
 When other work takes the cores, the streams lose frames to it, tiles or not. The
 browser's cost is reported, not judged: viewers run on other machines. Here they share
@@ -64,19 +73,22 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import parse_args, proc_cpu_s, report
+from bench._compare import judge, rotations
 from bench._viewer_probe import (
     Browser,
     OtherWork,
     Records,
     chromium,
     cpu_between,
+    encode_ms,
     glass_metrics,
     grid_metrics,
     pct,
     server_threads_cpu_s,
     spread,
+    viewer_method,
 )
-from bench.webrtc import FPS, HEIGHT, TOKEN, WIDTH, config, encode_ms, latencies_ms
+from bench.webrtc import FPS, HEIGHT, TOKEN, WIDTH, config, latencies_ms
 from pipelines.types import FrameResult
 from tests.server.conftest import demo_stream
 from tests.server.live import LiveServer, write_yaml
@@ -87,27 +99,10 @@ GRID_STREAMS = [f"cam{i}" for i in range(1, 5)]
 TILE_COUNTS = (0, 1, 2, 4)
 GRID_WIDTH = 400  # px: one column (the grid's columns are at least 17rem = 272 px)
 START_S = 60.0
+ROUNDS, RECORD_S = 5, 9.0  # glass to glass: player sessions, seconds recorded in each
 PHASE_S = 8.0  # half the bundled clip (16 s)
 QUIET_PCT = 20  # a grid round is quiet when nothing else took more of a core than this
 SETTLE_S = 2.0  # after k tiles play: their first frames and keyframes are not the steady cost
-METHOD = (
-    "glass to glass: the clock camera's stamp read in Chromium from each frame the page's "
-    "<video> presents (requestVideoFrameCallback, expected display time), minus the "
-    "camera's logged emission of that frame; a predictions message's arrival minus the "
-    "emission of its frame (its seq's stamp as the appliance read it when publishing); "
-    "the browser's stamp checked against the appliance's for the seq the frame's RTP "
-    "timestamp names (frames channel); against the stream's emission -> result p50 in the "
-    "same run. Grid: k tiles on screen (k = 0, 1, 2, 4, by the viewport's height, checked "
-    "by tiles playing and the server's sessions), each round's phases in the order "
-    "0 1 2 4 4 2 1 0 (a linear drift adds the same to every k); CPU seconds per second of "
-    "the appliance's process, of its threads serving viewers (event loop and its pool), "
-    "of Chromium's tree (niced, unable to raise its threads' priority) and of the rest of "
-    "the machine; per round the least-squares slope over k; median and range of the "
-    "rounds, a target met only when every round meets it (CPU: the viewer threads' slope, "
-    "the process's is reported; the fps ratio: every round in which other work took at "
-    "most 20 % of a core)."
-)
-
 RESET = "() => { for (const k of Object.keys(__bench)) __bench[k].length = 0 }"
 CLOCK_OFFSET = "() => Date.now() - (performance.timeOrigin + performance.now())"
 PLAYING = "() => document.getElementById('media').dataset.phase === 'playing'"
@@ -147,8 +142,22 @@ class Results:
             self.by_seq[result.seq] = stamp
 
 
-def glass_to_glass(folder: Path, seconds: float) -> dict[str, Any]:
-    """Record `seconds` of the raw video in Chromium; the figures."""
+def fresh_session(tab: Any) -> None:
+    """A new player session of the raw video (the video mode switched away and back: a
+    new peer connection), settled: a second of its frames read, then the records reset."""
+    tab.select_option("#video-mode", "annotated")
+    tab.wait_for_function(PLAYING)
+    tab.select_option("#video-mode", "raw")  # restarts the player
+    tab.wait_for_function(PLAYING)
+    tab.evaluate(RESET)
+    tab.wait_for_function(STAMPED)  # a second of the raw video read: it settled
+    tab.evaluate(RESET)
+
+
+def glass_to_glass(folder: Path, rounds: int, seconds: float) -> dict[str, Any]:
+    """Record `seconds` of the raw video in Chromium in each of `rounds` player
+    sessions; the figures, and per round (`rounds.*`) the p50s of the result, the video
+    and the predictions."""
     camera = ClockCamera(WIDTH, HEIGHT, fps=FPS, workdir=folder).start()
     live = LiveServer(write_yaml(folder, config(camera.url), "g2g.yaml"), token=TOKEN)
     live.start()
@@ -156,37 +165,46 @@ def glass_to_glass(folder: Path, seconds: float) -> dict[str, Any]:
     results.on = True  # seq -> stamp from the start: frames shown early were published before
     live.runtime.subscribe(results, "cam")
     stream = live.runtime.streams["cam"]
+    recorded: list[Records] = []
+    result_p50: list[float] = []
+    result_ms: list[float] = []
+    fps: list[float] = []
+    others: list[float] = []
+    offsets: list[float] = []
     try:
         wait(lambda: stream.rate.count >= FPS, "the stream's first second")
         with chromium(folder, {"width": 1100, "height": 900}) as browser:
             tab = browser.page(TOKEN, watch=True)
             tab.goto(live.url + "/streams/cam")
-            tab.wait_for_function(PLAYING)
-            tab.select_option("#video-mode", "raw")  # restarts the player
-            tab.wait_for_function(PLAYING)
-            tab.evaluate(RESET)
-            tab.wait_for_function(STAMPED)  # a second of the raw video read: it settled
-            tab.evaluate(RESET)
-            offsets = [float(tab.evaluate(CLOCK_OFFSET))]
-            results.stamps = []
-            count, others, start = stream.rate.count, OtherWork(), time.perf_counter()
-            time.sleep(seconds)
+            for _ in range(rounds):
+                fresh_session(tab)
+                offsets.append(float(tab.evaluate(CLOCK_OFFSET)))
+                results.stamps = []
+                count, work, start = stream.rate.count, OtherWork(), time.perf_counter()
+                time.sleep(seconds)
+                elapsed = time.perf_counter() - start
+                fps.append((stream.rate.count - count) / elapsed)
+                others.append(work.pct(elapsed))
+                recorded.append(tab.evaluate("() => __bench"))
+                offsets.append(float(tab.evaluate(CLOCK_OFFSET)))
+                latencies = latencies_ms(camera, list(results.stamps))
+                result_p50.append(pct(latencies, 50))
+                result_ms += latencies
+                if tab.errors or not tab.evaluate(PLAYING):
+                    raise SystemExit(f"the page stopped playing: {tab.errors}")
             results.on = False
-            elapsed = time.perf_counter() - start
-            fps, others_pct = (stream.rate.count - count) / elapsed, others.pct(elapsed)
-            records: Records = tab.evaluate("() => __bench")
-            offsets.append(float(tab.evaluate(CLOCK_OFFSET)))
-            if tab.errors or not tab.evaluate(PLAYING):
-                raise SystemExit(f"the page stopped playing: {tab.errors}")
-        metrics = {"camera_fps": FPS, **glass_metrics(camera, records, results.by_seq, seconds)}
+        metrics, per_round = glass_metrics(camera, recorded, results.by_seq, seconds)
     finally:
         live.stop()
         camera.stop()
-    result_ms = latencies_ms(camera, results.stamps)
+    metrics = {"camera_fps": FPS, "video.rounds": rounds, **metrics}
     metrics["result_p50_ms"], metrics["result_p95_ms"] = pct(result_ms, 50), pct(result_ms, 95)
-    metrics["stream_fps"] = round(fps, 2)
-    metrics["others_pct"] = round(others_pct)  # the rest of the machine, % of one core
+    metrics["stream_fps"] = round(min(fps), 2)
+    metrics["others_pct"] = round(max(others))  # the rest of the machine, % of one core
     metrics["page_clock_minus_date_ms"] = spread([-x for x in offsets], 1)
+    metrics["rounds.result_p50_ms"] = result_p50
+    metrics["rounds.video_g2g_p50_ms"] = per_round["video"]
+    metrics["rounds.predictions_g2g_p50_ms"] = per_round["predictions"]
     return metrics
 
 
@@ -276,8 +294,11 @@ class Grid:
         }
 
 
-def grid(folder: Path, rounds: int, seconds: float, order: tuple[int, ...]) -> dict[str, Any]:
-    """`rounds` of phases with k tiles on screen, k in `order`."""
+def grid(
+    folder: Path, orders: list[list[int]], seconds: float
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """A round of phases for each order, k tiles on screen in each, k in that order;
+    the figures and the per-round values to judge (bench/_viewer_probe.grid_metrics)."""
     live = LiveServer(write_yaml(folder, grid_config(), "grid.yaml"), token=TOKEN)
     live.start()
     phases: list[list[dict[str, float]]] = []
@@ -288,7 +309,7 @@ def grid(folder: Path, rounds: int, seconds: float, order: tuple[int, ...]) -> d
             page = Grid(live, browser)
             page.tab.goto(live.url + "/")
             wait(lambda: page.playing() == len(GRID_STREAMS), "every tile playing")
-            for r in range(rounds):
+            for r, order in enumerate(orders):
                 phases.append([page.measure(k, seconds) for k in order])
                 print(f"grid round {r + 1} (k: appliance %, server threads %, browser %, "
                       "fps): " + ", ".join(f"{p['k']:.0f}: {p['app_pct']:.0f}, "
@@ -301,44 +322,89 @@ def grid(folder: Path, rounds: int, seconds: float, order: tuple[int, ...]) -> d
     return grid_metrics(phases, QUIET_PCT)
 
 
+def orders(rounds: int, palindrome: bool) -> list[list[int]]:
+    """Each round's tile counts: rotated by one each round, and (full runs) followed by
+    their reverse, so that a drift linear in time adds the same to every k."""
+    names = [str(k) for k in TILE_COUNTS]
+    base = [[int(k) for k in order] for order in rotations(names, rounds)]
+    return [order + order[::-1] if palindrome else order for order in base]
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    # Each full round is a palindrome: a drift linear in time adds the same to every k.
-    order = TILE_COUNTS if args.quick else TILE_COUNTS + TILE_COUNTS[::-1]
-    record_s, rounds, phase_s = (8.0, 1, 3.0) if args.quick else (45.0, 4, PHASE_S)
+    rounds, record_s = (2, 4.0) if args.quick else (ROUNDS, RECORD_S)
+    grid_rounds, phase_s = (1, 3.0) if args.quick else (4, PHASE_S)
     with tempfile.TemporaryDirectory() as tmp:
-        metrics = glass_to_glass(Path(tmp), record_s)
+        metrics = glass_to_glass(Path(tmp), rounds, record_s)
         print(f"glass to glass: {metrics['video.frames']} frames", flush=True)
-        metrics.update(grid(Path(tmp), rounds, phase_s, order))
-    enc, interval = encode_ms(), 1000 / FPS
+        grid_figures, per_round = grid(Path(tmp), orders(grid_rounds, not args.quick), phase_s)
+        metrics.update(grid_figures)
+    enc = encode_ms(WIDTH, HEIGHT)
     metrics["vp8_encode_ms_640x480"] = round(enc, 2)
-    result = metrics["result_p50_ms"]
-    video_bound, predictions_bound = result + 2 * interval + enc, result + interval
-    frames = 100 if args.quick else 500
-    quiet_min = metrics["grid.fps_4_tiles_vs_none.quiet_min"]  # None: no quiet round
-    targets = {
-        "video.g2g_p50_ms": f"<= {video_bound:.1f} (result p50 + 2 frames + encode)",
-        "predictions.g2g_p50_ms": f"<= {predictions_bound:.1f} (result p50 + 1 frame)",
-        "video.frames": f">= {frames}",
-        "grid.server_pct_per_tile": "<= 5 % of a core (every round)",
-        "grid.fps_4_tiles_vs_none.quiet_min": f">= 0.95 (every quiet round: others <= "
-        f"{QUIET_PCT} % of a core)",
-    }
-    met = {
-        "video.g2g_p50_ms": metrics["video.g2g_p50_ms"] <= video_bound,
-        "predictions.g2g_p50_ms": metrics["predictions.g2g_p50_ms"] <= predictions_bound,
-        "video.frames": metrics["video.frames"] >= frames,
-        "grid.server_pct_per_tile": metrics["grid.server_pct_per_tile.max"] <= 5.0,
-        "grid.fps_4_tiles_vs_none.quiet_min": quiet_min is not None and quiet_min >= 0.95,
-    }
-    metrics["method"] = METHOD + (" --quick: short runs." if args.quick else "")
-    report("viewer", metrics, targets, met)
+    verdicts = judged(metrics, per_round, enc, 100 if args.quick else 500)
+    targets = {key: f"{v['target']} ({WHY[key]})" for key, v in verdicts.items()}
+    met = {key: bool(v["met"]) for key, v in verdicts.items()}
+    how = viewer_method(
+        rounds=rounds, record_s=record_s, grid_rounds=grid_rounds, phase_s=phase_s,
+        settle_s=SETTLE_S, tile_counts=TILE_COUNTS, quiet_pct=QUIET_PCT, quick=args.quick,
+    )  # fmt: skip
+    report("viewer", metrics, targets, met, method=how, verdicts=verdicts)
     if metrics["grid.quiet_rounds"] < metrics["grid.rounds"]:
         print(
             f"other work took the cores in some rounds ({metrics['grid.quiet_rounds']} of "
             f"{metrics['grid.rounds']} quiet): the fps ratio is judged over the quiet ones; "
             "with none, run again on a quieter machine"
         )
+
+
+BOUND = "the 95 % interval's {} bound"
+WHY = {
+    "video.g2g_p50_over_result_ms": "2 frame intervals + one VP8 encode; " + BOUND.format("upper"),
+    "predictions.g2g_p50_over_result_ms": "1 frame interval; " + BOUND.format("upper"),
+    "grid.server_pct_per_tile": "% of a core; " + BOUND.format("upper"),
+    "grid.fps_4_tiles_vs_none.quiet": BOUND.format("lower")
+    + f" over the quiet rounds: others <= {QUIET_PCT} % of a core",
+    "video.frames": "presented frames with a readable stamp, all rounds",
+}
+
+
+def judged(
+    metrics: dict[str, Any], per_round: dict[str, list[float]], enc: float, frames: int
+) -> dict[str, dict[str, Any]]:
+    """Each target's verdict (bench/_compare.py's for the comparisons); the compared
+    figures' medians are added to `metrics`."""
+    interval, base = 1000 / FPS, metrics["rounds.result_p50_ms"]
+    excess = {
+        kind: [a - b for a, b in zip(metrics[f"rounds.{kind}_g2g_p50_ms"], base, strict=True)]
+        for kind in ("video", "predictions")
+    }
+    compared = {
+        "video.g2g_p50_over_result_ms": judge(excess["video"], at_most=2 * interval + enc),
+        "predictions.g2g_p50_over_result_ms": judge(excess["predictions"], at_most=interval),
+        "grid.server_pct_per_tile": judge(per_round["server"], at_most=5.0),
+        "grid.fps_4_tiles_vs_none.quiet": judge(per_round["fps_quiet"], at_least=0.95),
+    }
+    for key in ("video.g2g_p50_over_result_ms", "predictions.g2g_p50_over_result_ms"):
+        metrics[key] = round(compared[key].median, 1)
+    quiet = compared["grid.fps_4_tiles_vs_none.quiet"]
+    metrics["grid.fps_4_tiles_vs_none.quiet"] = round(quiet.median, 3) if quiet.rounds else None
+    verdicts = {key: finite(v.as_json()) for key, v in compared.items()}
+    verdicts["video.frames"] = {
+        "value": metrics["video.frames"],
+        "target": f">= {frames}",
+        "rule": f"met when the rounds together have at least {frames} presented frames "
+        "with a readable stamp",
+        "met": metrics["video.frames"] >= frames,
+    }
+    return verdicts
+
+
+def finite(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict of no rounds (none quiet) with null for its median and interval, where
+    JSON has no NaN."""
+    if verdict["rounds"]:
+        return verdict
+    return {**verdict, "median": None, "interval": [None, None]}
 
 
 if __name__ == "__main__":
