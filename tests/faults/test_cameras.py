@@ -33,7 +33,7 @@ from tests.faults.cameras import (
     transition,
     wait_state,
 )
-from tests.faults.figures import FaultFigures, record
+from tests.faults.figures import recording
 from tests.server.live import LiveServer
 from tests.sinks.conftest import Broker, Received, Subscriber
 from tests.support.media import MakeClip
@@ -124,57 +124,57 @@ def test_a_killed_camera_reconnects_within_the_backoff_cap_and_the_other_runs_on
     goes running → reconnecting → running (API, metrics, retained MQTT states) and
     processes frames again within backoff cap + 2 s of the camera's return, while the
     other camera's stream keeps its fps and never leaves `running`."""
-    door, yard = rtsp_server(clip), rtsp_server(clip)
-    subscribers.append(Subscriber(broker, ["site/door/status"]))
-    bus = {"type": "mqtt", "port": broker.port, "qos": 1, "topic_prefix": "site"}
-    live = appliance(
-        {
-            "sinks": {"bus": bus},
-            "streams": [
-                camera_stream("door", door.url, **quick()),
-                camera_stream("yard", yard.url),
-            ],
-        }
-    )
-    seen.wait("door", 3)
-    before = measure_fps(seen, "yard", FRAMES_BEFORE)
+    with recording("rtsp_killed", "RTSP server killed ~1 s, then back", RECOVERY_BOUND) as row:
+        door, yard = rtsp_server(clip), rtsp_server(clip)
+        subscribers.append(Subscriber(broker, ["site/door/status"]))
+        bus = {"type": "mqtt", "port": broker.port, "qos": 1, "topic_prefix": "site"}
+        live = appliance(
+            {
+                "sinks": {"bus": bus},
+                "streams": [
+                    camera_stream("door", door.url, **quick()),
+                    camera_stream("yard", yard.url),
+                ],
+            }
+        )
+        seen.wait("door", 3)
+        before = measure_fps(seen, "yard", FRAMES_BEFORE)
 
-    door.stop()
-    down = time.perf_counter()
-    wait_state(live, "door", "reconnecting")
-    assert metric(live, "appliance_stream_up", stream="door") == 0.0
-    seen.wait("yard", FPS, after=down)  # the camera stays away for a second of frames
-    door.start()
-    back = time.perf_counter()
-    recovery_s = seen.wait("door", after=back)[0].done - back
-    ratio = seen.fps("yard", down, back) / before
-    record(
-        FaultFigures("RTSP server killed ~1 s, then back", recovery_s, ratio, None, RECOVERY_BOUND)
-    )
+        door.stop()
+        down = time.perf_counter()
+        wait_state(live, "door", "reconnecting")
+        up_while_away = metric(live, "appliance_stream_up", stream="door")
+        seen.wait("yard", FPS, after=down)  # the camera stays away for a second of frames
+        door.start()
+        back = time.perf_counter()
+        recovery_s = seen.wait("door", after=back)[0].done - back
+        row.recovery_s = recovery_s
+        ratio = row.others_fps_ratio = seen.fps("yard", down, back) / before
 
-    assert recovery_s <= RECOVERY_BOUND_S
-    assert ratio > OTHERS_MIN_RATIO, (before, ratio)
-    status = wait_state(live, "door", "running")
-    assert in_order(["starting", "running", "reconnecting", "running"], states(live, "door"))
-    retries = [t["reason"] for t in status["transitions"] if t["state"] == "reconnecting"]
-    assert all(door.url in r and "retrying in" in r for r in retries), retries
-    assert status["reconnects"] >= 1 and status["frames_failed"] == 0
-    assert states(live, "yard") == ["starting", "running"]
-    assert live.stream("yard")["reconnects"] == 0
-    reconnects = metric(live, "appliance_stream_reconnects_total", stream="door")
-    assert reconnects is not None and reconnects >= 1
-    assert metric(live, "appliance_stream_reconnects_total", stream="yard") == 0.0
-    assert metric(live, "appliance_stream_up", stream="door") == 1.0
-    # Over MQTT: each change in order, and the state kept (retained) is the last one.
-    sub = subscribers[0]
-    topic = "site/door/status"
-    sub.wait_for(
-        lambda ms: in_order(["running", "reconnecting", "running"], mqtt_states(ms, topic))
-    )
-    late = Subscriber(broker, [topic])
-    subscribers.append(late)
-    kept = late.wait_for(bool)
-    assert kept[0].retain and mqtt_states(kept, topic) == ["running"]
+        assert up_while_away == 0.0
+        assert recovery_s <= RECOVERY_BOUND_S
+        assert ratio > OTHERS_MIN_RATIO, (before, ratio)
+        status = wait_state(live, "door", "running")
+        assert in_order(["starting", "running", "reconnecting", "running"], states(live, "door"))
+        retries = [t["reason"] for t in status["transitions"] if t["state"] == "reconnecting"]
+        assert all(door.url in r and "retrying in" in r for r in retries), retries
+        assert status["reconnects"] >= 1 and status["frames_failed"] == 0
+        assert states(live, "yard") == ["starting", "running"]
+        assert live.stream("yard")["reconnects"] == 0
+        reconnects = metric(live, "appliance_stream_reconnects_total", stream="door")
+        assert reconnects is not None and reconnects >= 1
+        assert metric(live, "appliance_stream_reconnects_total", stream="yard") == 0.0
+        assert metric(live, "appliance_stream_up", stream="door") == 1.0
+        # Over MQTT: each change in order, and the state kept (retained) is the last one.
+        sub = subscribers[0]
+        topic = "site/door/status"
+        sub.wait_for(
+            lambda ms: in_order(["running", "reconnecting", "running"], mqtt_states(ms, topic))
+        )
+        late = Subscriber(broker, [topic])
+        subscribers.append(late)
+        kept = late.wait_for(bool)
+        assert kept[0].retain and mqtt_states(kept, topic) == ["running"]
 
 
 def test_a_hung_camera_is_detected_as_stalled_and_runs_again_when_it_answers(
@@ -185,37 +185,39 @@ def test_a_hung_camera_is_detected_as_stalled_and_runs_again_when_it_answers(
     stall and its length), its reopen attempts time out instead of hanging, and once it
     answers again (SIGCONT) the stream processes frames within backoff cap + 2 s; the
     other camera's stream keeps its fps."""
-    door, yard = rtsp_server(clip), rtsp_server(clip)
-    live = appliance(
-        {"streams": [camera_stream("door", door.url, **quick()), camera_stream("yard", yard.url)]}
-    )
-    seen.wait("door", 3)
-    before = measure_fps(seen, "yard", FRAMES_BEFORE)
-
-    door.suspend()
-    hung = time.perf_counter()
-    stalled = transition(live, "door", "stalled")
-    reason = stalled["reason"]
-    assert stalled["state"] == "reconnecting", stalled
-    assert float(re.findall(r"no frame for ([\d.]+) s", reason)[0]) >= STALL_S
-    # Still hung: the next attempt gives up after open_timeout_s and retries.
-    transition(live, "door", f"within {OPEN_S:g} s (source.open_timeout_s)")
-    door.resume()
-    back = time.perf_counter()
-    recovery_s = seen.wait("door", after=back)[0].done - back
-    ratio = seen.fps("yard", hung, back) / before
-    record(
-        FaultFigures(
-            "RTSP server hung (SIGSTOP), then resumed", recovery_s, ratio, None, RECOVERY_BOUND
+    fault = "RTSP server hung (SIGSTOP), then resumed"
+    with recording("rtsp_hung", fault, RECOVERY_BOUND) as row:
+        door, yard = rtsp_server(clip), rtsp_server(clip)
+        live = appliance(
+            {
+                "streams": [
+                    camera_stream("door", door.url, **quick()),
+                    camera_stream("yard", yard.url),
+                ]
+            }
         )
-    )
+        seen.wait("door", 3)
+        before = measure_fps(seen, "yard", FRAMES_BEFORE)
 
-    assert recovery_s <= RECOVERY_BOUND_S
-    assert ratio > OTHERS_MIN_RATIO, (before, ratio)
-    wait_state(live, "door", "running")
-    assert in_order(["running", "reconnecting", "running"], states(live, "door"))
-    assert states(live, "yard") == ["starting", "running"]
-    assert metric(live, "appliance_stream_up", stream="door") == 1.0
+        door.suspend()
+        hung = time.perf_counter()
+        stalled = transition(live, "door", "stalled")
+        # Still hung: the next attempt gives up after open_timeout_s and retries.
+        transition(live, "door", f"within {OPEN_S:g} s (source.open_timeout_s)")
+        door.resume()
+        back = time.perf_counter()
+        recovery_s = seen.wait("door", after=back)[0].done - back
+        row.recovery_s = recovery_s
+        ratio = row.others_fps_ratio = seen.fps("yard", hung, back) / before
+
+        assert stalled["state"] == "reconnecting", stalled
+        assert float(re.findall(r"no frame for ([\d.]+) s", stalled["reason"])[0]) >= STALL_S
+        assert recovery_s <= RECOVERY_BOUND_S
+        assert ratio > OTHERS_MIN_RATIO, (before, ratio)
+        wait_state(live, "door", "running")
+        assert in_order(["running", "reconnecting", "running"], states(live, "door"))
+        assert states(live, "yard") == ["starting", "running"]
+        assert metric(live, "appliance_stream_up", stream="door") == 1.0
 
 
 def test_a_stall_is_reported_within_the_stall_timeout_plus_half_a_second(
@@ -250,65 +252,59 @@ def test_corrupt_h264_is_skipped_or_reconnected_and_frames_flow_again(
     Neither ends `failed` nor counts failed frames or loses its threads, and the clean
     camera's stream keeps its fps."""
     garbled_at = (1.0, 3.0)  # clip frames 15-44, the keyframes at 1 s and 2 s included
-    glitch = rtsp_server(corrupt_clip(clip, tmp_path / "glitch.mp4", *GLITCH_AT))
-    garbled = rtsp_server(corrupt_clip(clip, tmp_path / "garbled.mp4", *garbled_at))
-    yard = rtsp_server(clip)
-    live = appliance(
-        {
-            "streams": [
-                camera_stream("glitch", glitch.url, **quick(stall_timeout_s=GLITCH_STALL_S)),
-                camera_stream("garbled", garbled.url, **quick()),
-                camera_stream("yard", yard.url),
-            ]
-        }
-    )
-    # garbled: intact frames for 1 s of the clip, then none until the stream reconnects
-    # (the camera's new session starts the clip again).
-    stalled = transition(live, "garbled", "stalled")
-    assert stalled["state"] == "reconnecting" and "decoder:" in stalled["reason"], stalled
-    again = seen.wait_first("garbled", lambda a: a.captured > stalled["time"])
-    recovery_s = again.captured - stalled["time"]
-    fault = seen.of("garbled", before=again.done)[-1].done  # its last frame before the stall
-    start = seen.of("yard")[0].done
-    ratio = seen.fps("yard", fault, again.done) / seen.fps("yard", start, fault)
-    record(
-        FaultFigures(
-            "camera sends 2 s of undecodable H.264 (stall, reconnect)",
-            recovery_s,
-            ratio,
-            None,
-            RECOVERY_BOUND,
+    garbled_fault = "camera sends 2 s of undecodable H.264 (stall, reconnect)"
+    glitch_fault = "camera sends 0.8 s of undecodable H.264 (frames skipped)"
+    glitch_bound = "no reconnect; the damaged frames skipped, intact from the next keyframe"
+    with (
+        recording("h264_garbled", garbled_fault, RECOVERY_BOUND) as garbled_row,
+        recording("h264_glitch", glitch_fault, glitch_bound) as glitch_row,
+    ):
+        glitch = rtsp_server(corrupt_clip(clip, tmp_path / "glitch.mp4", *GLITCH_AT))
+        garbled = rtsp_server(corrupt_clip(clip, tmp_path / "garbled.mp4", *garbled_at))
+        yard = rtsp_server(clip)
+        live = appliance(
+            {
+                "streams": [
+                    camera_stream("glitch", glitch.url, **quick(stall_timeout_s=GLITCH_STALL_S)),
+                    camera_stream("garbled", garbled.url, **quick()),
+                    camera_stream("yard", yard.url),
+                ]
+            }
         )
-    )
-    assert recovery_s <= RECOVERY_BOUND_S
-    assert ratio > OTHERS_MIN_RATIO
+        # garbled: intact frames for 1 s of the clip, then none until the stream reconnects
+        # (the camera's new session starts the clip again).
+        stalled = transition(live, "garbled", "stalled")
+        again = seen.wait_first("garbled", lambda a: a.captured > stalled["time"])
+        recovery_s = garbled_row.recovery_s = again.captured - stalled["time"]
+        fault = seen.of("garbled", before=again.done)[-1].done  # its last frame before the stall
+        start = seen.of("yard")[0].done
+        ratio = seen.fps("yard", fault, again.done) / seen.fps("yard", start, fault)
+        garbled_row.others_fps_ratio = ratio
 
-    # glitch: frames up to 32, none of the damaged 33-44, then 45 (a keyframe) onwards.
-    first_good = round(GLITCH_AT[1] * FPS)
-    repaired = seen.wait_first("glitch", lambda a: first_good <= a.index < 4 * FPS)
-    last_good = seen.of("glitch", before=repaired.done)[-1]
-    fault_end = last_good.captured + (first_good - last_good.index) / FPS  # frame 45 was due
-    record(
-        FaultFigures(
-            "camera sends 0.8 s of undecodable H.264 (frames skipped)",
-            repaired.captured - fault_end,
-            None,
-            None,  # the damaged frames were the camera's loss: none decodable was lost
-            f"no reconnect; {first_good - last_good.index - 1} damaged frames skipped, "
-            "intact from the next keyframe",
-        )
-    )
-    assert last_good.index < round(GLITCH_AT[0] * FPS)
-    following = [a.index for a in seen.wait("glitch", 5, after=repaired.done)]
-    assert following == sorted(following) and first_good < following[0] < following[-1] < 4 * FPS
-    assert states(live, "glitch") == ["starting", "running"]
+        # glitch: frames up to 32, none of the damaged 33-44, then 45 (a keyframe) onwards.
+        first_good = round(GLITCH_AT[1] * FPS)
+        repaired = seen.wait_first("glitch", lambda a: first_good <= a.index < 4 * FPS)
+        last_good = seen.of("glitch", before=repaired.done)[-1]
+        fault_end = last_good.captured + (first_good - last_good.index) / FPS  # 45 was due
+        glitch_row.recovery_s = repaired.captured - fault_end
+        # Lost stays None: the damaged frames were the camera's loss, not results.
+        glitch_row.counts["frames_skipped"] = first_good - last_good.index - 1
 
-    for stream in ("glitch", "garbled", "yard"):
-        status = live.stream(stream)
-        assert status["frames_failed"] == 0 and "failed" not in states(live, stream), status
-    assert live.stream("yard")["reconnects"] == 0
-    streams = ("glitch", "garbled", "yard")
-    assert stream_threads(*streams) == {f"{k}:{s}" for s in streams for k in ("grab", "work")}
+        assert stalled["state"] == "reconnecting" and "decoder:" in stalled["reason"], stalled
+        assert recovery_s <= RECOVERY_BOUND_S
+        assert ratio > OTHERS_MIN_RATIO
+        assert last_good.index < round(GLITCH_AT[0] * FPS)
+        following = [a.index for a in seen.wait("glitch", 5, after=repaired.done)]
+        assert following == sorted(following)
+        assert first_good < following[0] < following[-1] < 4 * FPS
+        assert states(live, "glitch") == ["starting", "running"]
+
+        for stream in ("glitch", "garbled", "yard"):
+            status = live.stream(stream)
+            assert status["frames_failed"] == 0 and "failed" not in states(live, stream), status
+        assert live.stream("yard")["reconnects"] == 0
+        streams = ("glitch", "garbled", "yard")
+        assert stream_threads(*streams) == {f"{k}:{s}" for s in streams for k in ("grab", "work")}
 
 
 def test_frames_that_fail_to_decode_are_visible_in_the_stream_status(

@@ -22,6 +22,7 @@ import shutil
 import signal
 import time
 import uuid
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import yaml
 
 from appliance.config import parse_config
 from appliance.runtime import Runtime
-from tests.faults.figures import FaultFigures, record
+from tests.faults.figures import Row, recording
 from tests.faults.process_helpers import (
     DRAW,
     FPS,
@@ -92,51 +93,55 @@ def test_a_file_in_the_trace_folders_place_is_counted_shown_and_clears(
     fails: counted in `appliance_trace_write_errors_total`, named by `/ready`'s
     `profiling.last_write_error`, and the stream goes on at its fps. Once the file is gone
     the next period is written again, as a complete trace, and the error clears."""
-    traces = tmp_path / "traces"
-    doc = {"streams": [camera("cam", clip, DRAW)],
-           "profiling": {"dir": str(traces), "rotate_s": 0.5}}  # fmt: skip
-    rt = Runtime(parse_config(doc, tmp_path))
-    runtimes.append(rt)
-    rt.start()
-    stream = rt.streams["cam"]
-    rolling = traces / "rolling"
+    fault = "trace folder replaced by a file, then the file removed"
+    with recording("trace_folder", fault, "next rotate_s period after the fix") as row:
+        traces = tmp_path / "traces"
+        doc = {"streams": [camera("cam", clip, DRAW)],
+               "profiling": {"dir": str(traces), "rotate_s": 0.5}}  # fmt: skip
+        rt = Runtime(parse_config(doc, tmp_path))
+        runtimes.append(rt)
+        rt.start()
+        stream = rt.streams["cam"]
+        rolling = traces / "rolling"
 
-    def written() -> float:
-        return sample(rt, "appliance_trace_files_written_total")
+        def written() -> float:
+            return sample(rt, "appliance_trace_files_written_total")
 
-    def errors() -> float:
-        return sample(rt, "appliance_trace_write_errors_total")
+        def errors() -> float:
+            return sample(rt, "appliance_trace_write_errors_total")
 
-    wait_for(lambda: written() >= 1, WAIT_S, "a first rolling trace")
-    before = fps_over(stream, 1.0)
-    errors_before = errors()
-    put_file_in_the_way(rolling)
-    wait_for(lambda: errors() >= errors_before + 2, WAIT_S, "two periods to fail")
-    during = fps_over(stream, 1.0)  # two more periods fail meanwhile
-    problem = asyncio.run(ready_body(rt))["profiling"]["last_write_error"]
-    assert problem is not None and str(rolling) in problem, problem
-    assert rt.stream_status("cam").state == "running"
+        wait_for(lambda: written() >= 1, WAIT_S, "a first rolling trace")
+        before = fps_over(stream, 1.0)
+        errors_before, failed_before = errors(), stream.failed_frames
+        put_file_in_the_way(rolling)
+        wait_for(lambda: errors() >= errors_before + 2, WAIT_S, "two periods to fail")
+        during = fps_over(stream, 1.0)  # two more periods fail meanwhile
+        row.others_fps_ratio = round(during / before, 3)
+        problem = asyncio.run(ready_body(rt))["profiling"]["last_write_error"]
+        state_during = rt.stream_status("cam").state
 
-    rolling.unlink()
-    cleared, written_then = time.monotonic(), written()
-    wait_for(
-        lambda: written() > written_then and rt.profiling_status().last_write_error is None,
-        WAIT_S,
-        "a trace written again",
-    )
-    recovery_s = time.monotonic() - cleared
-    assert asyncio.run(ready_body(rt))["profiling"]["last_write_error"] is None
-    fresh = sorted(rolling.glob("trace-*.json"))
-    assert fresh, list(rolling.iterdir())
-    doc_ = tracecheck.load(fresh[-1])
-    tracecheck.check(doc_)
-    runs = [e for e in doc_["traceEvents"] if e.get("name") == "workflow.run"]
-    assert runs and all(e["args"]["stream"] == "cam" for e in runs)
-    assert stream.failed_frames == 0
-    ratio = during / before
-    assert ratio >= FPS_RATIO_MIN, (before, during)
-    record(FaultFigures("trace folder replaced by a file, then the file removed", recovery_s,
-                        round(ratio, 3), 0, "next rotate_s period after the fix"))  # fmt: skip
+        rolling.unlink()
+        cleared, written_then = time.monotonic(), written()
+        wait_for(
+            lambda: written() > written_then and rt.profiling_status().last_write_error is None,
+            WAIT_S,
+            "a trace written again",
+        )
+        row.recovery_s = time.monotonic() - cleared
+        # Results lost to the fault: frames whose run failed while it lasted (a failed
+        # frame makes no result), counted by the stream itself.
+        row.lost = stream.failed_frames - failed_before
+        assert problem is not None and str(rolling) in problem, problem
+        assert state_during == "running"
+        assert asyncio.run(ready_body(rt))["profiling"]["last_write_error"] is None
+        fresh = sorted(rolling.glob("trace-*.json"))
+        assert fresh, list(rolling.iterdir())
+        doc_ = tracecheck.load(fresh[-1])
+        tracecheck.check(doc_)
+        runs = [e for e in doc_["traceEvents"] if e.get("name") == "workflow.run"]
+        assert runs and all(e["args"]["stream"] == "cam" for e in runs)
+        assert row.lost == 0 and stream.failed_frames == 0
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, (before, during)
 
 
 # -- a model that raises ------------------------------------------------------------------
@@ -172,41 +177,45 @@ def test_a_model_that_raises_on_one_streams_frames_fails_those_frames_only(
     counted `failed`, the stream goes on taking frames (`running`, its failures growing,
     the model's error as its last error), and the first stream loses no frame and keeps
     its fps."""
-    model = {
-        "path": str(square_only_classifier(tmp_path / "square_only.onnx")),
-        "providers": ["cpu"],
-        "batching": {"max_batch_size": 4, "max_queue_delay_ms": 2},
-    }
-    good = camera("square", clip, classify("square", 8, 8))
-    bad = camera("wide", clip, classify("wide", 16, 8))
-    rt = Runtime(parse_config({"models": {"shapes": model}, "streams": [good]}, tmp_path))
-    runtimes.append(rt)
-    rt.start()
-    square = rt.streams["square"]
-    wait_for(lambda: square.rate.count >= 10, WAIT_S, "the good stream to process")
-    before = fps_over(square, 1.0)
+    fault = "model session raising on one of two streams' batches"
+    with recording(
+        "model_raising", fault, "failed frames counted; other streams unaffected"
+    ) as row:
+        model = {
+            "path": str(square_only_classifier(tmp_path / "square_only.onnx")),
+            "providers": ["cpu"],
+            "batching": {"max_batch_size": 4, "max_queue_delay_ms": 2},
+        }
+        good = camera("square", clip, classify("square", 8, 8))
+        bad = camera("wide", clip, classify("wide", 16, 8))
+        rt = Runtime(parse_config({"models": {"shapes": model}, "streams": [good]}, tmp_path))
+        runtimes.append(rt)
+        rt.start()
+        square = rt.streams["square"]
+        wait_for(lambda: square.rate.count >= 10, WAIT_S, "the good stream to process")
+        before = fps_over(square, 1.0)
 
-    both = parse_config({"models": {"shapes": model}, "streams": [good, bad]}, tmp_path)
-    wide = rt.add_stream(both.streams[1])
-    wait_for(lambda: wide.failed_frames >= 5, WAIT_S, "the bad stream's frames to fail")
-    during = fps_over(square, 1.5)
-    failing = wide.failed_frames
-    wait_for(lambda: wide.failed_frames > failing + 5, WAIT_S, "the bad stream to go on")
+        both = parse_config({"models": {"shapes": model}, "streams": [good, bad]}, tmp_path)
+        wide = rt.add_stream(both.streams[1])
+        wait_for(lambda: wide.failed_frames >= 5, WAIT_S, "the bad stream's frames to fail")
+        during = fps_over(square, 1.5)
+        row.others_fps_ratio = round(during / before, 3)
+        failing = wide.failed_frames
+        wait_for(lambda: wide.failed_frames > failing + 5, WAIT_S, "the bad stream to go on")
+        # Lost: the good stream's results (a failed frame makes none); the bad stream's
+        # frames fail by design.
+        row.lost = square.failed_frames
 
-    status = rt.stream_status("wide")
-    assert status.state == "running" and status.frames_processed == 0
-    assert status.last_error is not None and "MatMul" in status.last_error, status.last_error
-    failed = sample(rt, "appliance_frames_total", {"stream": "wide", "outcome": "failed"})
-    assert failed >= failing + 5
-    assert sample(rt, "appliance_frames_total", {"stream": "square", "outcome": "failed"}) == 0
-    assert square.failed_frames == 0 and rt.stream_status("square").state == "running"
-    latest = rt.latest.get("square")
-    assert latest is not None and latest.result.outputs["kind"].class_id.shape == (1, 1)
-    ratio = during / before
-    assert ratio >= FPS_RATIO_MIN, (before, during)
-    record(FaultFigures("model session raising on one of two streams' batches", None,
-                        round(ratio, 3), square.failed_frames,
-                        "failed frames counted; other streams unaffected"))  # fmt: skip
+        status = rt.stream_status("wide")
+        assert status.state == "running" and status.frames_processed == 0
+        assert status.last_error is not None and "MatMul" in status.last_error, status.last_error
+        failed = sample(rt, "appliance_frames_total", {"stream": "wide", "outcome": "failed"})
+        assert failed >= failing + 5
+        assert sample(rt, "appliance_frames_total", {"stream": "square", "outcome": "failed"}) == 0
+        assert row.lost == 0 and rt.stream_status("square").state == "running"
+        latest = rt.latest.get("square")
+        assert latest is not None and latest.result.outputs["kind"].class_id.shape == (1, 1)
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, (before, during)
 
 
 # -- SIGTERM under load -------------------------------------------------------------------
@@ -214,7 +223,6 @@ def processed_by_trace(traces: Path) -> set[tuple[str, int]]:
     """(stream, seq) of every frame the process ran, from its rolling traces (written to
     the end at a clean shutdown): one `workflow.run` span per processed frame."""
     rolling = traces / "rolling"
-    assert not list(rolling.glob("*.tmp")), "a half-written trace was left"
     done: set[tuple[str, int]] = set()
     for path in rolling.glob("trace-*.json"):
         doc = tracecheck.load(path)
@@ -252,6 +260,17 @@ def test_sigterm_under_load_exits_in_time_with_every_result_delivered(
     that sinks get to drain at shutdown (docs/outputs.md)."""
     if shutil.which("mosquitto") is None:
         pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
+    key = "sigterm_quick_receiver" if answer_s == 0 else "sigterm_slow_receiver"
+    fault = (
+        "SIGTERM to `appliance serve`: 2 streams, MQTT + webhook on every result, "
+        f"receiver answering in {answer_s:g} s"
+    )
+    with recording(key, fault, "exit within 5 s; sinks drain up to 2 s") as row:
+        sigterm_under_load(tmp_path, clip, answer_s, row)
+
+
+def sigterm_under_load(tmp_path: Path, clip: Path, answer_s: float, row: Row) -> None:
+    """The SIGTERM test's body; `row` gets the exit time and the results lost."""
     (tmp_path / "broker").mkdir()
     broker = Broker(free_port(), tmp_path / "broker")
     broker.start()
@@ -282,15 +301,15 @@ def test_sigterm_under_load_exits_in_time_with_every_result_delivered(
                 served.process.send_signal(signal.SIGTERM)
                 code = served.process.wait(SHUTDOWN_S + 10)
                 took = time.monotonic() - asked
+                row.recovery_s = round(took, 2)
             finally:
                 served.stop()
             log = served.log_path.read_text(encoding="utf-8")
             processed = processed_by_trace(traces)
-            assert {s for s, _ in processed} == {"a", "b"}
-            got = sub.wait_for(
-                lambda ms: processed <= {whole_result(m.payload) for m in ms}, WAIT_S
-            )
-            by_mqtt = {whole_result(m.payload) for m in got}
+            # A result lost must be counted (and recorded), not end the test in this wait.
+            with suppress(AssertionError):
+                sub.wait_for(lambda ms: processed <= {whole_result(m.payload) for m in ms}, WAIT_S)
+            by_mqtt = {whole_result(m.payload) for m in sub.wait_for(lambda _: True, 0)}
             requests = rx.requests
     finally:
         if sub is not None:
@@ -298,15 +317,14 @@ def test_sigterm_under_load_exits_in_time_with_every_result_delivered(
         broker.stop()
 
     by_hook = {whole_result(r.body) for r in requests}
-    lost = len(processed - by_mqtt) + len(processed - by_hook)
-    record(FaultFigures(f"SIGTERM to `appliance serve`: 2 streams, MQTT + webhook on every "
-                        f"result, receiver answering in {answer_s:g} s", round(took, 2), None,
-                        lost, "exit within 5 s; sinks drain up to 2 s"))  # fmt: skip
+    row.lost = len(processed - by_mqtt) + len(processed - by_hook)
+    assert not list((traces / "rolling").glob("*.tmp")), "a half-written trace was left"
+    assert {s for s, _ in processed} == {"a", "b"}
     assert code == 0, log[-3000:]
     assert took < SHUTDOWN_S, (took, log[-3000:])
     assert "runtime stopped" in log and "did not end" not in log, log[-3000:]
     dead = traces / "dead-letters" / "hook.jsonl"
     assert not dead.exists(), dead.read_text(encoding="utf-8")[:2000]
-    assert lost == 0, (sorted(processed - by_mqtt), sorted(processed - by_hook))
+    assert row.lost == 0, (sorted(processed - by_mqtt), sorted(processed - by_hook))
     # Nothing arrived that the trace does not name: the trace is the whole record.
     assert by_mqtt == processed == by_hook

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from appliance.config import parse_config
 from appliance.runtime import Runtime
 from pipelines.types import FrameResult
 from sinks.base import SinkStatus
-from tests.faults.figures import FaultFigures, record
+from tests.faults.figures import recording
 from tests.faults.process_helpers import (
     DRAW,
     FPS,
@@ -137,8 +138,12 @@ def test_a_broker_restart_under_load_loses_nothing_and_costs_the_stream_nothing(
     publishes every result at QoS 1: every result offered (before, during and after the
     outage) reaches a subscriber with a persistent session, in order, none dropped; the
     stream's fps does not move; the sink is connected again soon after the broker is back."""
-    sub = Subscriber(broker, ["site/cam/predictions"])
-    try:
+    fault = f"MQTT broker stopped {OUTAGE_S:g} s under QoS 1 load, then back"
+    topic = "site/cam/predictions"
+    with (
+        recording("mqtt_broker", fault, MQTT_BOUND) as row,
+        closing(Subscriber(broker, [topic])) as sub,
+    ):
         bus = {"type": "mqtt", "port": broker.port, "qos": 1, "topic_prefix": "site",
                "client_id": f"appliance-{uuid.uuid4().hex[:8]}",
                "reconnect": {"initial_s": 0.1, "max_s": 0.5}}  # fmt: skip
@@ -151,33 +156,36 @@ def test_a_broker_restart_under_load_loses_nothing_and_costs_the_stream_nothing(
         down_at = len(offered.seqs)
         wait_for(lambda: sink(rt, "bus").state == "reconnecting", WAIT_S, "the sink to notice")
         during = fps_over(stream, OUTAGE_S)
+        row.others_fps_ratio = round(during / before, 3)
         waiting = sink(rt, "bus").queue_depth
         broker.start()
         back = time.monotonic()
         wait_for(lambda: sink(rt, "bus").state == "connected", WAIT_S, "the sink to reconnect")
-        recovery_s = time.monotonic() - back
+        row.recovery_s = time.monotonic() - back
         time.sleep(0.5)  # results flow again after the outage
         stop_stream_and_drain(rt, "bus")
 
         seqs = offered.seqs
+        want = set(seqs)
+        received = arrived(sub, topic, want)
+        row.lost = len(want - set(received))
         assert len(seqs) - down_at >= FPS  # the outage really had results to keep
         assert waiting >= FPS * OUTAGE_S * 0.5, waiting  # ... and they waited in the queue
-        want = set(seqs)
-        got = sub.wait_for(lambda ms: want <= {json.loads(m.payload)["seq"] for m in ms}, WAIT_S)
-        received = [json.loads(m.payload)["seq"] for m in got]
-        lost = len(want - set(received))
-        assert lost == 0
+        assert row.lost == 0, sorted(want - set(received))
         assert first_occurrences(received) == sorted(set(received))  # in order
         assert counter(rt, "bus", "dropped") == 0
         # Every result was acknowledged (besides the `online` and stream states).
         assert counter(rt, "bus", "sent") >= len(seqs)
-        ratio = during / before
-        assert ratio >= FPS_RATIO_MIN, (before, during)
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, (before, during)
         assert stream.failed_frames == 0
-    finally:
-        sub.close()
-    record(FaultFigures(f"MQTT broker stopped {OUTAGE_S:g} s under QoS 1 load, then back",
-                        recovery_s, round(ratio, 3), lost, MQTT_BOUND))  # fmt: skip
+
+
+def arrived(sub: Subscriber, topic: str, want: set[int]) -> list[int]:
+    """The seqs received on `topic`, once every one of `want` is there or WAIT_S has
+    passed: a result lost must be counted (and recorded), not end the test in a wait."""
+    with suppress(AssertionError):
+        sub.wait_for(lambda ms: want <= {json.loads(m.payload)["seq"] for m in ms}, WAIT_S)
+    return [json.loads(m.payload)["seq"] for m in sub.on(topic)]
 
 
 # -- webhooks -----------------------------------------------------------------------------
@@ -204,46 +212,46 @@ def test_a_receiver_down_then_back_gets_every_result_and_dead_letters_wait_for_r
     enough retries delivers every result offered (none dead-lettered, none dropped). A sink
     with `retries: 2` dead-letters what it cannot deliver, each only after exactly 3
     attempts, and each result is delivered or dead-lettered: never both, never neither."""
-    port = free_port()  # refused: nothing listens yet
-    url = f"http://127.0.0.1:{port}/hook"
-    patient = {"type": "webhook", "url": url, "retries": 30, "backoff": HOOK_BACKOFF,
-               "headers": {"X-Sink": "patient"}}  # fmt: skip
-    brief = {"type": "webhook", "url": url, "retries": 2, "headers": {"X-Sink": "brief"},
-             "backoff": {"initial_s": 0.05, "max_s": 0.05, "jitter": 0.0}}  # fmt: skip
-    rt, offered = start_runtime({"patient": patient, "brief": brief}, ["patient", "brief"])
-    stream = rt.streams["cam"]
-    wait_for(lambda: len(offered.seqs) >= 5, WAIT_S, "results")
-    during = fps_over(stream, OUTAGE_S)
-    assert sink(rt, "patient").state == "failing"
-    wait_for(lambda: sink(rt, "brief").dead_lettered > 0, WAIT_S, "a dead letter")
-    with Receiver(port=port) as rx:
-        back = time.monotonic()
-        rx.wait_for(1, WAIT_S)
-        recovery_s = rx.requests[0].time - back
-        after = fps_over(stream, 0.5)  # results flow again
-        stop_stream_and_drain(rt, "patient", "brief")
-        requests = rx.requests
+    fault = f"webhook receiver down {OUTAGE_S:g} s, then back"
+    with recording("webhook_down", fault, HOOK_BOUND) as row:
+        port = free_port()  # refused: nothing listens yet
+        url = f"http://127.0.0.1:{port}/hook"
+        patient = {"type": "webhook", "url": url, "retries": 30, "backoff": HOOK_BACKOFF,
+                   "headers": {"X-Sink": "patient"}}  # fmt: skip
+        brief = {"type": "webhook", "url": url, "retries": 2, "headers": {"X-Sink": "brief"},
+                 "backoff": {"initial_s": 0.05, "max_s": 0.05, "jitter": 0.0}}  # fmt: skip
+        rt, offered = start_runtime({"patient": patient, "brief": brief}, ["patient", "brief"])
+        stream = rt.streams["cam"]
+        wait_for(lambda: len(offered.seqs) >= 5, WAIT_S, "results")
+        during = fps_over(stream, OUTAGE_S)
+        assert sink(rt, "patient").state == "failing"
+        wait_for(lambda: sink(rt, "brief").dead_lettered > 0, WAIT_S, "a dead letter")
+        with Receiver(port=port) as rx:
+            back = time.monotonic()
+            rx.wait_for(1, WAIT_S)
+            row.recovery_s = rx.requests[0].time - back
+            after = fps_over(stream, 0.5)  # results flow again
+            row.others_fps_ratio = round(min(during, after) / FPS, 3)
+            stop_stream_and_drain(rt, "patient", "brief")
+            requests = rx.requests
 
-    want = set(offered.seqs)
-    got = seqs_of(requests, "patient")
-    lost = len(want - set(got))
-    assert lost == 0
-    status = sink(rt, "patient")
-    assert (status.dead_lettered, status.dropped) == (0, 0)
-    assert status.retried > 0 and counter(rt, "patient", "retried") == status.retried
+        want = set(offered.seqs)
+        got = seqs_of(requests, "patient")
+        row.lost = len(want - set(got))
+        assert row.lost == 0, sorted(want - set(got))
+        status = sink(rt, "patient")
+        assert (status.dead_lettered, status.dropped) == (0, 0)
+        assert status.retried > 0 and counter(rt, "patient", "retried") == status.retried
 
-    dead = dead_letters(rt, "brief")
-    assert dead and all(d["attempts"] == 3 for d in dead), [d["attempts"] for d in dead]
-    assert all("connect" in str(d["last_error"]).lower() for d in dead), dead[0]["last_error"]
-    assert len(dead) == sink(rt, "brief").dead_lettered == counter(rt, "brief", "dead_lettered")
-    dead_seqs = [int(d["body"]["seq"]) for d in dead]
-    delivered = seqs_of(requests, "brief")
-    assert not set(dead_seqs) & set(delivered)
-    assert sorted(dead_seqs + delivered) == sorted(want)  # each exactly once
-    ratio = min(during, after) / FPS
-    assert ratio >= FPS_RATIO_MIN, (during, after)
-    record(FaultFigures(f"webhook receiver down {OUTAGE_S:g} s, then back", recovery_s,
-                        round(ratio, 3), lost, HOOK_BOUND))  # fmt: skip
+        dead = dead_letters(rt, "brief")
+        assert dead and all(d["attempts"] == 3 for d in dead), [d["attempts"] for d in dead]
+        assert all("connect" in str(d["last_error"]).lower() for d in dead), dead[0]["last_error"]
+        assert len(dead) == sink(rt, "brief").dead_lettered == counter(rt, "brief", "dead_lettered")
+        dead_seqs = [int(d["body"]["seq"]) for d in dead]
+        delivered = seqs_of(requests, "brief")
+        assert not set(dead_seqs) & set(delivered)
+        assert sorted(dead_seqs + delivered) == sorted(want)  # each exactly once
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, (during, after)
 
 
 def test_a_slow_receiver_costs_the_stream_nothing_and_loses_nothing(
@@ -252,7 +260,8 @@ def test_a_slow_receiver_costs_the_stream_nothing_and_loses_nothing(
     """The receiver takes 0.4 s per answer for 2 s (two slots: 5 deliveries/s against 30
     results/s): results wait in the bounded queue, the stream's fps does not move, and once
     the receiver is quick again every result offered arrives."""
-    with SlowReceiver() as rx:
+    fault = f"webhook receiver 0.4 s per answer for {OUTAGE_S:g} s"
+    with recording("webhook_slow", fault, HOOK_BOUND) as row, SlowReceiver() as rx:
         hook = {"type": "webhook", "url": rx.url, "concurrency": 2, "backoff": HOOK_BACKOFF}
         rt, offered = start_runtime({"hook": hook}, ["hook"])
         stream = rt.streams["cam"]
@@ -260,57 +269,55 @@ def test_a_slow_receiver_costs_the_stream_nothing_and_loses_nothing(
         before = fps_over(stream, 1.0)
         rx.delay_s = 0.4
         during = fps_over(stream, OUTAGE_S)
+        row.others_fps_ratio = round(during / before, 3)
         backlog = sink(rt, "hook").queue_depth
         rx.delay_s = 0.0
         quick = time.monotonic()
         wait_for(lambda: drained(rt, "hook"), WAIT_S, "the backlog to go out")
-        recovery_s = time.monotonic() - quick
+        row.recovery_s = time.monotonic() - quick
         stop_stream_and_drain(rt, "hook")
         requests = rx.requests
 
-    assert backlog >= FPS, backlog  # the receiver really was slower than the results
-    want = set(offered.seqs)
-    lost = len(want - set(seqs_of(requests)))
-    assert lost == 0
-    status = sink(rt, "hook")
-    assert (status.dropped, status.dead_lettered) == (0, 0)
-    ratio = during / before
-    assert ratio >= FPS_RATIO_MIN, (before, during)
-    record(FaultFigures(f"webhook receiver 0.4 s per answer for {OUTAGE_S:g} s", recovery_s,
-                        round(ratio, 3), lost, HOOK_BOUND))  # fmt: skip
+        want = set(offered.seqs)
+        row.lost = len(want - set(seqs_of(requests)))
+        assert backlog >= FPS, backlog  # the receiver really was slower than the results
+        assert row.lost == 0, sorted(want - set(seqs_of(requests)))
+        status = sink(rt, "hook")
+        assert (status.dropped, status.dead_lettered) == (0, 0)
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, (before, during)
 
 
 def test_a_flapping_receiver_loses_nothing(start_runtime: StartRuntime) -> None:
     """The receiver goes away and comes back on its port three times (0.4 s down, 0.4 s
     up): deliveries cut or refused are retried, and every result offered arrives; nothing
     is dead-lettered or dropped, and the stream's fps does not move."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/hook"
-    hook = {"type": "webhook", "url": url, "retries": 30, "backoff": HOOK_BACKOFF}
-    rt, offered = start_runtime({"hook": hook}, ["hook"])
-    stream = rt.streams["cam"]
-    requests: list[Request] = []
-    count, began = stream.rate.count, time.monotonic()
-    for _ in range(3):
-        time.sleep(0.4)  # down
+    fault = "webhook receiver flapping: 3 x (0.4 s down, 0.4 s up)"
+    with recording("webhook_flapping", fault, HOOK_BOUND) as row:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/hook"
+        hook = {"type": "webhook", "url": url, "retries": 30, "backoff": HOOK_BACKOFF}
+        rt, offered = start_runtime({"hook": hook}, ["hook"])
+        stream = rt.streams["cam"]
+        requests: list[Request] = []
+        count, began = stream.rate.count, time.monotonic()
+        for _ in range(3):
+            time.sleep(0.4)  # down
+            with Receiver(port=port) as rx:
+                time.sleep(0.4)  # up
+            requests += rx.requests
+        fps = (stream.rate.count - count) / (time.monotonic() - began)
+        row.others_fps_ratio = round(fps / FPS, 3)
         with Receiver(port=port) as rx:
-            time.sleep(0.4)  # up
-        requests += rx.requests
-    fps = (stream.rate.count - count) / (time.monotonic() - began)
-    with Receiver(port=port) as rx:
-        back = time.monotonic()
-        rx.wait_for(1, WAIT_S)
-        recovery_s = rx.requests[0].time - back
-        stop_stream_and_drain(rt, "hook")
-        requests += rx.requests
+            back = time.monotonic()
+            rx.wait_for(1, WAIT_S)
+            row.recovery_s = rx.requests[0].time - back
+            stop_stream_and_drain(rt, "hook")
+            requests += rx.requests
 
-    want = set(offered.seqs)
-    lost = len(want - set(seqs_of(requests)))
-    assert lost == 0
-    status = sink(rt, "hook")
-    assert (status.dropped, status.dead_lettered) == (0, 0)
-    assert status.retried > 0
-    ratio = fps / FPS
-    assert ratio >= FPS_RATIO_MIN, fps
-    record(FaultFigures("webhook receiver flapping: 3 x (0.4 s down, 0.4 s up)", recovery_s,
-                        round(ratio, 3), lost, HOOK_BOUND))  # fmt: skip
+        want = set(offered.seqs)
+        row.lost = len(want - set(seqs_of(requests)))
+        assert row.lost == 0, sorted(want - set(seqs_of(requests)))
+        status = sink(rt, "hook")
+        assert (status.dropped, status.dead_lettered) == (0, 0)
+        assert status.retried > 0
+        assert row.others_fps_ratio >= FPS_RATIO_MIN, fps
