@@ -17,6 +17,10 @@ segment, still in flight when the switch happens, are not timed.
 Alongside, each segment's CPU time per frame is read for every thread (/proc schedstat,
 ns), by kind of thread: the direct measure of what the switched cost does on the threads
 that do it. The same pairing gives its difference per frame.
+
+A bench's verdict on the pairs is bench/_compare.py's: the median of the pair ratios
+with its bootstrap interval, met only by the interval's bound (`judge`); the arms of a
+round take their turns in `rotations` order.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _compare
 import numpy as np
 
 LOOP = 240  # frames in configs/media/demo.mp4
@@ -150,10 +155,6 @@ def median(values: Sequence[float]) -> float:
     return float(np.median(values)) if values else float("nan")
 
 
-def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """A bootstrap interval of the median (10 000 resamples, fixed seed)."""
-    rng = np.random.default_rng(0)
-    data = np.asarray(values)
-    medians = np.median(rng.choice(data, (10_000, len(data))), axis=1)
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
+def median_interval(values: Sequence[float], level: float = _compare.LEVEL) -> tuple[float, float]:
+    """bench/_compare.py's bootstrap interval of the median (one for every bench)."""
+    return _compare.median_interval(values, level)

@@ -13,9 +13,14 @@ to every arm in full, since it writes a second's events during the next second, 
 pairs may count as off. A third arm (full run only) profiles every batch:
 ONNX Runtime's profiler's own cost on a run it records, the floor that sampling divides.
 
-The full run adds fresh processes, alternating (each variant takes each place in turn):
-whole runs, a window's start and end included; the median and min-max of their ratios.
-`--quick` runs 2 crossover rounds and no fresh processes; its interval says what that buys.
+The arms of a crossover round take their turns in an order rotated by one each round
+(bench/_compare.py's `rotations`); the verdict is `judge` on the pair ratios.
+
+The full run adds fresh processes, alternating (`alternate`: each variant takes each
+place in turn): whole runs, a window's start and end included; the median of their
+ratios against the same round's off run, with its interval and min-max, reported beside
+the verdict (no target: 5 rounds of runs that swing by ±20 % cannot show 2 %).
+`--quick` runs 1 crossover round and no fresh processes; its interval says what that buys.
 """
 
 from __future__ import annotations
@@ -31,15 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import ROOT, parse_args, report
-from _crossover import (
-    SEGMENT,
-    Arm,
-    FrameClock,
-    crossover,
-    median,
-    median_interval,
-    thread_cpu_ns,
-)
+from _compare import Verdict, alternate, judge, method, ratios, rotations
+from _crossover import SEGMENT, Arm, FrameClock, crossover, median, thread_cpu_ns
 
 from appliance.config import parse_config
 from appliance.profiling.ort_profile import profiling_session
@@ -199,12 +197,7 @@ def crossover_arms(
         "window": sampling(every_n, config.profiling.ort_max_runs_per_window),
         "window_every_batch": sampling(1, 1 << 31),
     }
-    schedule = []
-    for c in range(cycles):
-        names = ["continuous", "window", "continuous"]
-        if floor and c < 4:
-            names.append("window_every_batch")
-        schedule.append(names if c % 2 == 0 else names[::-1])
+    schedule = crossover_schedule(cycles, floor)
     tracing(False)
     try:
         clock.wait_for(WARMUP_FRAMES)
@@ -233,28 +226,44 @@ def crossover_arms(
     return result, extra
 
 
-def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    rounds, cycles, window_s = (0, 1, 3.0) if args.quick else (5, 12, 10.0)
-    variants = {
-        "off": ({"enabled": False}, False),
-        "continuous": ({"dir": "traces"}, False),
-        "window": ({"dir": "traces"}, True),
-    }
-    got: dict[str, list[float]] = {name: [] for name in variants}
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        arms, window = crossover_arms(folder / "crossover", cycles, not args.quick, window_s)
-        for i in range(rounds):  # fresh processes: whole runs, window start and end included
-            names = list(variants)
-            order = names[i % 3 :] + names[: i % 3]  # each variant takes each slot in turn
-            for name in order:
-                profiling, with_window = variants[name]
-                got[name].append(fps(300, profiling, folder, window=with_window, label=name))
-            print(f"round {i + 1}: " + ", ".join(f"{n} {got[n][-1]:.1f}" for n in names) + " fps")
+ARMS = ("continuous", "window", "continuous")  # continuous twice: the narrower interval
+FLOOR_ROUNDS = 4  # rounds with the every-batch arm (full run)
+TARGETS = {"continuous_vs_off": 0.98, "window_vs_off": 0.90}
+VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {  # fresh runs: profiling, a window
+    "off": ({"enabled": False}, False),
+    "continuous": ({"dir": "traces"}, False),
+    "window": ({"dir": "traces"}, True),
+}
+
+
+def crossover_schedule(cycles: int, floor: bool) -> list[list[str]]:
+    """Each round's arms, in an order rotated by one each round; with `floor`, the
+    every-batch arm joins the first FLOOR_ROUNDS rounds."""
+    plain = rotations(ARMS, cycles)
+    with_floor = rotations([*ARMS, "window_every_batch"], cycles)
+    return [with_floor[c] if floor and c < FLOOR_ROUNDS else plain[c] for c in range(cycles)]
+
+
+def fresh_runs(folder: Path, rounds: int) -> dict[str, list[float]]:
+    """Whole runs in fresh processes (a window's start and end included), the variants
+    alternating with their order rotated each round: fps per variant per round."""
+
+    def run(name: str) -> Callable[[], float]:
+        profiling, with_window = VARIANTS[name]
+        return lambda: fps(300, profiling, folder, window=with_window, label=name)
+
+    def shown(r: int, got: dict[str, list[float]]) -> None:
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in got.items()) + " fps")
+
+    return alternate({name: run(name) for name in VARIANTS}, rounds, shown)
+
+
+def crossover_metrics(
+    arms: dict[str, Arm], window: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Verdict]]:
+    """Each arm's pair ratios less the writer's share: the figures and their verdicts."""
     metrics: dict[str, Any] = {"crossover_pairs": len(arms["continuous"].ratios)}
-    met: dict[str, bool] = {}
-    targets = {"continuous_vs_off": 0.98, "window_vs_off": 0.90}
+    verdicts: dict[str, Verdict] = {}
     for name, arm in arms.items():
         # The rolling writer turns a second's events into JSON during the next second,
         # which is often an off phase: pairs credit that work to off. Charged here in
@@ -263,21 +272,77 @@ def main() -> None:
         share = window["writer_ms_per_traced_frame"] / (
             (os.cpu_count() or 1) * median(arm.off_frame_s) * 1000
         )
-        ratios = [r - share for r in arm.ratios]
-        lo, hi = median_interval(ratios)
         key = f"{name}_vs_off"
-        metrics[key] = round(median(ratios), 4)
-        metrics[f"{key}.ci95"] = f"{lo:.4f}-{hi:.4f}"
-        metrics[f"{key}.worst_pair"] = round(min(ratios), 3)
+        verdict = judge([r - share for r in arm.ratios], at_least=TARGETS.get(key))
+        if key in TARGETS:
+            verdicts[key] = verdict
+        metrics[key] = round(verdict.median, 4)
+        metrics[f"{key}.ci95"] = f"{verdict.low:.4f}-{verdict.high:.4f}"
+        metrics[f"{key}.worst_pair"] = round(min(arm.ratios) - share, 3)
         metrics[f"{key}.writer_charged"] = round(share, 4)
-        if key in targets:  # met only by the interval's lower bound
-            met[key] = lo >= targets[key]
         for kind in PROFILED_THREADS:
-            deltas = arm.cpu_delta_ms.get(kind, [0.0])
-            dlo, dhi = median_interval(deltas)
+            cpu = judge(arm.cpu_delta_ms.get(kind, [0.0]))
             metrics[f"{name}.cpu_ms_per_frame.{kind}"] = (
-                f"{median(deltas):+.3f} [{dlo:+.3f}, {dhi:+.3f}]"
+                f"{cpu.median:+.3f} [{cpu.low:+.3f}, {cpu.high:+.3f}]"
             )
+    return metrics, verdicts
+
+
+def fresh_metrics(got: dict[str, list[float]]) -> dict[str, Any]:
+    """The fresh runs' ratios against the same round's off run, and CPU by thread."""
+    metrics: dict[str, Any] = {}
+    for key in ("continuous", "window"):
+        values = ratios(got[key], got["off"])
+        ratio = judge(values)
+        metrics[f"fresh_runs.{key}_vs_off"] = round(ratio.median, 3)
+        metrics[f"fresh_runs.{key}_vs_off.ci95"] = f"{ratio.low:.3f}-{ratio.high:.3f}"
+        metrics[f"fresh_runs.{key}_vs_off.range"] = f"{min(values):.3f}-{max(values):.3f}"
+    metrics["fresh_runs.off_fps"] = round(statistics.median(got["off"]), 2)
+    for variant, runs in CPU_BY_THREAD.items():
+        for kind in sorted({k for r in runs for k in r}):
+            value = statistics.median(r.get(kind, 0.0) for r in runs)
+            metrics[f"fresh_runs.cpu_ms_per_frame.{variant}.{kind}"] = round(value, 2)
+    return metrics
+
+
+def how(cycles: int, floor: bool, rounds: int, pairs: dict[str, int]) -> dict[str, Any]:
+    """The results file's `method`."""
+    every = f"; window_every_batch in the first {FLOOR_ROUNDS}" if floor else ""
+    return method(
+        "throughput of one saturated people_counter stream (the bundled clip, pace: fast) "
+        "with each profiling variant against off, switched inside one process",
+        ["off", *dict.fromkeys(ARMS), *(["window_every_batch"] if floor else [])],
+        cycles,
+        "each variant arm in turn (continuous twice" + every + "), each for two loops of "
+        "the clip in crossover: 30-frame segments alternating variant and off, the "
+        "second loop starting with off; a segment's first 3 frames not timed",
+        figure="median of the pair ratios: for neighbouring segments j, j+1, "
+        "sqrt(t_off(A,j+1)/t_var(A,j) x t_off(B,j)/t_var(B,j+1)), each segment's content "
+        "once on each side and the machine's state a second apart (both cancel); less "
+        "the trace writer's CPU share per traced frame, charged in full",
+        order="in one run: the variant arms take turns in an order rotated by one each "
+        "round; within a turn, variant and off alternate every 30 frames, the second loop "
+        "starting with off",
+        pairs=pairs,
+        fresh_runs=(
+            f"{rounds} rounds of 300-frame runs in fresh processes, off, continuous and a "
+            "window alternating (order rotated each round); median of the ratios to the "
+            "same round's off run, with interval and range; reported, no verdict"
+            if rounds
+            else "not run (--quick)"
+        ),
+    )
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    rounds, cycles, window_s = (0, 1, 3.0) if args.quick else (5, 12, 10.0)
+    floor = not args.quick
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        arms, window = crossover_arms(folder / "crossover", cycles, floor, window_s)
+        got = fresh_runs(folder, rounds) if rounds else {}
+    metrics, verdicts = crossover_metrics(arms, window)
     metrics["window.every_n_batches"] = window["every_n"]
     metrics["window.runs_profiled"] = window["runs"]
     metrics["window.operators"] = window["operators"]
@@ -285,24 +350,16 @@ def main() -> None:
     # From the window's planned end to its trace written: ORT's profile read, operators
     # placed, the file written (off the streams' threads; the GIL held briefly).
     metrics["window.end_s"] = round(window["window_end_s"], 3)
-    cost_us = tracing_us_per_frame()
-    metrics["tracing_us_per_frame"] = round(cost_us, 2)
-    if rounds:
-        off, on, win = got["off"], got["continuous"], got["window"]
-        for key, values in (("continuous", on), ("window", win)):
-            ratios = [a / b for a, b in zip(values, off, strict=True)]
-            metrics[f"fresh_runs.{key}_vs_off"] = round(statistics.median(ratios), 3)
-            metrics[f"fresh_runs.{key}_vs_off.range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
-        metrics["fresh_runs.off_fps"] = round(statistics.median(off), 2)
-        for variant, runs in CPU_BY_THREAD.items():
-            for kind in sorted({k for r in runs for k in r}):
-                value = statistics.median(r.get(kind, 0.0) for r in runs)
-                metrics[f"fresh_runs.cpu_ms_per_frame.{variant}.{kind}"] = round(value, 2)
+    metrics["tracing_us_per_frame"] = round(tracing_us_per_frame(), 2)
+    if got:
+        metrics |= fresh_metrics(got)
     report(
         "profiling_overhead",
         metrics,
-        {k: f">= {v} (CI95 low)" for k, v in targets.items()},
-        met,
+        {k: f">= {v} (CI95 low)" for k, v in TARGETS.items()},
+        {k: v.met for k, v in verdicts.items()},
+        method=how(cycles, floor, rounds, {n: len(a.ratios) for n, a in arms.items()}),
+        verdicts={k: v.as_json() for k, v in verdicts.items()},
     )
 
 

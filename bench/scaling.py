@@ -11,11 +11,15 @@ session and decodes it itself. For each count, one appliance child (bench/_refer
 - emission -> result latency p50/p99 (the camera's clock, read from each frame's pixels):
   bounded under overload, because every stream takes the newest frame;
 - mean batch size (samples / session runs), RSS and threads; memory per extra stream is
-  the slope of RSS over the stream count (target <= 30 MB).
+  the slope of RSS over the stream count, per round (target <= 30 MB).
 
-Counts run in alternating order over rounds (up, then down), so that the machine's fast
-and slow spells do not line up with the stream count. Writes bench/results/scaling.json
-and, where matplotlib can be installed into a bench-only venv, bench/results/scaling.png.
+The counts alternate in one run, a fresh child each, their order rotated by one each
+round (bench/_compare.py's `rotations`), so that the machine's fast and slow spells do
+not line up with the stream count. The two targets are judged per round (the round's
+RSS slope; the slowest stream over the mean at the largest count), median with a
+bootstrap 95 % interval, met only by the interval's bound (`judge`). Writes
+bench/results/scaling.json and, where matplotlib can be installed into a bench-only
+venv, bench/results/scaling.png.
 
     python bench/scaling.py [--quick] [--counts 1,2,4,8,16] [--rounds N] [--seconds S]
 """
@@ -36,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from bench._common import RESULTS, ROOT, bench_parser, bench_venv, report
+from bench._compare import Verdict, judge, method, rotations
 from bench._reference import LOGS, Spec
 from bench.freshness import HEIGHT, SPECS, WIDTH, Round, run_child, summarize
 from tests.support.clock_camera import ClockCamera
@@ -53,7 +58,7 @@ def run_count(camera: ClockCamera, count: int, args: Any, log: Path) -> dict[str
     got = run_child(command, count, args.warmup, args.seconds, log)
     if isinstance(got, str):
         return got
-    summary = summarize(got.window, [camera] * count, got.usage)
+    summary = summarize(got, [camera] * count)
     if isinstance(summary, str):
         return summary
     return _figures(summary, count, got.usage, got.other)
@@ -75,9 +80,14 @@ def _figures(r: Round, count: int, usage: dict[str, float], other: list[str]) ->
     }
 
 
-def aggregate(points: dict[int, list[dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per count: the median of rounds of each figure (min-max of fps and p99); the slope
-    of RSS over counts; the fairness of the worst round at the largest count."""
+Rounds = list[dict[int, dict[str, Any]]]  # per round: stream count -> its figures
+
+
+def aggregate(per_round: Rounds) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per count: the median of rounds of each figure (min-max of fps and p99); the
+    fairness of the worst round at the largest count."""
+    every = sorted({c for r in per_round for c in r})
+    points = {c: [r[c] for r in per_round if c in r] for c in every}
     metrics: dict[str, Any] = {}
     table: dict[str, Any] = {}
     for count, rounds in sorted(points.items()):
@@ -90,14 +100,47 @@ def aggregate(points: dict[int, list[dict[str, Any]]]) -> tuple[dict[str, Any], 
             values = [p[key] for p in rounds]
             metrics[f"{count}.{key}.range"] = f"{min(values):.3g}-{max(values):.3g}"
     counts = [c for c in sorted(points) if points[c]]
-    if len(counts) >= 2:
-        rss = [statistics.median(p["rss_mb"] for p in points[c]) for c in counts]
-        metrics["mb_per_extra_stream"] = round(float(np.polyfit(counts, rss, 1)[0]), 1)
     if counts:
         top = counts[-1]
         metrics["fairness_at_max"] = round(min(p["fairness"] for p in points[top]), 3)
         metrics["max_streams"] = top
     return metrics, table
+
+
+def verdicts(rounds: Rounds, metrics: dict[str, Any]) -> dict[str, Verdict]:
+    """Memory per extra stream: each round's slope of RSS over its counts; fairness: each
+    round's slowest stream over the mean at the largest count. Median with interval."""
+    slopes = []
+    for r in rounds:
+        counts = sorted(r)
+        if len(counts) >= 2:
+            rss = [r[c]["rss_mb"] for c in counts]
+            slopes.append(float(np.polyfit(counts, rss, 1)[0]))
+    memory = judge(slopes, at_most=MB_PER_STREAM_TARGET)
+    metrics["mb_per_extra_stream"] = round(memory.median, 1)
+    metrics["mb_per_extra_stream.ci95"] = f"{memory.low:.1f}-{memory.high:.1f}"
+    top = metrics.get("max_streams")
+    fairness = judge([r[top]["fairness"] for r in rounds if top in r], at_least=FAIRNESS_TARGET)
+    return {"mb_per_extra_stream": memory, "fairness_at_max": fairness}
+
+
+def how(counts: list[int], rounds: int, args: Any) -> dict[str, Any]:
+    """The results file's `method`."""
+    return method(
+        f"one appliance child per stream count (bench/_reference.py `ours`), every stream "
+        f"reading one clock camera ({WIDTH}x{HEIGHT} at {FPS} fps) over its own RTSP "
+        "session, the person detector batching",
+        [f"{c} streams" for c in counts],
+        rounds,
+        f"each count in turn, a fresh process: its first results, {args.warmup} s of "
+        f"warm-up, then a measured window of {args.seconds} s",
+        order="alternating in one run (separate processes, one after another), the "
+        "order of the counts rotated by one each round",
+        figure="memory: per round, the least-squares slope of RSS over that round's "
+        "counts; fairness: per round, the slowest stream's fps over the mean at the "
+        "largest count; each the median over rounds with its interval. The other "
+        "figures: per count, the median of the rounds, with min-max",
+    )
 
 
 def _median(values: list[float]) -> float | None:
@@ -153,35 +196,39 @@ def main() -> None:
         args.seconds or (5.0 if args.quick else 10.0),
     )
     LOGS.mkdir(parents=True, exist_ok=True)
-    points: dict[int, list[dict[str, Any]]] = {c: [] for c in counts}
+    got_rounds: Rounds = [{} for _ in range(rounds)]
     with (
         tempfile.TemporaryDirectory() as tmp,
         ClockCamera(WIDTH, HEIGHT, FPS, workdir=Path(tmp)) as camera,
     ):
-        for r in range(rounds):
-            for count in counts if r % 2 == 0 else counts[::-1]:
+        for r, order in enumerate(rotations([str(c) for c in counts], rounds)):
+            for count in map(int, order):
                 got = run_count(camera, count, args, LOGS / f"scaling-{count}-{r}.log")
                 print(f"round {r + 1}, {count:>2} streams: {got}", flush=True)
                 if not isinstance(got, str):
-                    points[count].append(got)
-    metrics, table = aggregate(points)
+                    got_rounds[r][count] = got
+    metrics, table = aggregate(got_rounds)
+    judged = verdicts(got_rounds, metrics)
     targets = {
-        "mb_per_extra_stream": f"<= {MB_PER_STREAM_TARGET}",
-        "fairness_at_max": f">= {FAIRNESS_TARGET} (worst round)",
-    }
-    met = {
-        "mb_per_extra_stream": metrics.get("mb_per_extra_stream", 1e9) <= MB_PER_STREAM_TARGET,
-        "fairness_at_max": metrics.get("fairness_at_max", 0.0) >= FAIRNESS_TARGET,
+        "mb_per_extra_stream": f"<= {MB_PER_STREAM_TARGET} (CI95 high)",
+        "fairness_at_max": f">= {FAIRNESS_TARGET} (CI95 low)",
     }
     print(f"\n{'streams':>7} {'total fps':>10} {'per stream':>11} {'fairness':>9} "
           f"{'p50 ms':>8} {'p99 ms':>8} {'batch':>6} {'RSS MB':>7} {'threads':>8}")  # fmt: skip
-    for count, row in table.items():
+    for shown, row in table.items():
         cells = [row.get(k) for k in ("total_fps", "stream_fps", "fairness", "p50_ms",
                                       "p99_ms", "mean_batch", "rss_mb", "threads")]  # fmt: skip
-        print(f"{count:>7} " + " ".join(f"{'-' if c is None else c:>9}" for c in cells))
+        print(f"{shown:>7} " + " ".join(f"{'-' if c is None else c:>9}" for c in cells))
     if not args.no_plot and not args.quick:
         print(plot(table))
-    report("scaling", metrics, targets, met)
+    report(
+        "scaling",
+        metrics,
+        targets,
+        {k: v.met for k, v in judged.items()},
+        method=how(counts, rounds, args),
+        verdicts={k: v.as_json() for k, v in judged.items()},
+    )
 
 
 if __name__ == "__main__":
