@@ -6,9 +6,13 @@ that is either refused (`error` set, never reaching a handler) or a known comman
 JSON object body; the answer goes only under the prefix (a response topic elsewhere is
 refused), echoes only an integer or a short printable string id and at most 128 bytes of
 correlation data; `answer` gives a document the sink's own encoder (sinks.messages.encode)
-turns into strict JSON bytes that decode back to it. Once bugs, kept as cases: deep JSON
-nesting (RecursionError), an integer past Python's 4300-digit limit (ValueError) and a
-lone surrogate in the echoed id (UnicodeEncodeError in the reply's encoding).
+turns into strict JSON bytes that decode back to it.
+
+Bugs this fuzzing found, all fixed and kept as regression cases in the last section, each
+with its first example pinned (`@example`): deep JSON nesting (RecursionError), an integer
+past Python's 4300-digit limit (ValueError), a lone surrogate in the id (echoed, it made
+the reply unencodable: UnicodeEncodeError; now such an id is refused and not echoed), NaN /
+Infinity / 1e999 ids (echoed as non-JSON; now refused).
 """
 
 from __future__ import annotations
@@ -180,7 +184,7 @@ def _no_constants(name: str) -> Any:
     raise AssertionError(f"not strict JSON: {name}")
 
 
-# -- known bugs ---------------------------------------------------------------------------
+# -- once bugs, fixed: regression cases --------------------------------------------------
 @fuzz(5)
 @example(depth=1000)
 @given(st.integers(1000, 4000))

@@ -9,7 +9,11 @@ The layout each test runs in (`tree`):
       big.yaml      over 1 MiB; notyaml.yaml: not YAML, with the marker inside
       link_out      -> ../outside/secret.yaml; dirlink -> ../outside; link_in -> ok.yaml
       fifo          a named pipe; sub/ a directory
-    outside/        secret.yaml (a valid workflow), labels.txt, model.onnx: all with a marker
+    outside/        secret.yaml (a valid workflow), labels.txt, model.onnx, clip.mp4: the
+                    first three with a marker
+
+The generated escapes plant more of both per example: real files under outside/, and
+symlinks and `..` paths inside root/ that lead to them (tests/support/path_escapes.py).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import cv2
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from appliance.config import parse_config
@@ -35,6 +39,7 @@ from appliance.runtime import Runtime
 from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import MODELS, detect_workflow, person_model
+from tests.support.path_escapes import ESCAPES, Escape, plant
 
 MARKER = "MARKER-7c1e-outside-the-roots"
 VALIDATE = "/v1/workflows/validate"
@@ -58,6 +63,7 @@ def _plant(root: Path, outside: Path) -> None:
     (outside / "secret.yaml").write_text(yaml.safe_dump(secret))
     (outside / "labels.txt").write_text(f"{MARKER}\nroot:x:0:0\n")
     shutil.copy(MODELS / "person_ssdlite.onnx", outside / "model.onnx")
+    shutil.copy(MODELS.parent / "media" / "demo.mp4", outside / "clip.mp4")
     shutil.copy(MODELS / "person_ssdlite.onnx", root / "person.onnx")
     write_yaml(root, detect_workflow("person"), "ok.yaml")
     (root / "big.yaml").write_text("# " + "x" * (1 << 20) + "\n")
@@ -88,11 +94,15 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tree]:
     assert server.stop()
 
 
-def _outside_roots(tree: Tree, name: str) -> bool:
-    """Where the appliance must refuse `name`: it resolves outside the root, or to the
-    config file."""
+def _refusal(tree: Tree, name: str) -> str | None:
+    """The rule the appliance must refuse `name` with, found by the kernel's resolution
+    (symlinks followed, `..` taken after them), or None where it may be read."""
     resolved = Path(os.path.realpath(tree.root / name))
-    return not resolved.is_relative_to(tree.root) or resolved == tree.root / "config.yaml"
+    if not resolved.is_relative_to(tree.root):
+        return "outside the file roots"
+    if resolved == tree.root / "config.yaml":
+        return "config file is never read over the API"
+    return None
 
 
 def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
@@ -112,16 +122,22 @@ def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
     }  # fmt: skip
 
 
-def _check(tree: Tree, name: str) -> None:
-    for field, (method, path, body) in _requests(name).items():
+def _check(tree: Tree, name: str, field: str | None = None) -> None:
+    """Every field (or only `field`) set to `name`: nothing from outside comes back, and a
+    name the kernel resolves outside the root, or to the config, is refused (403) with
+    that rule and no other: the roots are checked first, so even a name that does not
+    exist is refused for lying outside, never answered 'file not found'."""
+    for each, (method, path, body) in _requests(name).items():
+        if field not in (None, each):
+            continue
         reply = tree.server.call(method, path, json_body=body)
         text = reply.body.decode(errors="replace")
-        assert MARKER not in text and "root:x:0:0" not in text, (field, name, text)
-        assert reply.status != 500, (field, name, text)
-        if _outside_roots(tree, name):
-            assert reply.status in (403, 422), (field, name, reply.status, text)
-            if reply.status == 422:  # only when the name is not a file name at all
-                assert "not a file name" in text or "file not found" in text, (field, text)
+        assert MARKER not in text and "root:x:0:0" not in text, (each, name, text)
+        assert reply.status != 500, (each, name, text)
+        rule = _refusal(tree, name)
+        if rule is not None:
+            assert reply.status == 403, (each, name, reply.status, text)
+            assert rule in reply.error["message"], (each, name, text)
         if reply.status == 201:  # a stream of an allowed file: remove it again
             assert tree.server.call("DELETE", "/v1/streams/f").status == 200
 
@@ -169,7 +185,7 @@ SEGMENTS = st.sampled_from(["..", ".", "", "sub", "dirlink", "link_out", "link_i
 WORDS = st.text(alphabet="ab./%2e~-_", min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=36, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
     absolute=st.booleans(),
@@ -179,6 +195,34 @@ def test_generated_paths_never_read_outside_the_roots(
     tree: Tree, absolute: bool, segments: list[str]
 ) -> None:
     _check(tree, ("/" if absolute else "") + "/".join(segments))
+
+
+# What each field is sent in a generated escape: a file of the kind it reads, so that a
+# policy that let the path through would answer it (200 or 201), not fail on its content.
+CONTENT = {"validate workflow": "secret.yaml", "run workflow": "secret.yaml",
+           "model path": "model.onnx", "labels file": "labels.txt",
+           "stream workflow": "secret.yaml", "stream source": "clip.mp4"}  # fmt: skip
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(plan=ESCAPES)
+@example(plan=Escape("dotdot", 0, 0, False, False, False, "a"))  # each route at least once
+@example(plan=Escape("overshoot", 1, 2, False, False, True, "b"))
+@example(plan=Escape("link_file", 2, 0, True, True, False, "c"))
+@example(plan=Escape("link_dir", 0, 0, False, False, False, "d"))
+@example(plan=Escape("chain", 1, 0, False, True, False, "e"))
+@example(plan=Escape("link_dotdot", 0, 0, True, False, True, "f"))
+def test_generated_escapes_to_real_files_are_refused_as_outside_the_roots(
+    tree: Tree, plan: Escape
+) -> None:
+    """Symlinks and `..` that lead from the root to a real file of the field's kind: only
+    the policy's resolution stops them (a policy that checked the path as written, or
+    normalised it without following links, would read the file), so only its refusal,
+    403 "outside the file roots", is accepted."""
+    for field, name in plant(tree.root, tree.outside, plan, CONTENT).items():
+        assert _refusal(tree, name) == "outside the file roots", name
+        _check(tree, name, field)
 
 
 @pytest.mark.parametrize("name", ["/dev/zero", "/dev/urandom", "/proc/self/environ", "/etc/passwd",

@@ -5,10 +5,13 @@ runtime; a bad command is refused with a reply and changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -141,18 +144,50 @@ def test_a_password_file_is_read_through_the_file_policy(start_broker: Any, tmp_
         rt.stop()
 
 
-def test_two_workers_keep_their_own_broker_sessions(mosquitto: Broker, tmp_path: Path) -> None:
+CONNECTED = re.compile(r"New client connected from \S+ as (\S+) ")
+
+
+def _connected_after(broker: Broker, count: int, start: int = 0) -> int:
+    """Wait for `count` more `New client connected` lines in the broker's log from line
+    `start` on; the index after the last of them."""
+    assert broker.log is not None
+    at = start
+    for _ in range(count):
+        assert broker.log.wait_for(CONNECTED.pattern, at), broker.log.lines
+        lines = enumerate(broker.log.lines)
+        at = 1 + next(i for i, line in lines if i >= at and CONNECTED.search(line))
+    return at
+
+
+def test_two_workers_keep_their_own_broker_sessions(
+    mosquitto: Broker, subscriber: MakeSubscriber, tmp_path: Path
+) -> None:
     """`serve --workers 2`: both processes' MQTT sinks share one config (one client id);
-    each connects as `<id>-w<N>`, so the broker does not drop one for the other."""
+    each connects as `<id>-w<N>`, so the broker does not drop one for the other.
+
+    The broker's log says so: a client that connects with an id already connected makes
+    mosquitto close the older connection ("already connected") before it logs the new
+    one, so once both sinks' connections are in the log, and a later client's after
+    them, a takeover would be there too."""
     bus = {"type": "mqtt", "port": mosquitto.port, "client_id": "appliance-test"}
     doc = {"sinks": {"bus": bus}, "profiling": {"dir": str(tmp_path / "traces")}}
     workers = [Runtime(parse_config(doc, tmp_path), worker=i) for i in (0, 1)]
     for rt in workers:
         rt.start()
     try:
-        sinks = [rt.outputs.sinks["bus"] for rt in workers]
+        sinks = [cast(MqttSink, rt.outputs.sinks["bus"]) for rt in workers]
         assert [s.config.client_id for s in sinks] == ["appliance-test-w0", "appliance-test-w1"]
-        time.sleep(2.0)  # a duplicate id would have been taken over by now, and flap
+        seen = _connected_after(mosquitto, 2)  # both sinks
+        subscriber(mosquitto, "site/#")  # connected after both: the log holds theirs
+        _connected_after(mosquitto, 1, seen)
+        assert mosquitto.log is not None
+        lines = list(mosquitto.log.lines)
+        assert not [line for line in lines if "already connected" in line], lines
+        ids = Counter(m[1] for line in lines if (m := CONNECTED.search(line)))
+        assert ids["appliance-test-w0"] == ids["appliance-test-w1"] == 1, ids  # no reconnect
+        deadline = time.monotonic() + WAIT_S
+        while not all(s.status().up for s in sinks) and time.monotonic() < deadline:
+            time.sleep(0.01)  # paho's thread reports the CONNACK a moment after the log
         assert [s.status().state for s in sinks] == ["connected", "connected"]
         assert all(s.status().last_error is None for s in sinks)
     finally:
@@ -165,7 +200,13 @@ def test_with_workers_each_command_is_answered_once(
 ) -> None:
     """`serve --workers 2`: a restart is done by the stream's worker, a profiling window
     covers every worker, and each command gets one answer (worker 0 alone listens, and
-    hands the command to the gateway), as one process would give."""
+    hands the command to the gateway), as one process would give.
+
+    "One": after the answers, a last command (`fence`) goes the same way; its answer
+    comes from the same client on the same topic at the same QoS, so whatever that
+    client published before it has arrived before it (MQTT keeps that order). Another
+    worker would be another client, which no fence orders: that no other worker's sink
+    takes commands at all is read from /v1/sinks."""
     bus = {"type": "mqtt", "port": mosquitto.port, "qos": 1, "topic_prefix": "site",
            "client_id": "appliance-test", "commands": {"enabled": True}}  # fmt: skip
     ids = ["cam-a", "cam-b", "cam-c"]
@@ -189,19 +230,28 @@ def test_with_workers_each_command_is_answered_once(
     sub.publish("site/cmd/streams/nope/restart", json.dumps({"id": "nope"}).encode())
     sub.publish("site/cmd/profiling", json.dumps({"id": "window", "duration_s": 0.5}).encode())
     sub.wait_for(lambda ms: len(ms) >= len(ids) + 2, WAIT_S)
-    time.sleep(1.0)  # a second answer from the other worker would be here by now
+    sub.publish("site/cmd/streams/fence/restart", json.dumps({"id": "fence"}).encode())
+    sub.wait_for(lambda ms: any(json.loads(m.payload)["id"] == "fence" for m in ms), WAIT_S)
     replies = [json.loads(m.payload) for m in sub.messages]
-    assert sorted(r["id"] for r in replies) == sorted([*ids, "nope", "window"]), replies
+    assert sorted(r["id"] for r in replies) == sorted([*ids, "nope", "window", "fence"]), replies
+    sinks = served.json("/v1/sinks")["sinks"]
+    taking = {s["worker"]: s["extra"]["commands_refused"] for s in sinks
+              if "commands_refused" in s["extra"]}  # fmt: skip
+    assert taking == {0: 2}, sinks  # worker 0 alone, which refused "nope" and "fence"
     by_id = {r["id"]: r for r in replies}
     for i in ids:  # restarted where it runs, whichever worker that is
         assert by_id[i]["ok"] and by_id[i]["result"]["stream"] == i, by_id[i]
-        served.wait_for(lambda i=i: _started(served, i) > started[i], 10, f"{i} restarted")
+        served.wait_for(partial(_restarted, served, i, started[i]), 10, f"{i} restarted")
     assert not by_id["nope"]["ok"] and by_id["nope"]["error"] == "unknown stream 'nope'"
     window = by_id["window"]["result"]
     assert by_id["window"]["ok"] and window["duration_s"] == 0.5
     # One window, the gateway's: its id is known where the merged trace is served.
     served.wait_for(lambda: served.json(f"/v1/profiling/{window['id']}")["state"] == "done",
                     15, "the window to end")  # fmt: skip
+
+
+def _restarted(served: Served, stream_id: str, first: float) -> bool:
+    return _started(served, stream_id) > first
 
 
 def _started(served: Served, stream_id: str) -> float:

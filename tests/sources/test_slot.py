@@ -1,10 +1,18 @@
-"""LatestFrame: newest-only by default, lossless in blocking mode, close wakes everyone."""
+"""LatestFrame: newest-only by default, lossless in blocking mode, close wakes everyone.
+
+A test of a wake-up first waits until the other thread is really asleep in the call
+(`asleep_in`), so that the wake-up, not luck in the order the threads ran, is what it
+checks: a `get` that had not started waiting yet when the frame came would return it
+whether or not `put` wakes anyone.
+"""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType
 
 import numpy as np
 
@@ -25,6 +33,25 @@ def in_thread(fn: Callable[[], Frame | None]) -> tuple[threading.Thread, list[Fr
     thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
     thread.start()
     return thread, out
+
+
+def asleep_in(thread: threading.Thread, method: Callable[..., object]) -> bool:
+    """Wait until `thread` sleeps on a Condition inside `method` (True), or has ended
+    (False): read from its stack, polled. A thread that never blocks ends instead."""
+    code: CodeType = method.__code__
+    assert thread.ident is not None, "not started"
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        if frame is None:
+            return False  # it ended
+        if frame.f_code is threading.Condition.wait.__code__:
+            while frame is not None and frame.f_code is not code:
+                frame = frame.f_back
+            if frame is not None:
+                return True
+        time.sleep(0.001)
+    raise AssertionError(f"{thread.name} neither slept in {method.__qualname__} nor ended")
 
 
 def test_put_replaces_an_unconsumed_frame_and_counts_it_dropped() -> None:
@@ -60,15 +87,17 @@ def test_get_times_out_with_none() -> None:
 
 def test_get_wakes_on_put_from_another_thread() -> None:
     slot = LatestFrame()
-    thread, out = in_thread(lambda: slot.get(timeout=WAIT_S))
+    thread, out = in_thread(lambda: slot.get(timeout=60))  # woken, not timed out
+    assert asleep_in(thread, LatestFrame.get)
     slot.put(frame(7))
     thread.join(WAIT_S)
-    assert [f.seq if f else None for f in out] == [7]
+    assert not thread.is_alive() and [f.seq if f else None for f in out] == [7]
 
 
 def test_close_wakes_a_waiting_get() -> None:
     slot = LatestFrame()
     thread, out = in_thread(lambda: slot.get(timeout=60))
+    assert asleep_in(thread, LatestFrame.get)
     slot.close()
     thread.join(WAIT_S)
     assert not thread.is_alive() and out == [None]
@@ -120,7 +149,8 @@ def test_blocking_put_waits_until_the_previous_frame_is_taken() -> None:
         second_put.set()
 
     producer, _ = in_thread(produce)
-    assert not second_put.wait(0.2)  # the slot is full: put must still be waiting
+    assert asleep_in(producer, LatestFrame.put)  # the slot is full: put waits for room
+    assert not second_put.is_set() and (slot.produced, slot.dropped) == (1, 0)
     first = slot.get(timeout=0)
     assert first is not None and first.seq == 0
     assert second_put.wait(WAIT_S)
@@ -133,7 +163,8 @@ def test_close_wakes_a_blocked_put() -> None:
     slot = LatestFrame(blocking=True)
     slot.put(frame(0))
     producer, _ = in_thread(lambda: slot.put(frame(1)))
+    assert asleep_in(producer, LatestFrame.put)
     slot.close()
     producer.join(WAIT_S)
     assert not producer.is_alive()
-    assert slot.dropped == 0
+    assert (slot.produced, slot.dropped) == (1, 0)  # frame 1 discarded: the slot is closed
