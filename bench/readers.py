@@ -49,6 +49,7 @@ from appliance.config import AppConfig, parse_config
 from appliance.runtime import Runtime
 from bench._common import ROOT, bench_parser, report
 from bench._compare import Verdict, judge, method, ratios, rotations
+from bench._crossover import thread_cpu_ns
 from bench._reference import UNREADABLE, Record
 from bench.freshness import HEIGHT, WIDTH, Round, Window, spread, summarize
 from pipelines.types import FrameResult
@@ -76,22 +77,6 @@ class Sample:
     grab_cpu_ms: float  # CPU per frame of the `grab:s0` thread
     reader_cpu_ms: float  # ... and of the threads Python did not start (FFmpeg's)
     load: float  # the machine's 1-minute load average at the window's end
-
-
-def thread_cpu_ns() -> dict[str, int]:
-    """CPU ns of this process's live threads (/proc schedstat) by Python thread name less
-    its `:stream` suffix; threads Python did not start are "native". bench/_crossover.py's
-    reading, which cannot be imported next to `bench.*` modules (it imports `_compare`)."""
-    names = {t.native_id: t.name.split(":")[0] for t in threading.enumerate()}
-    out: dict[str, int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended meanwhile
-        name = names.get(int(tid), "native")
-        out[name] = out.get(name, 0) + ns
-    return out
 
 
 def config(url: str, source: dict[str, Any]) -> AppConfig:

@@ -47,12 +47,10 @@ class SessionSpec(_Strict):
     inter_op_threads: Annotated[int, Field(ge=0)] = 0
     graph_optimization: GraphOptimization = "all"
     # ONNX Runtime's default: between operators (and for a while after a run) its idle
-    # intra-op threads spin instead of sleeping. bench/freshness.py (2 cores, CenterFace
-    # saturating them): spinning processed 24.7 fps [24.5-26.3] against 22.7 [22.3-23.8]
-    # off at one 30 fps camera, and 5.8 against 5.2 fps per stream at four 15 fps ones;
-    # at 8 person-detector streams both ran at 6 fps each. The price is idle CPU: below
-    # saturation spinning doubles the CPU per frame (one 15 fps person-detector stream:
-    # 73 against 32 ms) without a frame more. False suits machines shared with other work.
+    # intra-op threads spin instead of sleeping. The price is idle CPU: below saturation
+    # false gives the same frames for about half the CPU per frame, and on cores shared
+    # with other work it gave more frames at saturation too (bench/spinning.py; figures in
+    # docs/performance.md). False suits machines shared with other work.
     allow_spinning: bool = True
 
 
