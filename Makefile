@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 CONFIG ?= configs/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-deps lint format bench clean
+.PHONY: install run test test-deps lint format bench docs clean
 
 install: $(STAMP)
 
@@ -39,6 +39,10 @@ format: install
 
 bench: install test-deps  # bench/sink_overhead.py runs a real mosquitto
 	@for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script --quick || exit 1; done
+	$(BIN)/python bench/_figures.py --check
+
+docs: install  # the measured figures in README.md and docs/ from bench/results/*.json
+	$(BIN)/python bench/_figures.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache tests/.cache traces

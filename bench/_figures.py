@@ -10,7 +10,8 @@ definition `[viewer-p50]: bench/results/viewer.json#metrics.video_g2g_p50_ms` an
 the page. The fragment is a dotted path into the JSON (list items by index), optionally
 followed by `*K` or `/K` (units: `*100` for a percentage, `/1000` for ms from µs). The
 link's text decides the format: as many decimals as it has, thousands separators if it
-has them; a string field is shown as it is.
+has them; a range kept as text ("0.97-0.99") is written with the page's decimals, a
+boolean as yes/no, null as –, any other string as it is.
 
     python bench/_figures.py           # rewrite every figure from its results file
     python bench/_figures.py --check   # exit 1 naming each figure that disagrees, has no
@@ -33,6 +34,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "bench/results/"
+RANGE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*[-–]\s*([-+]?\d+(?:\.\d+)?)\s*$")
+_N = r"([-+]?\d+(?:\.\d+)?)"
+# A median with its interval kept as text ("+0.219 [-0.006, +0.317]"); a link's text cannot
+# hold brackets, so the page writes it "+0.219 (-0.006, +0.317)".
+BRACKETED = re.compile(rf"^\s*{_N}\s*\[{_N},\s*{_N}\]\s*$")
+PARENTHESES = re.compile(rf"^\s*{_N}\s*\({_N},\s*{_N}\)\s*$")
 NUMBER = re.compile(r"^([-+−]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
 TARGET = r"(?P<target>[^)\s#]*bench/results/[\w.-]+\.json)#(?P<path>[\w.\-]+?)(?P<scale>[*/][\d.]+)?"
 INLINE = re.compile(r"\[(?P<text>[^\]\[]*)\]\(" + TARGET + r"\)")
@@ -40,14 +47,15 @@ REFDEF = re.compile(r"^\[(?P<label>[^\]]+)\]:\s*" + TARGET + r"\s*$", re.MULTILI
 REFUSE = re.compile(r"\[(?P<text>[^\]\[]*)\]\[(?P<label>[^\]]+)\]")
 # What reads as a measurement when it is not a link: a decimal with a unit of measure, a
 # ratio with ×, a range with a unit, or a bare decimal in a table cell. Integers with a
-# unit are mostly settings (5 s, 30 fps, 320 px) and are left to the writer.
-UNIT = r"(?:ms|µs|us|fps|%|MB|MiB|GiB|GB|s|min|× ?|x\b)"
+# unit, and seconds, are mostly settings (5 s, a 0.5 s backoff, 30 fps, 320 px) and are
+# left to the writer.
+UNIT = r"(?:ms|µs|us|fps|%|MB|MiB|GiB|GB|× ?|x\b)"
 MEASURED = re.compile(
     r"(?<![\w.×\[])(?:×\s?\d+\.\d+|\d+\.\d+\s?" + UNIT + r"|\d+(?:\.\d+)?\s?[–-]\s?\d+(?:\.\d+)?\s?"
     r"(?:ms|µs|fps|%|×)|\d+\.\d+(?=\s*(?:\||\[|–)))"
 )
 # A bound, not a measurement: "≤ 0.5 %", "at most 1.48 ×".
-BOUND = re.compile(r"(?:[≤≥<>=]|at most|at least|within|under|over|above|below|than)\s*$")
+BOUND = re.compile(r"(?:[≤≥<>=]|at most|at least|within|under|over|above|below|than|target)\s*$")
 
 
 @dataclass(frozen=True)
@@ -66,22 +74,37 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 
 def lookup(doc: Any, path: str) -> Any:
-    """The value at a dotted path (`metrics.p50_ms`, `rows.3.lost`)."""
-    value = doc
-    for part in path.split("."):
-        if isinstance(value, list) and part.lstrip("-").isdigit():
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
+    """The value at a dotted path (`metrics.p50_ms`, `rows.3.lost`); a key that itself
+    holds dots (`fps.range`) is matched whole, the longest first."""
+    value, parts = doc, path.split(".")
+    while parts:
+        if isinstance(value, list) and parts[0].lstrip("-").isdigit():
+            value, parts = value[int(parts[0])], parts[1:]
+            continue
+        for n in range(len(parts), 0, -1):
+            key = ".".join(parts[:n])
+            if isinstance(value, dict) and key in value:
+                value, parts = value[key], parts[n:]
+                break
         else:
-            raise KeyError(f"no {part!r} in {path!r}")
+            raise KeyError(f"no {parts[0]!r} in {path!r}")
     return value
 
 
 def shown(text: str, value: Any) -> str:
     """`value` written the way `text` writes its number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
+    if isinstance(value, str) and RANGE.match(value) and RANGE.match(text):
+        # a range kept as text ("0.9760-0.9931"), written the page's way ("0.976–0.993")
+        ends = [float(v) for v in RANGE.match(value).groups()]  # type: ignore[union-attr]
+        return "–".join(shown(t, v) for t, v in zip(RANGE.match(text).groups(), ends, strict=True))  # type: ignore[union-attr]
+    if isinstance(value, str) and BRACKETED.match(value) and PARENTHESES.match(text):
+        parts = zip(PARENTHESES.match(text).groups(), BRACKETED.match(value).groups(), strict=True)  # type: ignore[union-attr]
+        a, b, c = (_signed(t, float(v)) for t, v in parts)
+        return f"{a} ({b}, {c})"
+    if isinstance(value, bool):  # a verdict's `met`
+        return "yes" if value else "no"
+    if value is None or not isinstance(value, int | float):
+        return "–" if value is None else str(value)
     match = NUMBER.match(text.strip())
     decimals = len(match.group(3) or "") if match else 0
     commas = bool(match and "," in match.group(2))
@@ -89,6 +112,12 @@ def shown(text: str, value: Any) -> str:
     negative = value < 0 and float(body.replace(",", "")) != 0
     sign = (match.group(1) or "-") if negative and match else ("-" if negative else "")
     return sign + body
+
+
+def _signed(text: str, value: float) -> str:
+    """`value` as `text` writes it, with a + when `text` has one."""
+    body = shown(text.lstrip("+"), value)
+    return "+" + body if text.startswith("+") and value >= 0 else body
 
 
 class Sources:

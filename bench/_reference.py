@@ -78,7 +78,7 @@ class Record(NamedTuple):
     at: float  # the result reached the sink
     start: float  # the model step began on its frame
     done: float  # ... and ended
-    decoded: float | None  # the frame left the decoder (ours only)
+    decoded: float | None  # the frame arrived (ours only): its capture time, before decoding
 
     @classmethod
     def parse(cls, line: str) -> Record | None:
@@ -143,8 +143,9 @@ class Recorder:
         R SOURCE STAMP RESULT_TIME START DONE [DECODED]
 
     wall times (s): the result reached the sink, the model step started and ended on the
-    frame, and (ours only) the frame left the decoder. The result time is taken first,
-    so reading the stamp is not part of the latency.
+    frame, and (ours only) the frame arrived: its capture time, the arrival of its last
+    packet, before decoding. The result time is taken first, so reading the stamp is not
+    part of the latency.
     """
 
     def __init__(self, out: IO[str] = sys.stdout) -> None:

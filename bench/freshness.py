@@ -19,7 +19,8 @@ measures a window that starts `warmup` seconds after every stream produced its f
 result. Per round: processed fps per stream, the slowest stream's fps, latency p50/p99,
 CPU ms per processed frame (utime + stime of the child), RSS, the machine's load, the
 p50 of each stage: emission → model step start (`wait`), the model step (`model`), →
-sink (`sink`), and for ours emission → decoded (`decode`); and the share of the frames
+sink (`sink`), and for ours emission → the frame's arrival (`decode`: a camera frame is
+dated by the arrival of its last packet, before it is decoded); and the share of the frames
 the cameras emitted in the window (less its last LATE_S) whose result reached the sink
 before the child stopped (`delivered`: counted by emission, so a window's edges cannot
 gain or lose a frame). Per round the ratios ours/ref: `fps_ratio` of the delivered
@@ -119,7 +120,8 @@ class Round:
     # end, the share whose result reached the sink before the child stopped.
     delivered: float
     # (p50, p99) ms of: emission → model step start (`wait`), the model step (`model`:
-    # pre, ORT, post), model step end → sink (`sink`), and for ours emission → decoded.
+    # pre, ORT, post), model step end → sink (`sink`), and for ours emission → the
+    # frame's arrival (`decode`: its capture time, the last packet, before decoding).
     stages: dict[str, tuple[float, float]]
 
 

@@ -70,12 +70,12 @@ def first_frames(clip: Path, frames: int, out: Path) -> Path:
 
 
 def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
-    # The astronaut's crossing, whose face shows on frames 23-102 (the cameraman's, on
-    # 135-218, is the same case again).
-    clip = first_frames(DEMO_CLIP, 110, tmp_path / "astronaut.mp4")
+    # The start of the astronaut's crossing: the face shows from frame 23 on (to 102; the
+    # cameraman's, on 135-218, is the same case again).
+    clip = first_frames(DEMO_CLIP, 64, tmp_path / "astronaut.mp4")
     results: list[FrameResult] = []
     run_file(clip, "privacy_blur.yaml", tmp_path, results.append)
-    assert len(results) == 110
+    assert len(results) == 64
     originals = decoded(clip)
     checked = 0
     for r in results:
@@ -98,12 +98,12 @@ def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
                 flat_after,
             )
             checked += 1
-    assert checked > 50  # faces on most frames where a person is in view
+    assert checked > 30  # faces on most frames where a person is in view
     untouched = np.s_[0:20, 0:20]  # a corner of lawn no face ever reaches
     assert np.array_equal(results[5].image[untouched], originals[5][untouched])
 
 
-def text_clip(path: Path, lines: list[tuple[str, tuple[int, int]]], frames: int = 10) -> None:
+def text_clip(path: Path, lines: list[tuple[str, tuple[int, int]]], frames: int = 3) -> None:
     grass = cv2.imread(str(ROOT / "configs/media/sources/grass.png"))
     base = np.tile(grass, (2, 2, 1))[:540, :960].copy()
     for text, org in lines:
@@ -124,7 +124,7 @@ def test_read_text_reads_an_overlay_from_video(tmp_path: Path) -> None:
     text_clip(clip, [("CAMERA 07 PARKING", (60, 80)), ("2026-11-29 14:30", (520, 500))])
     read: list[Any] = []
     run_file(clip, "read_text.yaml", tmp_path, lambda r: read.append(r.outputs))
-    assert len(read) == 10
+    assert len(read) == 3
     texts = next(o for o in read[-1].values() if isinstance(o, Texts))
     found = {t.replace(" ", "") for t in texts.text}
     assert found == {"CAMERA07PARKING", "2026-11-2914:30"}
