@@ -41,7 +41,9 @@ _N = r"([-+]?\d+(?:\.\d+)?)"
 BRACKETED = re.compile(rf"^\s*{_N}\s*\[{_N},\s*{_N}\]\s*$")
 PARENTHESES = re.compile(rf"^\s*{_N}\s*\({_N},\s*{_N}\)\s*$")
 NUMBER = re.compile(r"^([-+−]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
-TARGET = r"(?P<target>[^)\s#]*bench/results/[\w.-]+\.json)#(?P<path>[\w.\-]+?)(?P<scale>[*/][\d.]+)?"
+TARGET = (
+    r"(?P<target>[^)\s#]*bench/results/[\w.-]+\.json)#(?P<path>[\w.\-]+?)(?P<scale>[*/][\d.]+)?"
+)
 INLINE = re.compile(r"\[(?P<text>[^\]\[]*)\]\(" + TARGET + r"\)")
 REFDEF = re.compile(r"^\[(?P<label>[^\]]+)\]:\s*" + TARGET + r"\s*$", re.MULTILINE)
 REFUSE = re.compile(r"\[(?P<text>[^\]\[]*)\]\[(?P<label>[^\]]+)\]")
@@ -173,20 +175,19 @@ def render(page: Path, text: str, sources: Sources) -> tuple[str, list[Problem]]
     return REFUSE.sub(reference, INLINE.sub(inline, text)), problems
 
 
-def prose(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every line outside code blocks, with code spans, HTML
-    comments and figure links blanked out."""
+def prose(text: str, refs: set[str]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line outside fenced code blocks, with code spans, HTML
+    comments and figure links (inline, or by a reference in `refs`) blanked out."""
     fenced = False
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
-        if fenced or line.startswith("    ") and not line.strip().startswith(("|", "-", "*")):
+        if fenced:
             continue
-        line = re.sub(r"`[^`]*`|<!--.*?-->", " ", line)
-        line = INLINE.sub(" ", line)
-        line = REFUSE.sub(lambda m: " " if m["label"] else m.group(0), line)
-        yield number, line
+        bare = re.sub(r"`[^`]*`|<!--.*?-->", " ", line)
+        bare = INLINE.sub(" ", bare)
+        yield number, REFUSE.sub(lambda m: " " if m["label"] in refs else m.group(0), bare)
 
 
 def unsourced(page: Path, text: str, root: Path) -> list[Problem]:
@@ -194,8 +195,7 @@ def unsourced(page: Path, text: str, root: Path) -> list[Problem]:
     name = str(page.relative_to(root))
     refs = {m["label"] for m in REFDEF.finditer(text)}
     found = []
-    for number, line in prose(text):
-        line = REFUSE.sub(lambda m: " " if m["label"] in refs else m.group(0), line)
+    for number, line in prose(text, refs):
         for m in MEASURED.finditer(line):
             if BOUND.search(line[: m.start()]):
                 continue
@@ -227,7 +227,9 @@ def _differences(page: Path, root: Path, old: str, new: str) -> list[Problem]:
         if a != b:
             got = [m["text"] for m in INLINE.finditer(a)] + [m["text"] for m in REFUSE.finditer(a)]
             want = [m["text"] for m in INLINE.finditer(b)] + [m["text"] for m in REFUSE.finditer(b)]
-            diff = ", ".join(f"{g} (results: {w})" for g, w in zip(got, want, strict=False) if g != w)
+            diff = ", ".join(
+                f"{g} (results: {w})" for g, w in zip(got, want, strict=False) if g != w
+            )
             out.append(Problem(name, number, f"figures disagree with their results: {diff}"))
     return out
 
