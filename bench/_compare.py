@@ -114,8 +114,8 @@ class Verdict:
             "level": LEVEL,
             "rounds": self.rounds,
             "target": self.target,
-            "rule": f"met when {self.rule}",
-            "met": self.met,
+            "rule": f"met when {self.rule}" if self.target else self.rule,
+            "met": self.met if self.target else None,  # nothing to meet: reported only
         }
 
 

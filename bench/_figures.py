@@ -138,7 +138,8 @@ class Sources:
                 self._docs[file] = json.loads(file.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise KeyError(f"{target}: {exc}") from None
-            if (self._docs[file].get("run") or {}).get("quick"):
+            doc = self._docs[file]
+            if isinstance(doc, dict) and (doc.get("run") or {}).get("quick"):
                 raise KeyError(f"{target} is a --quick run's; rerun the bench in full")
         value = lookup(self._docs[file], path)
         if scale and isinstance(value, int | float) and not isinstance(value, bool):

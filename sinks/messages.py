@@ -1,7 +1,6 @@
-"""The messages sinks send (small JSON documents, no image). A result's prediction is
-taken on the worker thread and encoded on the sinks' loop, once for every sink
-(`pending_prediction`). Their schemas are documented in docs/outputs.md; MQTT and
-webhooks send the same documents."""
+"""The messages sinks send, built once per result on the worker thread (small JSON
+documents, no image). Their schemas are documented in docs/outputs.md; MQTT and webhooks
+send the same documents."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from pipelines.types import FrameResult, Image, iso_utc
+from pipelines.types import FrameResult, iso_utc
 
 SCHEMA_VERSION = 1  # bumped when a field changes meaning or goes away
 
@@ -51,81 +50,20 @@ def prediction(result: FrameResult) -> dict[str, Any]:
     }
 
 
-# A pending prediction's size, counted against a queue's byte bound before it is encoded:
-# the header, and a row per detection (a row encodes to 80-100 bytes; over, not under).
-PENDING_BASE_BYTES = 256
-PENDING_ROW_BYTES = 128
-_NO_IMAGE: Image = np.zeros((0, 0, 3), np.uint8)
+_last = threading.local()  # per worker thread: the last result's (stream, seq) and bytes
 
 
-class PendingPrediction:
-    """`encode(prediction(result))`, built on the stream's worker thread in microseconds
-    and encoded on first use, by the first sink that sends it: on the sinks' event loop,
-    while the worker is already on its next frame. Every sink offered the same result
-    shares one (`pending_prediction`), so it is encoded once however many send it.
-
-    It keeps the result's outputs, which are immutable (Detections, counts made afresh
-    each frame), but not its image: a queue of frames would hold gigabytes."""
-
-    __slots__ = ("_data", "_result", "size")
-
-    def __init__(self, result: FrameResult) -> None:
-        outputs = {k: v for k, v in result.outputs.items() if not isinstance(v, np.ndarray)}
-        self._result: FrameResult | None = FrameResult(
-            result.stream_id,
-            result.seq,
-            result.pts,
-            result.capture_time,
-            result.capture_mono,
-            result.start_mono,
-            result.done_mono,
-            _NO_IMAGE,
-            outputs,
-        )
-        self._data: bytes | None = None
-        rows = sum(len(v) for v in outputs.values() if hasattr(v, "to_json"))
-        self.size = PENDING_BASE_BYTES + PENDING_ROW_BYTES * rows  # what a queue counts
-
-    @property
-    def data(self) -> bytes:
-        """The encoded document (encoded now if no sink has asked yet). Two loops asking
-        at once would both encode it, to the same bytes: no lock needed."""
-        result = self._result  # read first: it is cleared only once `_data` is set
-        data = self._data
-        if data is None:
-            assert result is not None
-            data = self._data = encode(prediction(result))
-            self._result = None  # the bytes are all that is needed from here on
-        return data
-
-
-Payload = bytes | PendingPrediction
-
-
-def payload_bytes(payload: Payload) -> bytes:
-    """The bytes to send: `payload` itself, or the pending prediction encoded."""
-    return payload if isinstance(payload, bytes) else payload.data
-
-
-def payload_size(payload: Payload) -> int:
-    """What `payload` counts against a queue's byte bound."""
-    return len(payload) if isinstance(payload, bytes) else payload.size
-
-
-_last = threading.local()  # per worker thread: the last result's (stream, seq) and message
-
-
-def pending_prediction(result: FrameResult) -> PendingPrediction:
-    """The one PendingPrediction of `result` however many sinks send it: every sink's
-    `offer` runs on the stream's worker thread, one after the other."""
+def encoded_prediction(result: FrameResult) -> bytes:
+    """`encode(prediction(result))`, once per result however many sinks send it: every
+    sink's `offer` runs on the stream's worker thread, one after the other."""
     key = (result.stream_id, result.seq)  # not the result: it holds a frame
     cached = getattr(_last, "entry", None)
     if cached is not None and cached[0] == key:
-        hit: PendingPrediction = cached[1]
+        hit: bytes = cached[1]
         return hit
-    pending = PendingPrediction(result)
-    _last.entry = (key, pending)
-    return pending
+    data = encode(prediction(result))
+    _last.entry = (key, data)
+    return data
 
 
 def encode(message: dict[str, Any]) -> bytes:

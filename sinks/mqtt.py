@@ -46,16 +46,7 @@ from paho.mqtt.properties import Properties
 from pipelines.types import FrameResult, iso_utc
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.events import EventDetector, event_message
-from sinks.messages import (
-    SCHEMA_VERSION,
-    Payload,
-    encode,
-    encode_jpeg,
-    notice,
-    payload_bytes,
-    payload_size,
-    pending_prediction,
-)
+from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
 from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
 from sinks.mqtt_commands import REPLY, CommandHandler, Request, answer
 from sinks.mqtt_config import MqttConfig
@@ -67,18 +58,17 @@ STOP_ACK_S = 2.0  # at stop, how long the retained "offline" may take to be ackn
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One message to publish; its size (topic + payload) counts against the queue. A
-    prediction's payload is encoded when it is published (sinks.messages)."""
+    """One message to publish; its size (topic + payload) counts against the queue."""
 
     topic: str
-    payload: Payload
+    payload: bytes
     qos: int
     retain: bool = False
     properties: Properties | None = None
 
     @property
     def size(self) -> int:
-        return len(self.topic) + payload_size(self.payload)
+        return len(self.topic) + len(self.payload)
 
 
 class MqttSink:
@@ -175,7 +165,7 @@ class MqttSink:
             self._count_dropped(1 + len(events))
             return True
         base, qos = f"{self._prefix}/{result.stream_id}", self.config.qos
-        self._put(Outgoing(f"{base}/predictions", pending_prediction(result), qos))
+        self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos))
         for event in events:
             self._put(Outgoing(f"{base}/events", encode(event_message(result, event)), qos))
         if events and self._snapshot_due(result):
@@ -276,8 +266,9 @@ class MqttSink:
 
     def _publish(self, msg: Outgoing) -> None:
         assert self._link is not None
-        payload = payload_bytes(msg.payload)  # a prediction is encoded here, on the loop
-        info = self._link.client.publish(msg.topic, payload, msg.qos, msg.retain, msg.properties)
+        info = self._link.client.publish(
+            msg.topic, msg.payload, msg.qos, msg.retain, msg.properties
+        )
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS and msg.qos == 0:
             self._count_dropped(1)  # QoS ≥ 1 stays with paho, sent once connected
             return

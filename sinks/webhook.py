@@ -18,13 +18,12 @@ dead-letter file with the reason, so a shutdown loses nothing silently.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import random
 import re
-import secrets
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ import aiohttp
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
 from sinks.deadletter import DeadLetterFile
-from sinks.messages import Payload, encode, notice, payload_bytes, payload_size, pending_prediction
+from sinks.messages import encode, encoded_prediction, notice
 from sinks.retry import backoff_delay
 from sinks.webhook_http import Attempt, WebhookConfig, headers_for, post, safe_url
 
@@ -49,20 +48,15 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 @dataclass(slots=True)
 class Delivery:
-    """One message to deliver: the body is encoded once (a prediction on the loop, at its
-    first attempt), and sent and signed as is on every attempt."""
+    """One message to deliver: the encoded body is built once, and sent and signed as is."""
 
-    id: str  # 32 hex digits, the same on every attempt (X-Appliance-Delivery)
+    id: str  # uuid4 hex, the same on every attempt (X-Appliance-Delivery)
     event: str
-    payload: Payload
+    body: bytes
     offered: float  # time.time() when offered
     attempts: int = 0
     last: Attempt | None = None
     settled: bool = False  # sent or dead-lettered: nothing left to do at shutdown
-
-    @property
-    def body(self) -> bytes:
-        return payload_bytes(self.payload)
 
 
 class WebhookSink:
@@ -105,8 +99,6 @@ class WebhookSink:
         self._state = "starting"
         self._sent = self._retried = self._dead_lettered = self._dropped_at_stop = 0
         self._last_error: str | None = None
-        self._id_prefix = secrets.token_hex(8)
-        self._ids = itertools.count()
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -122,13 +114,12 @@ class WebhookSink:
         self._dispatcher = asyncio.create_task(self._dispatch(), name=f"webhook-{self.name}")
 
     def offer(self, result: FrameResult) -> bool:
-        """Queue the result (any thread, never blocks: no I/O here); its document is
-        encoded on the loop, once for every sink it is offered to."""
+        """Encode the result and queue it (any thread, never blocks: no I/O here)."""
         if self._closing:
             return False
-        pending = pending_prediction(result)  # encoded on the loop, shared with other sinks
-        delivery = Delivery(self._next_id(), "prediction", pending, time.time())
-        return self._queue.put(delivery, payload_size(pending))
+        body = encoded_prediction(result)
+        delivery = Delivery(uuid.uuid4().hex, "prediction", body, time.time())
+        return self._queue.put(delivery, len(body))
 
     def publish_event(self, stream_id: str | None, event: dict[str, Any]) -> None:
         """An event not made by a frame (the regression watch's; any thread): one delivery
@@ -136,14 +127,8 @@ class WebhookSink:
         if self._closing:
             return
         body = encode(notice(stream_id, event))
-        delivery = Delivery(self._next_id(), str(event["type"]), body, time.time())
+        delivery = Delivery(uuid.uuid4().hex, str(event["type"]), body, time.time())
         self._queue.put(delivery, len(body))
-
-    def _next_id(self) -> str:
-        """A delivery id: this sink's random 64-bit prefix and a counter, 32 hex digits.
-        Unique as uuid4's are for a receiver's dedupe, without a urandom read per frame
-        on the worker thread (`next` on a count is atomic under the GIL)."""
-        return f"{self._id_prefix}{next(self._ids):016x}"
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Take no more; deliver what is queued or in flight for up to `drain_timeout_s`,

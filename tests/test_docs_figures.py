@@ -54,11 +54,12 @@ def _first_figure(site: Path) -> tuple[Path, str, str]:
 
 def test_a_figure_edited_by_hand_is_named(site: Path) -> None:
     page, link, text = _first_figure(site)
-    edited = link.replace(f"[{text}]", f"[{text}1]", 1)
+    wrong = text[:-1] + ("2" if text[-1] == "1" else "1")  # one digit off, same format
+    edited = link.replace(f"[{text}]", f"[{wrong}]", 1)
     page.write_text(page.read_text(encoding="utf-8").replace(link, edited, 1), encoding="utf-8")
     problems = [str(p) for p in figures.check(site)]
     name = str(page.relative_to(site))
-    assert any(p.startswith(name) and f"{text}1 (results: {text})" in p for p in problems), problems
+    assert any(p.startswith(name) and f"{wrong} (results: {text})" in p for p in problems), problems
     figures.check(site, fix=True)  # rendering puts the results' figure back
     assert link in page.read_text(encoding="utf-8")
     assert not figures.check(site)
