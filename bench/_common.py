@@ -62,6 +62,21 @@ def report(
     return out
 
 
+def report_judged(
+    name: str, metrics: dict[str, Any], verdicts: dict[str, Any], method: dict[str, Any]
+) -> Path:
+    """`report` with each target's text, `met` and verdict derived from its
+    bench/_compare.py Verdict, so the three cannot disagree."""
+    targets = {
+        key: f"{v.target} (95 % interval's {'lower' if v.at_least is not None else 'upper'} bound)"
+        for key, v in verdicts.items()
+    }
+    return report(
+        name, metrics, targets, {key: v.met for key, v in verdicts.items()},
+        method=method, verdicts={key: v.as_json() for key, v in verdicts.items()},
+    )  # fmt: skip
+
+
 def run_facts(quick: bool) -> dict[str, Any]:
     """When and on what a results file was made."""
     import datetime

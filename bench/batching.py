@@ -27,7 +27,7 @@ from time import perf_counter
 
 import cv2
 import numpy as np
-from _common import ROOT, parse_args, report
+from _common import ROOT, parse_args, report_judged
 from _compare import alternate, judge, method, ratios
 
 from appliance.config import BatchingConfig, ModelConfig
@@ -157,12 +157,7 @@ def main() -> None:
         ratio="batched fps ÷ the same round's unbatched fps",
         arm_figures="fps, mean batch size and latency: the median over the rounds",
     )  # fmt: skip
-    report(
-        "batching", metrics,
-        {"speedup": f">= {TARGET:g} (95 % interval's lower bound)"},
-        {"speedup": speedup.met},
-        method=how, verdicts={"speedup": speedup.as_json()},
-    )  # fmt: skip
+    report_judged("batching", metrics, {"speedup": speedup}, how)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from _common import ROOT, detect_stream_config, parse_args, report
+from _common import ROOT, detect_stream_config, parse_args, report_judged
 from _compare import alternate, judge, method, ratios
 
 from appliance.config import AppConfig
@@ -121,12 +121,7 @@ def main() -> None:
         list(arms), rounds, f"each arm processes {frames} frames",
         ratio="appliance fps ÷ the same round's bare fps",
     )  # fmt: skip
-    report(
-        "pipeline_efficiency", metrics,
-        {"efficiency": f">= {TARGET:g} (95 % interval's lower bound)"},
-        {"efficiency": efficiency.met},
-        method=how, verdicts={"efficiency": efficiency.as_json()},
-    )  # fmt: skip
+    report_judged("pipeline_efficiency", metrics, {"efficiency": efficiency}, how)
 
 
 if __name__ == "__main__":
