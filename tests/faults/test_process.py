@@ -281,8 +281,11 @@ def sigterm_under_load(tmp_path: Path, clip: Path, answer_s: float, row: Row) ->
             traces = tmp_path / "traces"
             bus = {"type": "mqtt", "port": broker.port, "qos": 1, "topic_prefix": "site",
                    "client_id": f"appliance-{uuid.uuid4().hex[:8]}"}  # fmt: skip
-            # Slots to spare: what is in flight or queued at SIGTERM is all sent at once.
-            hook = {"type": "webhook", "url": rx.url, "concurrency": 16}
+            # Slots to spare (the most the schema allows): what is in flight or queued at
+            # SIGTERM is all sent at once. 16 was too few on a loaded CI runner: with the signal
+            # handled late, ~20 results were open, and those waiting for a slot needed
+            # 2 x answer_s, past the 2 s drain.
+            hook = {"type": "webhook", "url": rx.url, "concurrency": 64}
             doc = {
                 "sinks": {"bus": bus, "hook": hook},
                 "streams": [camera(i, clip, DRAW, outputs=["bus", "hook"]) for i in ("a", "b")],
