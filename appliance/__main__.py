@@ -2,6 +2,6 @@
 
 import sys
 
-from appliance.cli import main
+from appliance.cli.main import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 It works from any script, with no event loop: one `urllib` request per call, nothing kept
 open between calls. Statuses come back as the very dataclasses the server answers with
-(appliance/status.py: `StreamStatus`, `ModelStatus`, ...), parsed and checked by pydantic,
+(appliance/observe/status.py: `StreamStatus`, `ModelStatus`, ...), parsed and checked by pydantic,
 so client and server share one definition of each shape; the other answers likewise
 come back as the server's own models (appliance/server/schemas.py: `RunResult`, ...).
 
@@ -31,17 +31,17 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
-from appliance.masking import mask_url
-from appliance.reach import connect_problem
-from appliance.server.routes.regressions import Rebaselined
-from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
-from appliance.status import (
+from appliance.observe.status import (
     ModelStatus,
     Readiness,
     SinkStatus,
     StreamStatus,
     WindowStatus,
 )
+from appliance.policy.masking import mask_url
+from appliance.server.routes.regressions import Rebaselined
+from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
+from appliance.sources.reach import connect_problem
 from appliance.watch.report import WatchReport
 
 # The receiving side, for a program that takes the appliance's webhooks (docs/outputs.md).

@@ -21,8 +21,8 @@ from pydantic import (
     field_validator,
 )
 
-from appliance.hosts import SourceHosts, url_host
-from appliance.masking import mask_one_url
+from appliance.policy.hosts import SourceHosts, url_host
+from appliance.policy.masking import mask_one_url
 from appliance.sections import (
     IceServerConfig,
     LimitsConfig,

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
 
-from appliance.hosts import HostEntry
+from appliance.policy.hosts import HostEntry
 from pipelines.spec import GraphOptimization
 
 
@@ -33,7 +33,7 @@ class ServerConfig(Strict):
     max_body_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     # Where files named over the API (workflows, models, labels, videos) may live, after
     # symlinks are followed; relative to the config file. None: the folders of the files
-    # the config names itself (appliance/request_files.py), not the config's folder.
+    # the config names itself (appliance/policy/request_files.py), not the config's folder.
     file_roots: list[Path] | None = None
     # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
     drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
@@ -41,7 +41,7 @@ class ServerConfig(Strict):
     # as 10.1.0.0/16), for streams added over the API and from the config alike. None: any
     # host. Set it so a token holder cannot use sources to probe the internal network.
     # Names match names exactly; a name not listed must resolve into the networks, checked
-    # again before each connection (appliance/hosts.py).
+    # again before each connection (appliance/policy/hosts.py).
     allowed_source_hosts: Annotated[list[Annotated[HostEntry, Field(min_length=1, max_length=253)]],
                                     Field(max_length=256)] | None = None  # fmt: skip
 

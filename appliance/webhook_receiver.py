@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sinks.signing import DEFAULT_TOLERANCE_S, ReplayGuard, SignatureError, verify
-from sinks.webhook_http import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER
+from sinks.webhook.http import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER
 
 __all__ = ["ReplayGuard", "WebhookDelivery", "WebhookVerificationError", "verify_webhook"]
 

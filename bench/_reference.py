@@ -242,7 +242,7 @@ def run_reference(spec: Spec, record: Recorder) -> None:
 
 def run_ours(spec: Spec, record: Recorder) -> None:
     """The appliance's Runtime over `spec.urls` until stdin closes."""
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
     from bench._common import detect_streams_config
     from pipelines.types import FrameResult
 

@@ -31,7 +31,7 @@ from _compare import judge, method
 
 from appliance.config import AppConfig
 from appliance.models.batcher import BatchRecord, ModelBatcher
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
 
 FPS = 30

@@ -28,7 +28,7 @@ from _compare import alternate, judge, method, ratios
 
 from appliance.config import AppConfig
 from appliance.models import load_model
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.decoders import build_decoder
 from pipelines.decoders.base import DecodeOptions
 

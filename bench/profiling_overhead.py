@@ -41,7 +41,7 @@ from _crossover import SEGMENT, Arm, FrameClock, crossover, median, thread_cpu_n
 
 from appliance.config import parse_config
 from appliance.profiling.ort_profile import profiling_session
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 
 CLIP = ROOT / "configs" / "media" / "demo.mp4"
 WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"

@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.config import AppConfig, parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from bench._common import ROOT, bench_parser, report
 from bench._compare import Verdict, judge, method, ratios, rotations
 from bench._crossover import thread_cpu_ns

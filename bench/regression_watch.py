@@ -60,8 +60,8 @@ from _restate import restate
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.config import load_config
-from appliance.runtime import Runtime
-from appliance.status import as_json
+from appliance.observe.status import as_json
+from appliance.runtime.runtime import Runtime
 
 PARTS = ("false_alarms", "detection", "host", "cost")
 QUICK_WATCH = {"interval_s": 2, "warmup_s": 2, "learn_s": 8, "evidence_s": 2}

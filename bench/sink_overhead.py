@@ -53,10 +53,10 @@ from _crossover import thread_cpu_ns
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
-from sinks.mqtt import MqttSink
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.config import MqttConfig
+from sinks.mqtt.sink import MqttSink
 from tests.sinks.conftest import Broker, free_port
 from tests.sinks.receiver import LoopThread
 from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model

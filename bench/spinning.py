@@ -48,7 +48,7 @@ from _common import ROOT, bench_parser, proc_cpu_s, report
 from _compare import judge, method, ratios, rotations
 
 from appliance.config import TuningConfig, parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.sections import ModelTuning
 from appliance.tune.meter import Meter
 

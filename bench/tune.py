@@ -44,7 +44,7 @@ from _compare import Verdict, judge, method, ratios, rotations
 from _restate import restate
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.tune.objective import Objective
 from appliance.tune.report import plot, table
 from appliance.tune.results import result_json

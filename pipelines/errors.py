@@ -20,7 +20,7 @@ def format_location(loc: Iterable[int | str]) -> str:
 
 # Names that hold secrets, lower-cased, matched as substrings: a config field so named
 # keeps its value out of error messages (its length is said instead), and
-# appliance/masking.py masks URL parameters so named.
+# appliance/policy/masking.py masks URL parameters so named.
 SECRET_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "signature", "credential")
 
 

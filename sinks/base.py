@@ -10,7 +10,7 @@ message (no image: a queue of full frames would hold gigabytes) and puts it on t
 When the queue is full the oldest message is dropped and counted: the newest result is the
 one that matters, as with frames (docs/outputs.md). `stop` drains for a bounded time.
 
-`sinks/` imports only result types from `pipelines/`; the runtime (appliance/outputs.py)
+`sinks/` imports only result types from `pipelines/`; the runtime (appliance/runtime/outputs.py)
 builds sinks from the config, starts them before the streams and stops them after.
 """
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 from pipelines.importer import ImportFromStringError, import_from_string
 
 SINKS: Mapping[str, str] = {
-    "mqtt": "sinks.mqtt:MqttSink",
-    "webhook": "sinks.webhook:WebhookSink",
+    "mqtt": "sinks.mqtt.sink:MqttSink",
+    "webhook": "sinks.webhook.sink:WebhookSink",
 }
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from appliance.config import ConfigError, OutputConfig, parse_config
-from appliance.outputs import OutputFilter
-from appliance.runtime import Runtime
+from appliance.runtime.outputs import OutputFilter
+from appliance.runtime.runtime import Runtime
 from pipelines.types import Detections, FrameResult
 from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
 

@@ -18,7 +18,7 @@ import yaml
 from appliance.config import StreamConfig, load_config
 from appliance.models import ModelBatcher, ModelLoadError, ModelStoppedError
 from appliance.models.pool import ModelConflictError
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.support.appliance import MODELS, ROOT, detect_workflow, person_model
 from tests.support.media import MakeClip
 

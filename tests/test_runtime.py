@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
 from tests.support.appliance import MODELS, ROOT, person_model
 from tests.support.media import MakeClip

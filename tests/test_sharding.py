@@ -1,4 +1,4 @@
-"""The sharding rule (appliance/sharding.py) and `appliance serve --shard`: every stream on
+"""The sharding rule (appliance/runtime/sharding.py) and `appliance serve --shard`: every stream on
 exactly one shard, loads within one of each other, few streams moved when a shard is
 added, the same answer in every process, and a served shard running only its streams."""
 
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from appliance.cli import main
+from appliance.cli.main import main
 from appliance.config import load_config
-from appliance.runtime import Runtime
-from appliance.sharding import ENV, Shard, assign, shard_from_env, shard_of, streams_for
+from appliance.runtime.runtime import Runtime
+from appliance.runtime.sharding import ENV, Shard, assign, shard_from_env, shard_of, streams_for
 from tests.support.appliance import DEMO_CLIP, Served, clean_env
 
 IDS = [f"cam-{i:04d}" for i in range(1000)]
@@ -60,7 +60,7 @@ def test_the_assignment_depends_on_the_set_not_the_order() -> None:
 
 def test_the_same_assignment_in_another_process() -> None:
     code = (
-        "import json, sys; from appliance.sharding import assign; "
+        "import json, sys; from appliance.runtime.sharding import assign; "
         "print(json.dumps(assign(json.load(sys.stdin), 7)))"
     )
     env = clean_env(PYTHONHASHSEED="123")  # another salt for hash(): must not matter

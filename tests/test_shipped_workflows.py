@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import Detections, FrameResult, Texts
 from tests.support.appliance import DEMO_CLIP, ROOT
 

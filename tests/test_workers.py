@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from appliance.sharding import assign
+from appliance.runtime.sharding import assign
 from appliance.workers.merge import merge_metrics, merge_traces
 from tests.support.appliance import (
     APPLIANCE,

@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from appliance.config import ProfilingConfig
-from appliance.metrics import Metrics
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
+from appliance.observe.metrics import Metrics
+from appliance.observe.status import ProfilingStatus
 from appliance.profiling.hooks import trace_batch
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
-from appliance.status import ProfilingStatus
 
 
 class Profiler:

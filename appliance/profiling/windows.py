@@ -35,6 +35,7 @@ from appliance.errors import (
 )
 from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.observe.status import WindowState, WindowStatus
 from appliance.profiling.hooks import STREAM_COUNTERS
 from appliance.profiling.ort_profile import (
     is_model_run,
@@ -44,7 +45,6 @@ from appliance.profiling.ort_profile import (
 )
 from appliance.profiling.rolling import RollingWriter, TraceFile
 from appliance.profiling.tracer import Tracer
-from appliance.status import WindowState, WindowStatus
 
 log = logging.getLogger("appliance.profiling")
 # ORT's clock vs ours, µs: an ORT run that reaches at most this far outside one of our

@@ -8,7 +8,7 @@ import dataclasses
 
 from aiohttp import web
 
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import (
     MAX_BODY,

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from aiohttp import web
 
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.limits import Watchers, WorkSlots
 
 P = ParamSpec("P")

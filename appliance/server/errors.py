@@ -31,9 +31,9 @@ from appliance.errors import (
     WindowNotReadyError,
     WindowRequestError,
 )
-from appliance.masking import mask_url
 from appliance.models.session import ModelLoadError
-from appliance.oneshot import ImageDecodeError
+from appliance.policy.masking import mask_url
+from appliance.runtime.oneshot import ImageDecodeError
 from pipelines.errors import WorkflowError, format_location, pydantic_message
 
 log = logging.getLogger("appliance.server")

@@ -110,7 +110,7 @@ def _schema(schema: Schema | None, refs: Mapping[Any, Any]) -> Any:
 
 
 def _component_schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Every model and dataclass the routes name (appliance/status.py's among them), as
+    """Every model and dataclass the routes name (appliance/observe/status.py's among them), as
     components; {type: {"$ref": ...}}."""
     types: list[type] = [Error]
     for route in routes:

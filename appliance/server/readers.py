@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from appliance.latest import Latest
-from appliance.runtime import Runtime
+from appliance.observe.latest import Latest
+from appliance.runtime.runtime import Runtime
 
 WATCH_S = 0.5  # how soon a waiting reader notices that its client or its stream is gone
 

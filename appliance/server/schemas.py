@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.status import ModelStatus, SinkStatus, StreamStatus
+from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus
 
 WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
 
@@ -31,7 +31,7 @@ class ValidateRequest(_Request):
 
 class ProfilingRequest(_Request):
     """One on-demand profiling window: POST /v1/profiling's body, and the arguments of
-    the MQTT `profiling` command (appliance/commands.py), validated strictly by both."""
+    the MQTT `profiling` command (appliance/runtime/commands.py), validated strictly by both."""
 
     duration_s: float = Field(
         gt=0, allow_inf_nan=False, description="seconds, at most profiling.max_window_s"

@@ -23,13 +23,13 @@ from aiohttp import web
 from appliance.config import ConfigError
 from appliance.errors import ReloadError
 from appliance.models.session import ModelLoadError
-from appliance.runtime import Runtime
+from appliance.observe.status import StreamStatus
+from appliance.runtime.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE, AuthPolicy
 from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from appliance.server.routes.tune import TUNE
 from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
-from appliance.status import StreamStatus
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance.server")

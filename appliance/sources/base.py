@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 from appliance.config import URL_KINDS
 
 # Re-exported (PEP 484 "as" form, for mypy strict): sources and callers import it from here.
-from appliance.masking import mask_url as mask_url  # noqa: PLC0414
+from appliance.policy.masking import mask_url as mask_url  # noqa: PLC0414
 from pipelines.types import Image
 
 SourceKind = Literal["rtsp", "http", "v4l2", "file"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config import SourceConfig
-from appliance.hosts import ANY_HOST, SourceHosts
+from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.sources.backoff import Backoff
 from appliance.sources.base import (
     SourceError,

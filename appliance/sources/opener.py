@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from appliance.config import SourceConfig
-from appliance.hosts import ANY_HOST, SourceHosts
+from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.sources.base import SourceError, VideoSource, mask_url, source_kind
 from appliance.sources.pyav import open_pyav
 from appliance.sources.rtp import UnsupportedCodecError, open_rtp

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import av
 
-from appliance.reach import connect_problem, endpoint
+from appliance.sources.reach import connect_problem, endpoint
 
 # What to do about an answer, by status (RTSP reuses HTTP's codes, RFC 7826 §17).
 STATUS_HINTS = {

@@ -35,7 +35,6 @@ from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
 from appliance.config import SourceConfig
-from appliance.reach import connect_problem
 from appliance.sources.base import DecodingSource, FrameGenerator, SourceError, mask_url
 from appliance.sources.depacketize import (
     CODECS,
@@ -46,6 +45,7 @@ from appliance.sources.depacketize import (
 )
 from appliance.sources.problems import answered, no_answer, not_rtsp
 from appliance.sources.pyav import READ_SLICE_S, describe
+from appliance.sources.reach import connect_problem
 from pipelines.types import Image
 
 # aiortsp logs every request, and its errors with the server's whole answer; the source

@@ -33,7 +33,7 @@ from appliance.watch.ranktest import MIN_SAMPLES
 
 EXIT_BAD_INPUT = 1
 EXIT_REGRESSION = 3  # not 2: argparse's usage error, which a CI gate must tell apart
-EXIT_NO_BASELINE = 1  # `fingerprint` wrote nothing: bad input (appliance/cli.py exit codes)
+EXIT_NO_BASELINE = 1  # `fingerprint` wrote nothing: bad input (appliance/cli/main.py exit codes)
 
 Command = Callable[[argparse.Namespace], int]
 OpRow = tuple[str, float, float, float | None]  # op type, µs per call before, after, change %

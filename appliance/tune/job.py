@@ -28,7 +28,7 @@ from appliance.tune.target import search_space, tune
 from pipelines.types import iso_utc
 
 if TYPE_CHECKING:
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.tune")
 

@@ -2,7 +2,7 @@
 which always leaves the runtime on the settings it started with, or on the winner when
 asked to apply it (never on a half-measured candidate), whatever ends the run.
 
-Candidates are applied through `Runtime.retune` (appliance/retuning.py): batching at
+Candidates are applied through `Runtime.retune` (appliance/runtime/retuning.py): batching at
 once, session options on a session opened beside the running one and swapped in, so no
 stream restarts; only a source knob restarts the streams, and the window waits until
 each one has results again. The regression watch holds still meanwhile (the latencies
@@ -34,7 +34,7 @@ from appliance.tune.space import (
 )
 
 if TYPE_CHECKING:
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.tune")
 

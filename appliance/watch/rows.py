@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from appliance.metrics import Metrics
-from appliance.status import as_json
+from appliance.observe.metrics import Metrics
+from appliance.observe.status import as_json
 from appliance.watch.baseline import Baseline, BaselineStore, kind_of, stream_of_row
 from appliance.watch.judge import Host, Judged
 from appliance.watch.report import (

@@ -11,8 +11,8 @@ from typing import Any
 
 from appliance.config import ConfigError
 from appliance.errors import FileAccessError, LimitError
-from appliance.files import FileKind, FilePolicy
-from appliance.metrics import Metrics
+from appliance.observe.metrics import Metrics
+from appliance.policy.files import FileKind, FilePolicy
 from appliance.profiling.profiler import Profiler
 from appliance.sections import WatchConfig
 from appliance.watch.baseline import Baseline, BaselineError, BaselineStore, parse

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceClientError
-from appliance.commands import profiling_request, stream_id, unknown_command
 from appliance.config import AppConfig
+from appliance.observe.status import as_json
+from appliance.runtime.commands import profiling_request, stream_id, unknown_command
 from appliance.server.auth import TOKEN_ENV
-from appliance.status import as_json
-from sinks.mqtt_commands import CommandHandler
+from sinks.mqtt.commands import CommandHandler
 
 
 def worker_commands(

@@ -29,14 +29,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.errors import UnknownStreamError
-from appliance.metrics import LIMIT_HITS_HELP
+from appliance.observe.metrics import LIMIT_HITS_HELP
+from appliance.runtime.sharding import weight
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
 from appliance.server.routes.config import dry_run
 from appliance.server.routes.tune import tune_per_process
-from appliance.sharding import weight
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import (
     merge_lists,

@@ -3,7 +3,7 @@
 
 One Python process runs out of GIL long before a many-core machine runs out of decode
 and inference: N processes, each running its share of the streams by the `--shard`
-rule (appliance/sharding.py; inside this replica's shard when there is one), give each
+rule (appliance/runtime/sharding.py; inside this replica's shard when there is one), give each
 its own interpreter. The gateway refuses an exposed bind without a token (the same rule
 as a single process), starts the workers, serves the one API and watches the workers'
 liveness: one that stops answering /health is killed and started again. SIGHUP reloads
@@ -29,11 +29,11 @@ from pathlib import Path
 from aiohttp import web
 
 from appliance.config import AppConfig, ConfigError
+from appliance.runtime.sharding import Shard, assign
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from appliance.server.serve import CLOSE_GRACE_S, EXIT_MARGIN_S
 from appliance.server.shutdown import InFlight, in_own_thread
-from appliance.sharding import Shard, assign
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway, reload_all
 from appliance.workers.procs import WorkerSet

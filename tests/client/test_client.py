@@ -18,8 +18,8 @@ import cv2
 import pytest
 
 from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceConnectionError
+from appliance.observe.status import ModelStatus, Readiness, StreamStatus
 from appliance.server.schemas import Reloaded, Removed
-from appliance.status import ModelStatus, Readiness, StreamStatus
 from tests.client import (
     TOKEN,
     WORKFLOW,
@@ -97,7 +97,7 @@ def test_streams_have_the_documented_shape(client: ApplianceClient, served: Serv
     assert listed.url == str(DEMO_CLIP)
     one = client.stream("people-cam")
     assert [t.state for t in one.transitions][:2] == ["starting", "running"]
-    # The wire shape is the dataclass's, field for field (appliance/status.py).
+    # The wire shape is the dataclass's, field for field (appliance/observe/status.py).
     assert set(raw_json(served, "/v1/streams/people-cam")) == field_names(StreamStatus)
 
 

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from appliance.cli import _parser
+from appliance.cli.main import _parser
 from appliance.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import time
 
 from aiohttp import web
 
-from appliance.streams import Stream
+from appliance.runtime.streams import Stream
 from tests.sinks.receiver import Receiver
 
 FPS = 30  # the test clips' rate, played in real time like a camera

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.faults.figures import Row, recording
 from tests.faults.process_helpers import (
     DRAW,

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
 from sinks.base import SinkStatus
 from tests.faults.figures import recording

@@ -1,4 +1,4 @@
-"""Fuzz target: credential masking (appliance/masking.py `mask_url`).
+"""Fuzz target: credential masking (appliance/policy/masking.py `mask_url`).
 
 Property: in any text holding `scheme://user:password@host/path` (the password of any
 characters a URL's userinfo may hold, "@" included, the surrounding text arbitrary but
@@ -16,7 +16,7 @@ import string
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from appliance.masking import MASK, mask_url
+from appliance.policy.masking import MASK, mask_url
 from tests.fuzz.support import fuzz
 
 # RFC 3986 userinfo: unreserved, sub-delims, ":" (not in the user), pct-encoded; plus "@"

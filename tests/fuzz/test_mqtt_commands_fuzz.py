@@ -1,4 +1,4 @@
-"""Fuzz target: MQTT command requests (sinks/mqtt_commands.py `parse` and `answer`).
+"""Fuzz target: MQTT command requests (sinks/mqtt/commands.py `parse` and `answer`).
 
 Any topic rest, payload bytes, size cap, MQTT 5 response topic and correlation data:
 `parse` never raises; it returns None only for our own answers' topics, else a Request
@@ -25,7 +25,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from sinks.messages import encode
-from sinks.mqtt_commands import (
+from sinks.mqtt.commands import (
     MAX_CORRELATION_BYTES,
     MAX_ID_CHARS,
     REPLY,

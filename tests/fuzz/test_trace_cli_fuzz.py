@@ -26,7 +26,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from appliance.cli import main
+from appliance.cli.main import main
 from tests.fuzz.support import DOCUMENTS, fuzz
 
 WORK = Path(tempfile.mkdtemp(prefix="appliance-fuzz-trace-"))

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from appliance.config import WebRtcConfig
-from appliance.metrics import Metrics
+from appliance.observe.metrics import Metrics
 from appliance.server.bodies import _validate
 from appliance.server.errors import BadRequestError, InvalidError
 from appliance.server.schemas import WebRtcOffer

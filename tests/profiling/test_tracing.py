@@ -17,7 +17,7 @@ from appliance.models.batcher import BatchRecord
 from appliance.profiling.hooks import StreamTrace, trace_batch
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.tools.fingerprint import fingerprint_file
 from pipelines.types import FrameResult
 from tests.support import tracecheck

@@ -17,8 +17,8 @@ from appliance.errors import (
     WindowNotReadyError,
     WindowRequestError,
 )
-from appliance.runtime import Runtime
-from appliance.status import WindowStatus, as_json
+from appliance.observe.status import WindowStatus, as_json
+from appliance.runtime.runtime import Runtime
 from tests.support import tracecheck
 from tests.support.appliance import DEMO_CLIP, person_model
 

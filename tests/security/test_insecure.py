@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from appliance.config import ServerConfig, load_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.auth import AuthPolicy
 from appliance.server.serve import Server
 from tests.server.live import write_yaml

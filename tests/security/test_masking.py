@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.masking import MaskingFilter, install, mask_one_url, mask_url
+from appliance.policy.masking import MaskingFilter, install, mask_one_url, mask_url
 from appliance.sources import mask_url as reexported
 
 # The words alone, then inside names as services spell them, then the short

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from appliance.runtime.supervisor import MAX_STALL_RESTARTS
 from appliance.sources import StreamState
-from appliance.supervisor import MAX_STALL_RESTARTS
 from tests.security.hanging_blocks import GATE, install_in_process
 from tests.server.conftest import TOKEN
 from tests.server.live import LiveServer, wait_for, write_yaml

@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 
 from appliance.config import load_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.serve import Server
 
 START_TIMEOUT_S = 60.0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import ConfigError, load_config, parse_config
-from appliance.hosts import NOT_ALLOWED, Resolver, SourceHosts
+from appliance.policy.hosts import NOT_ALLOWED, Resolver, SourceHosts
 from tests.server.conftest import WAIT_S, LiveFactory, config_doc
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import detect_workflow

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from appliance.config import ConfigError, ServerConfig, parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.auth import AuthPolicy, is_loopback
 from appliance.server.serve import Server
 from tests.server.conftest import TOKEN, LiveFactory

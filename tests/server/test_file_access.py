@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from appliance.config import parse_config
 from appliance.errors import LimitError
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import MODELS, detect_workflow, person_model

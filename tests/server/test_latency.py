@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from appliance.blocklatency import BlockLatencies, LatencyRing
 from appliance.errors import UnknownStreamError
+from appliance.observe.blocklatency import BlockLatencies, LatencyRing
 from pipelines.types import FrameResult
 from tests.server.conftest import WAIT_S, LiveFactory, config_doc
 from tests.server.live import LiveServer, wait_for

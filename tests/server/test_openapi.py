@@ -12,13 +12,13 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi import checks
 
+from appliance.observe.status import StateName
 from appliance.server.auth import AuthPolicy
 from appliance.server.errors import CODES
 from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.schemas import ErrorDetail
 from appliance.sources import StreamState
-from appliance.status import StateName
 from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer
 

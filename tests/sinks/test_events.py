@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipelines.types import Detections, FrameResult
-from sinks.events import EventDetector, event_message
+from sinks.mqtt.events import EventDetector, event_message
 from tests.blocks.tracking_clips import frame, instantiate, render
 
 IMAGE = np.zeros((4, 4, 3), np.uint8)

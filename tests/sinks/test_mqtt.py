@@ -25,8 +25,8 @@ from paho.mqtt.properties import Properties
 from pydantic import ValidationError
 
 from pipelines.types import Detections, FrameResult
-from sinks.mqtt import MqttSink
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.config import MqttConfig
+from sinks.mqtt.sink import MqttSink
 from tests.sinks.conftest import WAIT_S, Broker, LogWatch, Received, SinkLoop, Subscriber
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,8 +133,8 @@ def test_predictions_events_and_status_in_order_at_qos1(
 
 CHILD = """
 import asyncio, sys
-from sinks.mqtt import MqttSink
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.sink import MqttSink
+from sinks.mqtt.config import MqttConfig
 
 async def main() -> None:
     cfg = MqttConfig(type="mqtt", port=int(sys.argv[1]), topic_prefix="t", client_id="child")

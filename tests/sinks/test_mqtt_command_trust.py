@@ -18,8 +18,8 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from sinks.mqtt import MqttSink
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.config import MqttConfig
+from sinks.mqtt.sink import MqttSink
 from sinks.signing import sign
 from tests.server.conftest import WAIT_S, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
@@ -122,7 +122,7 @@ def _id(message: Received) -> Any:
 def after(client: Subscriber) -> list[Received]:
     """Every message until the answer to a command sent now, which comes after whatever
     the commands sent before it brought: the sink queues a refusal's answer as the
-    command arrives, each answer in order of the commands (sinks/mqtt.py's `request`),
+    command arrives, each answer in order of the commands (sinks/mqtt/sink.py's `request`),
     and the broker keeps their order. That answer is not in the list."""
     request_id = f"after-{uuid.uuid4()}"
     send(client, "site/cmd/streams/none/restart", {"id": request_id})

@@ -17,9 +17,9 @@ import pytest
 
 from appliance.config import parse_config, sink_configs
 from appliance.errors import FileAccessError
-from appliance.runtime import Runtime
-from appliance.sharding import assign
-from sinks.mqtt import MqttSink
+from appliance.runtime.runtime import Runtime
+from appliance.runtime.sharding import assign
+from sinks.mqtt.sink import MqttSink
 from tests.sinks.conftest import Broker, Received, Subscriber
 from tests.support.appliance import DEMO_CLIP, Served, detect_workflow, person_model
 

@@ -15,7 +15,7 @@ import pytest
 from appliance.client import verify_webhook
 from appliance.config import parse_config
 from appliance.errors import FileAccessError, LimitError
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.server.live import wait_for
 from tests.sinks.receiver import Answer, Receiver
 from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model

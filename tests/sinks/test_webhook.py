@@ -27,12 +27,12 @@ from pydantic import ValidationError
 
 from appliance.client import WebhookDelivery, WebhookVerificationError, verify_webhook
 from pipelines.types import FrameResult
-from sinks.deadletter import DeadLetterConfig, DeadLetterFile
 from sinks.messages import prediction
-from sinks.retry import BackoffConfig, backoff_delay, retry_after_s
 from sinks.signing import DEFAULT_TOLERANCE_S, ReplayGuard
-from sinks.webhook import WebhookConfig, WebhookSink
-from sinks.webhook_http import safe_url
+from sinks.webhook.deadletter import DeadLetterConfig, DeadLetterFile
+from sinks.webhook.http import safe_url
+from sinks.webhook.retry import BackoffConfig, backoff_delay, retry_after_s
+from sinks.webhook.sink import WebhookConfig, WebhookSink
 from tests.sinks.receiver import WAIT_S, Answer, LoopThread, Receiver, Request, bound_socket
 
 SECRET = "s3cret-hmac-key"

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from appliance.config import parse_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
 from tests.sources import FAST_PROBE, WAIT_S
 from tests.support import clock_camera_server as layout

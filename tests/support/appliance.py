@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import AppConfig
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 
 PHASES = {"X", "C", "M", "s", "f", "t", "i", "B", "E"}
 MAX_ID = 2**31  # Perfetto and chrome://tracing read pid/tid as 32-bit ints

@@ -206,9 +206,9 @@ def _warm_up() -> str:
         os.dup2(printed.fileno(), 1)
         os.dup2(printed.fileno(), 2)
         try:
-            import appliance.cli
+            import appliance.cli.main
 
-            appliance.cli._parser()  # registering the commands imports their modules
+            appliance.cli.main._parser()  # registering the commands imports their modules
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from appliance.config import load_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.server import live
 from tests.support.appliance import DEMO_CLIP, MODELS, ROOT, detect_workflow, person_model
 

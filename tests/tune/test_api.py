@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from appliance.cli.tune_remote import run_remote
 from appliance.client import ApplianceAPIError
-from appliance.client_tune import run_remote
 from appliance.server.auth import AuthPolicy
 from appliance.server.routes.tune import TUNE
 from appliance.workers.clients import WorkerClients

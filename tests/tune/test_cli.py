@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from appliance.cli import main
+from appliance.cli.main import main
+from appliance.cli.tune import ProgressLine, parse_duration
 from appliance.config import parse_config
 from appliance.tune import report
-from appliance.tune.command import ProgressLine, parse_duration
 from tests.server.conftest import TOKEN, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import APPLIANCE, clean_env

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from appliance.config import TuningConfig
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.tune.search import Progress, TuneResult
 from appliance.tune.space import Hardware, to_tuning
 from appliance.tune.target import tune

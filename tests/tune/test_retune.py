@@ -14,7 +14,7 @@ import pytest
 from appliance.config import TuningConfig
 from appliance.models import ModelBatcher, ModelLoadError
 from appliance.models.batcher import BatchRecord
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.sections import ModelTuning, SourceTuning
 from tests.tune.conftest import (
     DECLARED_BATCH,

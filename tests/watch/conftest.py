@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from appliance.config import load_config
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from tests.faults.conftest import broker  # noqa: F401  (a fixture: a real mosquitto)
 from tests.sinks.conftest import Broker, Subscriber, subscriber  # noqa: F401
 from tests.sinks.receiver import Receiver

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from appliance.config import ConfigError
-from appliance.runtime import Runtime
-from appliance.status import as_json
+from appliance.observe.status import as_json
+from appliance.runtime.runtime import Runtime
 from appliance.tools.trace_file import load_events
 from tests.sinks.conftest import Broker, Subscriber
 from tests.sinks.receiver import Receiver

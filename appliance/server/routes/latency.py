@@ -1,4 +1,4 @@
-"""A stream's recent per-block latency (appliance/blocklatency.py): exact percentiles
+"""A stream's recent per-block latency (appliance/observe/blocklatency.py): exact percentiles
 over its last frames, for the web viewer and for a quick look without a scraper; and
 the lines and zones its workflow counts, for the viewer's overlay."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from appliance.blocklatency import StreamLatency
+from appliance.observe.blocklatency import StreamLatency
+from appliance.observe.status import as_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import Scene
-from appliance.status import as_json
 
 
 async def get_latency(request: web.Request) -> web.Response:

@@ -6,11 +6,11 @@ import dataclasses
 
 from aiohttp import web
 
-from appliance.files import shown_path
+from appliance.observe.status import as_json
+from appliance.policy.files import shown_path
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import ModelList
-from appliance.status import as_json
 
 
 async def list_models(request: web.Request) -> web.Response:

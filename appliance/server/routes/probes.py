@@ -12,12 +12,12 @@ import dataclasses
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from appliance.files import shown_path
+from appliance.observe.status import Readiness, as_json
+from appliance.policy.files import shown_path
 from appliance.server.auth import INSECURE
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import Health
-from appliance.status import Readiness, as_json
 
 
 async def health(request: web.Request) -> web.Response:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from appliance.observe.status import WindowStatus, as_json
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import CHROME_TRACE, ProfilingRequest
-from appliance.status import WindowStatus, as_json
 
 
 async def start_profiling(request: web.Request) -> web.Response:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from appliance.observe.status import as_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
-from appliance.status import as_json
 from appliance.watch.report import WatchReport
 
 

@@ -1,6 +1,6 @@
 """A stream's results over HTTP, for programs that just want to read them: the newest
 result as JSON, its `video` output as a JPEG, every result as server-sent events, and the
-video as MJPEG. All read the runtime's newest-result store (appliance/latest.py): a slow
+video as MJPEG. All read the runtime's newest-result store (appliance/observe/latest.py): a slow
 reader skips results, it never makes the appliance buffer for it.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from appliance.errors import NoResultError, UnknownStreamError
-from appliance.latest import Latest
-from appliance.runtime import Runtime
+from appliance.observe.latest import Latest
+from appliance.runtime.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
 from appliance.server.readers import follow

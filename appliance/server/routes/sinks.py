@@ -8,11 +8,11 @@ import os
 from aiohttp import web
 
 from appliance.config import AppConfig
-from appliance.files import shown_path
+from appliance.observe.status import SinkStatus, as_json
+from appliance.policy.files import shown_path
 from appliance.server.context import runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import SinkList
-from appliance.status import SinkStatus, as_json
 
 
 async def list_sinks(request: web.Request) -> web.Response:

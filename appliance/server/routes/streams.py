@@ -9,11 +9,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from appliance.config import StreamConfig
+from appliance.observe.status import StreamStatus, as_json
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Reply, Route
 from appliance.server.schemas import Removed, StreamList
-from appliance.status import StreamStatus, as_json
 
 
 async def list_streams(request: web.Request) -> web.Response:

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from appliance.oneshot import RunOptions, decode_image, run_image
-from appliance.runtime import Runtime
+from appliance.runtime.oneshot import RunOptions, decode_image, run_image
+from appliance.runtime.runtime import Runtime
 from appliance.server.bodies import json_object, parse_json, read_form, reject_nul
 from appliance.server.context import MAX_BODY, WORK_SLOTS, runtime_of
 from appliance.server.errors import BadRequestError, InvalidError, UnsupportedMediaTypeError

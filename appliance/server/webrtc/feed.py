@@ -16,7 +16,7 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.types import FrameResult
 from sinks.messages import prediction
 

@@ -23,7 +23,7 @@ from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 
 from appliance.config import WebRtcConfig
 from appliance.errors import LimitError, UnknownStreamError
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from appliance.server.webrtc.feed import Entry, StreamFeed, frame_message
 from appliance.server.webrtc.ice import (
     host_addresses_for,

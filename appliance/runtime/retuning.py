@@ -14,7 +14,7 @@ from appliance.config import StreamConfig, TuningConfig
 from appliance.sections import SourceTuning
 
 if TYPE_CHECKING:
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.runtime")
 

@@ -16,35 +16,35 @@ from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-from appliance.blocklatency import BlockLatencies
-from appliance.checking import Problems
-from appliance.commands import command
 from appliance.config import AppConfig, ConfigError, StreamConfig, TuningConfig, sink_configs
-from appliance.control import one_change_at_a_time
 from appliance.errors import LimitError, StreamExistsError, UnknownStreamError
-from appliance.files import FilePolicy
-from appliance.hosts import SourceHosts
-from appliance.latest import LatestResults
-from appliance.metrics import Metrics, StreamMetrics
 from appliance.models import ModelBatcher
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
-from appliance.outputs import Outputs
+from appliance.observe.blocklatency import BlockLatencies
+from appliance.observe.latest import LatestResults
+from appliance.observe.metrics import Metrics, StreamMetrics
+from appliance.policy.files import FilePolicy
+from appliance.policy.hosts import SourceHosts
+from appliance.policy.request_files import request_policy
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
-from appliance.reads import RuntimeReads
-from appliance.reload import ReloadPlan
-from appliance.reloading import apply_reload
-from appliance.request_files import request_policy
-from appliance.retuning import Retuned, apply_tuning, tuned_stream
-from appliance.sharding import Shard
-from appliance.streams import Stream, stop_all
-from appliance.supervisor import Supervisor, restart_stalled
+from appliance.runtime.checking import Problems
+from appliance.runtime.commands import command
+from appliance.runtime.control import one_change_at_a_time
+from appliance.runtime.outputs import Outputs
+from appliance.runtime.reads import RuntimeReads
+from appliance.runtime.reload import ReloadPlan
+from appliance.runtime.reloading import apply_reload
+from appliance.runtime.retuning import Retuned, apply_tuning, tuned_stream
+from appliance.runtime.sharding import Shard
+from appliance.runtime.streams import Stream, stop_all
+from appliance.runtime.supervisor import Supervisor, restart_stalled
+from appliance.runtime.workflows import WorkflowCache, WorkflowRef
 from appliance.watch.setup import build_watch
-from appliance.workflows import WorkflowCache, WorkflowRef
 from pipelines.executor import CompiledWorkflow
 from pipelines.registry import DEFAULT_REGISTRY
-from sinks.mqtt_commands import CommandHandler
+from sinks.mqtt.commands import CommandHandler
 
 log = logging.getLogger("appliance.runtime")
 
@@ -118,7 +118,7 @@ class Runtime(RuntimeReads):
         self._generations = itertools.count()  # each started stream's number
         self._max_frames = max_frames
         self._lock = threading.Lock()  # the streams dict and the id checks
-        self._control = threading.RLock()  # one change at a time (appliance/control.py)
+        self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(
@@ -332,7 +332,7 @@ class Runtime(RuntimeReads):
     @one_change_at_a_time
     def retune(self, tuning: TuningConfig) -> Retuned:
         """Run with `tuning` (the config's `tuning:`) from now on: models change live,
-        streams restart only for a source setting (appliance/retuning.py)."""
+        streams restart only for a source setting (appliance/runtime/retuning.py)."""
         return apply_tuning(self, tuning)
 
     # -- shutdown --------------------------------------------------------------------

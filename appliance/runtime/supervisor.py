@@ -1,7 +1,7 @@
 """The supervisor: one thread, `supervise`, that finds streams which stopped producing.
 
 uvicorn's multiprocess supervisor pings its workers and replaces a hung one. Ours reads
-the heartbeats that every stream's threads keep (appliance/streams.py) and applies three
+the heartbeats that every stream's threads keep (appliance/runtime/streams.py) and applies three
 rules, each pass:
 
 - a worker busy on one frame for longer than `stall_s` (limits.worker_stall_s) is stuck
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import Counter
 
-from appliance.streams import Stream
+from appliance.runtime.streams import Stream
 from pipelines.executor import WorkflowRun
 
 log = logging.getLogger("appliance.supervisor")

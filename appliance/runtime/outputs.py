@@ -26,13 +26,13 @@ from pydantic import BaseModel, SecretStr
 
 from appliance.config import ConfigError, OutputConfig, unknown_sink
 from appliance.errors import FileAccessError
-from appliance.files import FileKind, FilePolicy
-from appliance.masking import mask_url
-from appliance.metrics import Metrics
+from appliance.observe.metrics import Metrics
+from appliance.policy.files import FileKind, FilePolicy
+from appliance.policy.masking import mask_url
 from pipelines.types import Detections, FrameResult
 from sinks.base import Sink, SinkStatus
-from sinks.mqtt_commands import CommandHandler
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.commands import CommandHandler
+from sinks.mqtt.config import MqttConfig
 from sinks.registry import sink_class
 
 log = logging.getLogger("appliance.outputs")

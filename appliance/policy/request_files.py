@@ -1,5 +1,5 @@
 """The request policy built from the config: what a path that arrives over the API may
-reach (appliance/files.py applies it; docs/security.md, "Files: one access policy").
+reach (appliance/policy/files.py applies it; docs/security.md, "Files: one access policy").
 
 - Its roots: `server.file_roots`, else the folders that hold the config's own files: its
   models and labels files, its workflow files and the models and labels files those
@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from appliance.config import AppConfig, sink_configs
 from appliance.errors import FileAccessError, LimitError
-from appliance.files import FileKind, FilePolicy, shown_path
+from appliance.policy.files import FileKind, FilePolicy, shown_path
 from appliance.sources.base import source_kind
 from pipelines.errors import WorkflowError
 from pipelines.spec import parse_workflow_text

@@ -34,10 +34,10 @@ import aiohttp
 
 from pipelines.types import FrameResult
 from sinks.base import OutboxQueue, SinkStatus
-from sinks.deadletter import DeadLetterFile
 from sinks.messages import encode, encoded_prediction, notice
-from sinks.retry import backoff_delay
-from sinks.webhook_http import Attempt, WebhookConfig, headers_for, post, safe_url
+from sinks.webhook.deadletter import DeadLetterFile
+from sinks.webhook.http import Attempt, WebhookConfig, headers_for, post, safe_url
+from sinks.webhook.retry import backoff_delay
 
 __all__ = ["WebhookConfig", "WebhookSink"]
 
@@ -78,7 +78,7 @@ class WebhookSink:
         if not _NAME.fullmatch(name):
             raise ValueError(f"sink name {name!r}: expected {_NAME.pattern}")
         if config.secret_file is not None and config.secret is None:
-            # sinks/ has no file policy: the runtime reads the file (appliance/outputs.py).
+            # sinks/ has no file policy: the runtime reads the file (appliance/runtime/outputs.py).
             # Never send unsigned what the config asked to sign.
             raise ValueError(f"sinks.{name}.secret_file: not read (only the runtime reads it)")
         self.name = name

@@ -21,9 +21,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from sinks.mqtt_auth import command_auth, signature_of
-from sinks.mqtt_commands import Request, parse
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.auth import command_auth, signature_of
+from sinks.mqtt.commands import Request, parse
+from sinks.mqtt.config import MqttConfig
 
 log = logging.getLogger("sinks.mqtt")
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appliance.checking import Problems
 from appliance.config import AppConfig, ConfigError, load_config, parse_config
-from appliance.masking import mask_url
-from appliance.runtime import Runtime
+from appliance.policy.masking import mask_url
+from appliance.runtime.checking import Problems
+from appliance.runtime.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
 from pipelines.spec import load_yaml
 

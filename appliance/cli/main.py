@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.checking import BAD_INPUT
+from appliance.cli.validate import load_whole_config
 from appliance.config import AppConfig, ConfigError
-from appliance.masking import mask_url
-from appliance.runtime import Runtime
-from appliance.sharding import ENV, Shard, shard_from_env
-from appliance.validate import load_whole_config
+from appliance.policy.masking import mask_url
+from appliance.runtime.checking import BAD_INPUT
+from appliance.runtime.runtime import Runtime
+from appliance.runtime.sharding import ENV, Shard, shard_from_env
 
 log = logging.getLogger("appliance")
 
@@ -141,11 +141,11 @@ def _add_commands(sub: Any) -> None:
     serve.add_argument("--gateway", help=argparse.SUPPRESS)  # its URL: MQTT commands go there
     serve.set_defaults(func=cmd_serve)
 
-    from appliance.headless import add_run_command
+    from appliance.cli.headless import add_run_command
 
     add_run_command(sub)  # run: headless, with recordings
 
-    from appliance.client_cli import add_client_commands
+    from appliance.cli.client import add_client_commands
     from appliance.tools.model_cli import add_model_commands
     from appliance.tools.trace_cli import add_trace_commands
 
@@ -157,7 +157,7 @@ def _add_commands(sub: Any) -> None:
 
     add_doctor_command(sub)  # doctor: what the machine offers
 
-    from appliance.tune.command import add_tune_command
+    from appliance.cli.tune import add_tune_command
 
     add_tune_command(sub)  # tune: the best batching and threading, on the live workload
 
@@ -165,7 +165,7 @@ def _add_commands(sub: Any) -> None:
     blocks.add_argument("--json", action="store_true")
     blocks.set_defaults(func=cmd_blocks)
 
-    from appliance.validate import add_validate_command
+    from appliance.cli.validate import add_validate_command
 
     add_validate_command(sub)  # validate: a config or a workflow file, every problem at once
 
@@ -184,7 +184,7 @@ def _positive_int(text: str) -> int:
 
 
 def _setup_logging(level: str, worker: Shard | None = None) -> None:
-    from appliance.masking import install
+    from appliance.policy.masking import install
 
     who = "" if worker is None else f"[worker {worker.index}] "  # --workers: whose line
     # Times in ISO 8601, UTC, to the millisecond (`2026-12-01T05:02:29.045Z`): the same

@@ -20,8 +20,8 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from sinks import signing
-from sinks.deadletter import DeadLetterConfig, MiB
-from sinks.retry import BackoffConfig, retry_after_s
+from sinks.webhook.deadletter import DeadLetterConfig, MiB
+from sinks.webhook.retry import BackoffConfig, retry_after_s
 
 ANSWER_BYTES = 1024  # of a refused answer kept for the dead letter: enough for an error
 EVENT_HEADER = "X-Appliance-Event"  # "prediction"
@@ -96,7 +96,7 @@ class WebhookConfig(_Strict):
 
 def safe_url(url: str) -> str:
     """`scheme://host:port/path` only: userinfo and query may hold credentials, and
-    sinks/ cannot use appliance.masking (imports run one way)."""
+    sinks/ cannot use appliance.policy.masking (imports run one way)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     host = f"[{host}]" if ":" in host else host

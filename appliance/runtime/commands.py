@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from appliance.errors import WindowBusyError
+from appliance.observe.status import as_json
 from appliance.server.schemas import ProfilingRequest
-from appliance.status import as_json
 from pipelines.errors import format_location, pydantic_message
 
 if TYPE_CHECKING:  # the runtime imports this module to hand `command` to its outputs
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 
 async def command(runtime: Runtime, name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -21,10 +21,10 @@ import PIL.Image
 
 from appliance.config import LimitsConfig
 from appliance.errors import LimitError
-from appliance.files import FilePolicy
+from appliance.policy.files import FilePolicy
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
-from appliance.runtime import Runtime
+from appliance.runtime.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import Frame, FrameResult
 from sinks.messages import encode_jpeg

@@ -10,18 +10,18 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from appliance.checking import Problems
 from appliance.config import AppConfig
 from appliance.errors import ReloadError
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
-from appliance.reload import ReloadPlan, plan_file_reload
-from appliance.request_files import request_policy
-from appliance.retuning import retune_running
+from appliance.policy.request_files import request_policy
+from appliance.runtime.checking import Problems
+from appliance.runtime.reload import ReloadPlan, plan_file_reload
+from appliance.runtime.retuning import retune_running
 from pipelines.executor import CompiledWorkflow
 
 if TYPE_CHECKING:
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.runtime")
 

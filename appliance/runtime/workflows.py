@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import FileAccessError, LimitError
-from appliance.files import FileKind, FilePolicy
 from appliance.models import ModelBatcher, ModelLoadError
 from appliance.models.pool import ModelPool
+from appliance.policy.files import FileKind, FilePolicy
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow, parse_workflow, workflow_digest
 from pipelines.errors import TooManyBlocksError, WorkflowError

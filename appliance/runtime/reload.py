@@ -15,9 +15,9 @@ from pathlib import Path
 
 from appliance.config import AppConfig, StreamConfig, load_config
 from appliance.errors import FileAccessError, LimitError, ReloadError
-from appliance.files import FilePolicy
-from appliance.sharding import Shard
-from appliance.workflows import workflow_document
+from appliance.policy.files import FilePolicy
+from appliance.runtime.sharding import Shard
+from appliance.runtime.workflows import workflow_document
 from pipelines.compiler import parse_workflow, workflow_digest
 from pipelines.errors import WorkflowError
 
@@ -29,7 +29,7 @@ class ReloadPlan:
     changed: list[StreamConfig] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     # The file's config as read, before a shard took its share of the streams: what the
-    # request policy (appliance/request_files.py) derives from.
+    # request policy (appliance/policy/request_files.py) derives from.
     source: AppConfig | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict[str, list[str]]:

@@ -196,7 +196,7 @@ class Readiness:
     """Sink name -> state; informational: a sink that is down does not make it unready."""
     profiling: ProfilingStatus
     shard: str | None = None
-    """`INDEX/COUNT` (appliance/sharding.py) when this process runs one shard of the
+    """`INDEX/COUNT` (appliance/runtime/sharding.py) when this process runs one shard of the
     config's streams; null when it runs them all."""
     started_at: str | None = None
     """When the streams started, ISO 8601 UTC (with --workers: the longest-running

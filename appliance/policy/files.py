@@ -5,7 +5,7 @@ Two policies exist per runtime (docs/security.md):
 - the owner's (`FilePolicy.owner`): the config file and the CLI are run by whoever owns the
   machine, so any path they name may be read; the regular-file rule and size caps still
   hold, so a config that names `/dev/zero` as a workflow fails instead of eating memory;
-- the requests' (appliance/request_files.py builds it): paths that arrive over the API,
+- the requests' (appliance/policy/request_files.py builds it): paths that arrive over the API,
   and everything those files name in turn, resolve (symlinks followed) only under its
   roots, and the loaded config file (it holds the API token) and every secret file the
   config names (passwords, TLS keys) are never among them.

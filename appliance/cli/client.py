@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from appliance.cli.regressions import regression_lines, regressions_of
 from appliance.client import (
     TOKEN_ENV,
     ApplianceAPIError,
     ApplianceClient,
     ApplianceConnectionError,
 )
-from appliance.client_regressions import regression_lines, regressions_of
-from appliance.masking import mask_url
-from appliance.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
+from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
+from appliance.policy.masking import mask_url
 
 URL_ENV = "APPLIANCE_URL"
 DEFAULT_URL = "http://127.0.0.1:8080"

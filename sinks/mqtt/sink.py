@@ -45,11 +45,11 @@ from paho.mqtt.properties import Properties
 
 from pipelines.types import FrameResult, iso_utc
 from sinks.base import OutboxQueue, SinkStatus
-from sinks.events import EventDetector, event_message
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
-from sinks.mqtt_client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
-from sinks.mqtt_commands import REPLY, CommandHandler, Request, answer
-from sinks.mqtt_config import MqttConfig
+from sinks.mqtt.client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
+from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer
+from sinks.mqtt.config import MqttConfig
+from sinks.mqtt.events import EventDetector, event_message
 
 log = logging.getLogger("sinks.mqtt")
 

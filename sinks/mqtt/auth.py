@@ -15,7 +15,7 @@ signed: they only steer the answer, which stays under the prefix (mqtt_commands)
 
 from __future__ import annotations
 
-from sinks.mqtt_config import MqttCommands
+from sinks.mqtt.config import MqttCommands
 from sinks.signing import ReplayGuard, SignatureError, signature, verify
 
 PROPERTY = "signature"  # the MQTT 5 user property that carries the signature

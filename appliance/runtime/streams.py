@@ -4,7 +4,7 @@ The grabber decodes continuously into a one-slot `LatestFrame`; the worker takes
 newest frame, runs the compiled workflow and publishes the result. A slow workflow never
 makes frames pile up: frames it had no time for are overwritten and counted as dropped.
 Both threads keep a heartbeat (when their current frame or read began) that the
-supervisor (appliance/supervisor.py) reads to find a stream that stopped producing.
+supervisor (appliance/runtime/supervisor.py) reads to find a stream that stopped producing.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance import status
+from appliance.observe import status
 from appliance.config import StreamConfig
-from appliance.hosts import ANY_HOST, SourceHosts
-from appliance.metrics import StreamMetrics
+from appliance.observe.metrics import StreamMetrics
+from appliance.observe.stats import LatencyWindow, RateMeter
+from appliance.observe.status import Latency, StateName, StreamStatus
+from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
-from appliance.stats import LatencyWindow, RateMeter
-from appliance.status import Latency, StateName, StreamStatus
 from pipelines.executor import CompiledWorkflow
 from pipelines.types import Detections, FrameResult, iso_utc
 
@@ -83,7 +83,7 @@ class Stream:
         self.cfg = cfg
         self.url = mask_url(cfg.source.url)
         self.workflow = workflow
-        self._publish = publish  # the stream's routes to its sinks (appliance/outputs.py)
+        self._publish = publish  # the stream's routes to its sinks (appliance/runtime/outputs.py)
         self.metrics = metrics
         self._max_frames = max_frames
         self._state = StreamState.STARTING

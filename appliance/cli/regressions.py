@@ -1,5 +1,5 @@
 """The regression watch in `appliance status`: its report, and the lines that show it
-(appliance/client_cli.py prints them)."""
+(appliance/cli/client.py prints them)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`appliance run`: the streams without a server. It processes until every stream has
 ended or failed, `--duration` has passed, or Ctrl+C; then prints a summary with each
 stream's last outputs (counts, crossings), and can save every result as JSON lines and
-each stream's `video` output as an MP4 (appliance/recording.py).
+each stream's `video` output as an MP4 (appliance/observe/recording.py).
 
 A live camera that cannot be reached is retried by `serve` for as long as it runs; a run
 gives up on a stream that has never produced a frame once its first connection failed,
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.recording import JsonLines, VideoRecorder, video_path
-from appliance.runtime import Runtime
-from appliance.status import StreamStatus, as_json
-from appliance.validate import load_whole_config
+from appliance.cli.validate import load_whole_config
+from appliance.observe.recording import JsonLines, VideoRecorder, video_path
+from appliance.observe.status import StreamStatus, as_json
+from appliance.runtime.runtime import Runtime
 
 EXIT_STREAM_FAILED = 3
 POLL_S = 0.5  # how often the run checks its streams and redraws the progress line

@@ -1,7 +1,7 @@
 """What a runtime says about itself: the reads that routes, probes, the CLI, commands and
 the stats log make (`Runtime` is one of these, with the controls on top).
 
-Each answer is a frozen snapshot (appliance/status.py) built from the parts the runtime
+Each answer is a frozen snapshot (appliance/observe/status.py) built from the parts the runtime
 owns; nothing here changes what runs.
 """
 
@@ -15,14 +15,11 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from appliance.blocklatency import BlockLatencies, StreamLatency
 from appliance.errors import UnknownStreamError
-from appliance.metrics import Metrics
 from appliance.models.pool import ModelPool
-from appliance.outputs import Outputs, Subscriber
-from appliance.profiling.profiler import Profiler
-from appliance.sharding import Shard
-from appliance.status import (
+from appliance.observe.blocklatency import BlockLatencies, StreamLatency
+from appliance.observe.metrics import Metrics
+from appliance.observe.status import (
     ModelStatus,
     ProfilingStatus,
     RuntimeStatus,
@@ -30,8 +27,11 @@ from appliance.status import (
     StreamStatus,
     WindowStatus,
 )
-from appliance.streams import Stream
-from appliance.supervisor import Supervisor
+from appliance.profiling.profiler import Profiler
+from appliance.runtime.outputs import Outputs, Subscriber
+from appliance.runtime.sharding import Shard
+from appliance.runtime.streams import Stream
+from appliance.runtime.supervisor import Supervisor
 from appliance.watch.report import WatchReport
 from appliance.watch.watch import Watch
 from pipelines.geometry import Region
@@ -73,7 +73,7 @@ class RuntimeReads:
 
     # -- status: what routes, probes, the CLI and commands read -----------------------
     def status(self) -> RuntimeStatus:
-        """Everything at once, as frozen snapshots (appliance/status.py)."""
+        """Everything at once, as frozen snapshots (appliance/observe/status.py)."""
         sinks = self.outputs.statuses()
         return RuntimeStatus(
             started_at=self.started_at,

@@ -25,13 +25,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from appliance.checking import BAD_INPUT
-from appliance.masking import mask_url
+from appliance.policy.masking import mask_url
+from appliance.runtime.checking import BAD_INPUT
 from appliance.tune import report
 from appliance.tune.space import parse_knob
 
 if TYPE_CHECKING:
-    from appliance.runtime import Runtime
+    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.tune")
 
@@ -132,7 +132,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("error: --slo-ms is the fps objective's bound", file=sys.stderr)
         return EXIT_USAGE
     if args.url is not None:
-        from appliance.client_cli import _guarded
+        from appliance.cli.client import _guarded
 
         return _guarded(_run_remote)(args)
     if args.config is None:
@@ -144,10 +144,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 # -- local: an in-process runtime -------------------------------------------------------
 def _run_local(args: argparse.Namespace) -> int:
-    from appliance.runtime import Runtime
+    from appliance.cli.validate import load_whole_config
+    from appliance.runtime.runtime import Runtime
     from appliance.tune.results import progress_json, result_json
     from appliance.tune.target import tune
-    from appliance.validate import load_whole_config
 
     try:
         config = load_whole_config(args.config)
@@ -222,8 +222,8 @@ def _knobs_json(args: argparse.Namespace) -> dict[str, list[Any] | None] | None:
 
 # -- remote: a running appliance --------------------------------------------------------
 def _run_remote(args: argparse.Namespace) -> int:
+    from appliance.cli.tune_remote import run_remote
     from appliance.client import TOKEN_ENV
-    from appliance.client_tune import run_remote
 
     request = {
         "objective": args.objective,
