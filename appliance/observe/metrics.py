@@ -9,13 +9,15 @@ data, so cardinality is bounded by streams × blocks. Children are bound once pe
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pipelines.types import FrameResult
 
-# Video work spans sub-millisecond blocks to multi-second stalls: 0.5 ms .. 2 s.
+# Video work spans sub-millisecond blocks to multi-second stalls: 0.5 ms .. 2 s. (Kept as a
+# table: one bound per line would hide the spacing of the bounds.)
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075,
     0.1, 0.15, 0.25, 0.5, 1.0, 2.0,
@@ -32,145 +34,149 @@ class Metrics:
 
     def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        b = tuple(buckets)
-        self.block_latency = Histogram(
-            "appliance_block_latency_seconds", "Run time of one workflow block.",
-            ["stream", "block", "type"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.workflow_latency = Histogram(
-            "appliance_workflow_latency_seconds", "Run time of a whole workflow.",
-            ["stream"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.frame_age = Histogram(
-            "appliance_frame_age_seconds", "Frame capture to result published.",
-            ["stream"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.model_inference = Histogram(
-            "appliance_model_inference_seconds", "session.run time of one batch.",
-            ["model"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.model_queue = Histogram(
-            "appliance_model_queue_seconds", "Wait of a sample in a model's batch queue.",
-            ["model"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.model_batch_size = Histogram(
-            "appliance_model_batch_size", "Samples per session.run.",
-            ["model"], buckets=BATCH_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.frames = Counter(
-            "appliance_frames", "Frames by outcome: processed, dropped (overwritten "
+        # Every family in this registry; latency histograms share the configured buckets.
+        histogram = functools.partial(Histogram, registry=r, buckets=tuple(buckets))
+        counter = functools.partial(Counter, registry=r)
+        gauge = functools.partial(Gauge, registry=r)
+        self.block_latency = histogram(
+            "appliance_block_latency_seconds",
+            "Run time of one workflow block.",
+            ["stream", "block", "type"],
+        )
+        self.workflow_latency = histogram(
+            "appliance_workflow_latency_seconds", "Run time of a whole workflow.", ["stream"]
+        )
+        self.frame_age = histogram(
+            "appliance_frame_age_seconds", "Frame capture to result published.", ["stream"]
+        )
+        self.model_inference = histogram(
+            "appliance_model_inference_seconds", "session.run time of one batch.", ["model"]
+        )
+        self.model_queue = histogram(
+            "appliance_model_queue_seconds", "Wait of a sample in a model's batch queue.", ["model"]
+        )
+        self.model_batch_size = histogram(
+            "appliance_model_batch_size",
+            "Samples per session.run.",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+        )
+        self.frames = counter(
+            "appliance_frames",
+            "Frames by outcome: processed, dropped (overwritten "
             "before a worker took them) or failed (the workflow raised).",
-            ["stream", "outcome"], registry=r,
-        )  # fmt: skip
-        self.stream_up = Gauge(
-            "appliance_stream_up", "1 while the stream is running.", ["stream"], registry=r
+            ["stream", "outcome"],
         )
-        self.reconnects = Counter(
-            "appliance_stream_reconnects", "Reconnect attempts of a live source.",
-            ["stream"], registry=r,
-        )  # fmt: skip
-        self.trace_files = Counter(
-            "appliance_trace_files_written", "Rolling trace files written.", registry=r
+        self.stream_up = gauge("appliance_stream_up", "1 while the stream is running.", ["stream"])
+        self.reconnects = counter(
+            "appliance_stream_reconnects", "Reconnect attempts of a live source.", ["stream"]
         )
-        self.trace_errors = Counter(
-            "appliance_trace_write_errors", "Trace files that could not be written.", registry=r
+        self.trace_files = counter("appliance_trace_files_written", "Rolling trace files written.")
+        self.trace_errors = counter(
+            "appliance_trace_write_errors", "Trace files that could not be written."
         )
-        self.window_active = Gauge(
-            "appliance_profiling_window_active", "1 while a profiling window runs.", registry=r
+        self.window_active = gauge(
+            "appliance_profiling_window_active", "1 while a profiling window runs."
         )
-        self.webrtc_sessions = Gauge(
-            "appliance_webrtc_sessions", "Open WebRTC viewer sessions.", ["stream"], registry=r
+        self.webrtc_sessions = gauge(
+            "appliance_webrtc_sessions", "Open WebRTC viewer sessions.", ["stream"]
         )
-        self.webrtc_frames_sent = Counter(
-            "appliance_webrtc_frames_sent", "Video frames handed to WebRTC encoders.",
-            ["stream"], registry=r,
-        )  # fmt: skip
-        self.webrtc_skipped = Counter(
+        self.webrtc_frames_sent = counter(
+            "appliance_webrtc_frames_sent", "Video frames handed to WebRTC encoders.", ["stream"]
+        )
+        self.webrtc_skipped = counter(
             "appliance_webrtc_datachannel_skipped",
             "Predictions not sent: the viewer's data channel buffer was full.",
-            ["stream"], registry=r,
-        )  # fmt: skip
-        self.limit_hits = Counter(
-            "appliance_limit_hits", LIMIT_HITS_HELP,
-            ["limit"], registry=r,
-        )  # fmt: skip
-        self.file_refusals = Counter(
-            "appliance_file_refusals", "Files refused by the access policy, by kind.",
-            ["kind"], registry=r,
-        )  # fmt: skip
-        self.source_fps = Gauge(
-            "appliance_source_fps", "Frames per second decoded from the source.",
-            ["stream"], registry=r,
-        )  # fmt: skip
+            ["stream"],
+        )
+        self.limit_hits = counter("appliance_limit_hits", LIMIT_HITS_HELP, ["limit"])
+        self.file_refusals = counter(
+            "appliance_file_refusals", "Files refused by the access policy, by kind.", ["kind"]
+        )
+        self.source_fps = gauge(
+            "appliance_source_fps", "Frames per second decoded from the source.", ["stream"]
+        )
         # Not part of StreamMetrics: a stalled stream is restarted, which drops its
         # series, and the stall must outlive that. Ids come from the config or the API.
-        self.stream_stalls = Counter(
-            "appliance_stream_stalls", "Streams found stalled (a worker or read busy longer "
-            "than limits.worker_stall_s) and restarted.", ["stream"], registry=r,
-        )  # fmt: skip
-        self.threads_abandoned = Counter(
-            "appliance_threads_abandoned", "Stuck threads left behind (daemon threads that "
-            "end on their own, if ever) when their stream was restarted.", registry=r,
-        )  # fmt: skip
+        self.stream_stalls = counter(
+            "appliance_stream_stalls",
+            "Streams found stalled (a worker or read busy longer "
+            "than limits.worker_stall_s) and restarted.",
+            ["stream"],
+        )
+        self.threads_abandoned = counter(
+            "appliance_threads_abandoned",
+            "Stuck threads left behind (daemon threads that "
+            "end on their own, if ever) when their stream was restarted.",
+        )
 
-        self.sink_messages = Counter(
-            "appliance_sink_messages", "Messages by outcome: sent, retried, dropped (queue "
+        self.sink_messages = counter(
+            "appliance_sink_messages",
+            "Messages by outcome: sent, retried, dropped (queue "
             "overflow or shutdown) or dead_lettered (webhook retries exhausted).",
-            ["sink", "outcome"], registry=r,
-        )  # fmt: skip
-        self.sink_queue_depth = Gauge(
-            "appliance_sink_queue_depth", "Messages waiting in a sink's queue.", ["sink"],
-            registry=r,
-        )  # fmt: skip
-        self.sink_send_seconds = Histogram(
-            "appliance_sink_send_seconds", "One delivery: publish to PUBACK, or HTTP request.",
-            ["sink"], buckets=b, registry=r,
-        )  # fmt: skip
-        self.result_reads = Counter(
-            "appliance_result_reads", "Results read over HTTP: latest, snapshot, and the "
-            "event and MJPEG streams opened.", ["kind"], registry=r,
-        )  # fmt: skip
-        self.sink_up = Gauge(
-            "appliance_sink_up", "1 while the sink is connected or delivering.", ["sink"],
-            registry=r,
-        )  # fmt: skip
+            ["sink", "outcome"],
+        )
+        self.sink_queue_depth = gauge(
+            "appliance_sink_queue_depth", "Messages waiting in a sink's queue.", ["sink"]
+        )
+        self.sink_send_seconds = histogram(
+            "appliance_sink_send_seconds",
+            "One delivery: publish to PUBACK, or HTTP request.",
+            ["sink"],
+        )
+        self.result_reads = counter(
+            "appliance_result_reads",
+            "Results read over HTTP: latest, snapshot, and the event and MJPEG streams opened.",
+            ["kind"],
+        )
+        self.sink_up = gauge(
+            "appliance_sink_up", "1 while the sink is connected or delivering.", ["sink"]
+        )
         self._watch_metrics(r)
 
     def _watch_metrics(self, r: CollectorRegistry) -> None:
         """The regression watch's (appliance/watch/rows.py sets them)."""
-        self.block_regression = Gauge(
-            "appliance_block_regression", "1 while the regression watch holds the block "
+        counter = functools.partial(Counter, registry=r)
+        gauge = functools.partial(Gauge, registry=r)
+        self.block_regression = gauge(
+            "appliance_block_regression",
+            "1 while the regression watch holds the block "
             "slower than its baseline (beyond what a host slowdown explains).",
-            ["stream", "block"], registry=r,
-        )  # fmt: skip
-        self.block_regression_ratio = Gauge(
-            "appliance_block_regression_ratio", "The block's median over its baseline's, "
-            "host slowdown taken out, at the watch's latest comparison.",
-            ["stream", "block"], registry=r,
-        )  # fmt: skip
-        self.model_regression = Gauge(
-            "appliance_model_regression", "1 while a model's session.run is slower than "
-            "its baseline.", ["model"], registry=r,
-        )  # fmt: skip
-        self.model_regression_ratio = Gauge(
-            "appliance_model_regression_ratio", "A model's session.run median over its "
-            "baseline's, host slowdown taken out.", ["model"], registry=r,
-        )  # fmt: skip
-        self.host_slowdown = Gauge(
-            "appliance_host_slowdown", "1 while the host is slower as a whole than when "
-            "the baselines were learned (probe and rows agree).", registry=r,
-        )  # fmt: skip
-        self.host_slowdown_ratio = Gauge(
-            "appliance_host_slowdown_ratio", "The host factor at the latest comparison "
-            "(1: nothing put on the host).", registry=r,
-        )  # fmt: skip
-        self.watch_comparisons = Counter(
-            "appliance_watch_comparisons", "Rows judged against their baseline.", registry=r
+            ["stream", "block"],
         )
-        self.regressions = Counter(
-            "appliance_regressions", "Regressions raised by the watch, by kind (block, "
-            "model, queue, frame age, host).", ["kind"], registry=r,
-        )  # fmt: skip
+        self.block_regression_ratio = gauge(
+            "appliance_block_regression_ratio",
+            "The block's median over its baseline's, "
+            "host slowdown taken out, at the watch's latest comparison.",
+            ["stream", "block"],
+        )
+        self.model_regression = gauge(
+            "appliance_model_regression",
+            "1 while a model's session.run is slower than its baseline.",
+            ["model"],
+        )
+        self.model_regression_ratio = gauge(
+            "appliance_model_regression_ratio",
+            "A model's session.run median over its baseline's, host slowdown taken out.",
+            ["model"],
+        )
+        self.host_slowdown = gauge(
+            "appliance_host_slowdown",
+            "1 while the host is slower as a whole than when "
+            "the baselines were learned (probe and rows agree).",
+        )
+        self.host_slowdown_ratio = gauge(
+            "appliance_host_slowdown_ratio",
+            "The host factor at the latest comparison (1: nothing put on the host).",
+        )
+        self.watch_comparisons = counter(
+            "appliance_watch_comparisons", "Rows judged against their baseline."
+        )
+        self.regressions = counter(
+            "appliance_regressions",
+            "Regressions raised by the watch, by kind (block, model, queue, frame age, host).",
+            ["kind"],
+        )
 
     def remove_model(self, model_id: str) -> None:
         """Drop a released model's series: API workflows may name any number of models."""
