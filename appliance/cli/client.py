@@ -203,8 +203,10 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     """`appliance streams baseline ID`: the regression watch forgets the stream's baselines
     and learns them again from now; its regressions end."""
     done = _client(args).rebaseline(args.id)
-    print(f"{done.stream}: {len(done.rows)} rows learn their baseline again, "
-          f"for {done.learn_s:g} s from now")  # fmt: skip
+    print(
+        f"{done.stream}: {len(done.rows)} rows learn their baseline again, "
+        f"for {done.learn_s:g} s from now"
+    )
     for row in done.rows:
         print(f"  {row}")
     return 0
@@ -243,8 +245,10 @@ def _print_streams(streams: Sequence[StreamStatus]) -> None:
     """id, state, fps, dropped, p50 ms, workflow, last error: one row per stream."""
     idw = _width("id", (s.id for s in streams))
     wfw = _width("workflow", (s.workflow for s in streams))
-    print(f"{'id':<{idw}}{'state':<14}{'fps':>6}{'dropped':>9}{'p50 ms':>9}  "
-          f"{'workflow':<{wfw}}last error")  # fmt: skip
+    print(
+        f"{'id':<{idw}}{'state':<14}{'fps':>6}{'dropped':>9}{'p50 ms':>9}  "
+        f"{'workflow':<{wfw}}last error"
+    )
     for s in streams:
         print(
             f"{s.id:<{idw}}{s.state:<14}{s.fps:>6.1f}{s.frames_dropped:>9}"
@@ -291,8 +295,10 @@ def result_line(result: dict[str, Any]) -> str:
         else:
             parts.append(f"{name}: {json.dumps(value)}")
     skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
-    return (f"{result['stream']} #{result['seq']} +{result['latency_ms']:.0f} ms "
-            f"{', '.join(parts)}{skipped}")  # fmt: skip
+    return (
+        f"{result['stream']} #{result['seq']} +{result['latency_ms']:.0f} ms "
+        f"{', '.join(parts)}{skipped}"
+    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -301,9 +307,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     streams, models, sinks = client.streams(), client.models(), client.sinks()
     watch = regressions_of(client)
     if args.json:
-        report = {"health": health, "ready": as_json(ready), "streams": as_json(streams),
-                  "models": as_json(models), "sinks": as_json(sinks),
-                  "regressions": None if watch is None else as_json(watch)}  # fmt: skip
+        report = {
+            "health": health,
+            "ready": as_json(ready),
+            "streams": as_json(streams),
+            "models": as_json(models),
+            "sinks": as_json(sinks),
+            "regressions": None if watch is None else as_json(watch),
+        }
         _print_json({"url": client.url, **report})
         return 0
     waiting = f" (waiting for {', '.join(ready.waiting)})" if ready.waiting else ""
@@ -374,8 +385,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"error: window {window.id} failed: {error}", file=sys.stderr)
         return EXIT_API_ERROR
     if window.state != "done":
-        print(f"error: window {window.id} still {window.state} after "
-              f"{args.duration + WINDOW_SLACK_S:g} s", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: window {window.id} still {window.state} after "
+            f"{args.duration + WINDOW_SLACK_S:g} s",
+            file=sys.stderr,
+        )
         return EXIT_API_ERROR
     trace = client.profiling_trace(window.id)
     args.output.write_text(json.dumps(trace), encoding="utf-8")

@@ -33,11 +33,15 @@ def add_run_command(sub: Any) -> None:
     run.add_argument("--config", required=True, type=Path)
     run.add_argument("--max-frames", type=int, help="stop each stream after N frames")
     run.add_argument("--duration", type=float, help="stop after S seconds")
-    run.add_argument("--save-json", type=Path, metavar="FILE.jsonl",
-                     help="write every result as one JSON line")  # fmt: skip
-    run.add_argument("--save-video", type=Path, metavar="FILE.mp4",
-                     help="write each stream's video output (FILE-<stream>.mp4 each "
-                          "when there are several)")  # fmt: skip
+    run.add_argument(
+        "--save-json", type=Path, metavar="FILE.jsonl", help="write every result as one JSON line"
+    )
+    run.add_argument(
+        "--save-video",
+        type=Path,
+        metavar="FILE.mp4",
+        help="write each stream's video output (FILE-<stream>.mp4 each when there are several)",
+    )
     run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     run.set_defaults(func=cmd_run)
 

@@ -25,13 +25,17 @@ def regression_lines(report: WatchReport) -> list[str]:
     count = len(report.active) + (report.host is not None)
     lines = [f"regressions: {count} active" if count else "regressions: none"]
     if (h := report.host) is not None:
-        lines.append(f"  host: ×{h.ratio:.2f} slower as a whole, the host and not a block "
-                     f"(probe ×{h.probe_ratio or 0:.2f}, rows ×{h.common_ratio or 0:.2f}), "
-                     f"since {h.started_at}")  # fmt: skip
+        lines.append(
+            f"  host: ×{h.ratio:.2f} slower as a whole, the host and not a block "
+            f"(probe ×{h.probe_ratio or 0:.2f}, rows ×{h.common_ratio or 0:.2f}), "
+            f"since {h.started_at}"
+        )
     return lines + [f"  {_regression_line(r)}" for r in report.active]
 
 
 def _regression_line(r: Regression) -> str:
     evidence = f"evidence {r.evidence.trace}" if r.evidence else "no evidence trace"
-    return (f"{r.name}: ×{r.ratio:.2f}, p50 {r.baseline_p50_ms:.2f} → {r.current_p50_ms:.2f} ms, "
-            f"since {r.started_at}, {evidence}")  # fmt: skip
+    return (
+        f"{r.name}: ×{r.ratio:.2f}, p50 {r.baseline_p50_ms:.2f} → {r.current_p50_ms:.2f} ms, "
+        f"since {r.started_at}, {evidence}"
+    )

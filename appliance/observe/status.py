@@ -223,8 +223,18 @@ class Readiness:
 
 # Attribute docstrings become the API's field descriptions in /openapi.json (pydantic reads
 # this key of a dataclass; a plain dict keeps this module free of pydantic).
-for _cls in (Latency, Transition, StreamStatus, Tensor, Batching, ModelStatus,
-             ProfilingStatus, WindowStatus, RuntimeStatus, Readiness):  # fmt: skip
+for _cls in (
+    Latency,
+    Transition,
+    StreamStatus,
+    Tensor,
+    Batching,
+    ModelStatus,
+    ProfilingStatus,
+    WindowStatus,
+    RuntimeStatus,
+    Readiness,
+):
     setattr(_cls, "__pydantic_config__", {"use_attribute_docstrings": True})  # noqa: B010
 
 

@@ -36,10 +36,17 @@ from appliance.sources.base import source_kind
 
 # FFmpeg options that let a demuxer open more than the URL it was given (libavformat's
 # protocol lists, the concat demuxer's `safe`, HLS's extension checks, the HTTP proxy).
-UNSAFE_FFMPEG_OPTIONS = frozenset({
-    "protocol_whitelist", "protocol_blacklist", "safe", "allowed_extensions",
-    "allowed_segment_extensions", "extension_picky", "http_proxy",
-})  # fmt: skip
+UNSAFE_FFMPEG_OPTIONS = frozenset(
+    {
+        "protocol_whitelist",
+        "protocol_blacklist",
+        "safe",
+        "allowed_extensions",
+        "allowed_segment_extensions",
+        "extension_picky",
+        "http_proxy",
+    }
+)
 
 
 CERTIFICATE_BYTES = 1024 * 1024  # a PEM bundle of every public CA is about 200 KB
@@ -119,8 +126,11 @@ class FilePolicy:
             return
         unsafe = sorted(k for k in source.options if k.lower() in UNSAFE_FFMPEG_OPTIONS)
         if unsafe:
-            problems = [f"source.options.{k}: not allowed over the API (it widens what FFmpeg "
-                        "may open); set it in the config file" for k in unsafe]  # fmt: skip
+            problems = [
+                f"source.options.{k}: not allowed over the API (it widens what FFmpeg "
+                "may open); set it in the config file"
+                for k in unsafe
+            ]
             raise ConfigError(problems, where)
 
     def read_bytes(self, name: Path | str, kind: FileKind, where: str = "") -> bytes:
@@ -183,8 +193,10 @@ class FilePolicy:
 
     def _outside_rule(self) -> str:
         if not self.roots:
-            return ("outside the file roots (there are none: server.file_roots is empty, or "
-                    "unset and the config names no models, workflows or video files)")  # fmt: skip
+            return (
+                "outside the file roots (there are none: server.file_roots is empty, or "
+                "unset and the config names no models, workflows or video files)"
+            )
         return f"outside the file roots ({', '.join(self.shown_roots)}; server.file_roots)"
 
     def _check_not_denied(

@@ -60,11 +60,15 @@ def read_operators(session: ort.InferenceSession) -> list[dict[str, Any]]:
                 if not (is_operator(event) or is_model_run(event)):
                     continue
                 args = event.get("args") or {}
-                events.append({
-                    "cat": event["cat"], "name": event["name"],
-                    "ts": start_us + int(event["ts"]), "dur": int(event.get("dur", 0)),
-                    "args": {k: args[k] for k in OPERATOR_ARGS if k in args},
-                })  # fmt: skip
+                events.append(
+                    {
+                        "cat": event["cat"],
+                        "name": event["name"],
+                        "ts": start_us + int(event["ts"]),
+                        "dur": int(event.get("dur", 0)),
+                        "args": {k: args[k] for k in OPERATOR_ARGS if k in args},
+                    }
+                )
     finally:
         path.unlink(missing_ok=True)
     return events

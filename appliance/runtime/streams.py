@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.observe import status
 from appliance.config import StreamConfig
+from appliance.observe import status
 from appliance.observe.metrics import StreamMetrics
 from appliance.observe.stats import LatencyWindow, RateMeter
 from appliance.observe.status import Latency, StateName, StreamStatus
@@ -329,8 +329,9 @@ def stop_all(streams: list[Stream], timeout: float) -> bool:
     def stop(stream: Stream) -> None:
         results[stream.id] = stream.stop(timeout)
 
-    stoppers = [threading.Thread(target=stop, args=(s,), name=f"stop:{s.id}", daemon=True)
-                for s in streams]  # fmt: skip
+    stoppers = [
+        threading.Thread(target=stop, args=(s,), name=f"stop:{s.id}", daemon=True) for s in streams
+    ]
     for t in stoppers:
         t.start()
     for t in stoppers:

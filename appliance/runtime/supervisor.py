@@ -138,8 +138,10 @@ def restart_stalled(stream: Stream, restart: Callable[[str], Stream], abandoned:
         log.error(
             "stream %s: stalled again after %d restarts without a processed frame; "
             "not restarted again (POST /v1/streams/%s/restart once the cause is fixed)",
-            stream.id, stream.stall_streak, stream.id,
-        )  # fmt: skip
+            stream.id,
+            stream.stall_streak,
+            stream.id,
+        )
         return
     try:
         new = restart(stream.id)

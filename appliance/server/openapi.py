@@ -45,11 +45,14 @@ def build_openapi(routes: Iterable[Route], policy: AuthPolicy) -> dict[str, Any]
         components["securitySchemes"] = {"bearer": BEARER}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "appliance", "version": _version(),
-                 "description": "The streaming video appliance's control API (docs/api.md)."},
+        "info": {
+            "title": "appliance",
+            "version": _version(),
+            "description": "The streaming video appliance's control API (docs/api.md).",
+        },
         "paths": paths,
         "components": components,
-    }  # fmt: skip
+    }
 
 
 def _operation(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dict[str, Any]:
@@ -61,8 +64,10 @@ def _operation(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
         "responses": _responses(route, policy, refs),
         "security": [{"bearer": []}] if policy.needs_token(route.path) else [],
     }
-    parameters = [{"name": p, "in": "path", "required": True,
-                   "schema": {"type": "string"}} for p in route.parameters]  # fmt: skip
+    parameters = [
+        {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+        for p in route.parameters
+    ]
     parameters += [
         {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
         for name, (schema, text) in route.query.items()
@@ -79,8 +84,10 @@ def _responses(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
     out: dict[str, Any] = {}
     for reply in route.replies:
         body = {"schema": _schema(reply.schema, refs)} if reply.schema is not None else {}
-        out[str(reply.status)] = {"description": reply.description,
-                                  "content": {reply.media_type: body}}  # fmt: skip
+        out[str(reply.status)] = {
+            "description": reply.description,
+            "content": {reply.media_type: body},
+        }
     error = {JSON: {"schema": refs[Error]}}
     for status in sorted(_error_statuses(route, policy)):
         out[str(status)] = {"description": ERRORS[status], "content": error}
@@ -133,10 +140,12 @@ def _describe_stream_config(schemas: dict[str, Any]) -> None:
         return
     props = schemas[StreamConfig.__name__]["properties"]
     not_blank = r"\S"  # SourceConfig's url validator: not empty once stripped
-    props["source"] = {"anyOf": [
-        {"type": "string", "pattern": not_blank, "description": "short for {url: ...}"},
-        {"$ref": REF.format(model="SourceConfig")},
-    ]}  # fmt: skip
+    props["source"] = {
+        "anyOf": [
+            {"type": "string", "pattern": not_blank, "description": "short for {url: ...}"},
+            {"$ref": REF.format(model="SourceConfig")},
+        ]
+    }
     schemas["SourceConfig"]["properties"]["url"]["pattern"] = not_blank
     for option in props["workflow"]["anyOf"]:
         option.pop("format", None)  # "path" is no JSON Schema format

@@ -270,8 +270,10 @@ class Grabber:
 
     def _decode_errors_seen(self, source: VideoSource, before: int) -> int:
         count, error = source.decode_errors, source.last_decode_error
-        self._last_error = mask_url(f"{self._label}: {count - before} frame(s) undecodable "
-                                    f"({error}); skipped to the next keyframe")  # fmt: skip
+        self._last_error = mask_url(
+            f"{self._label}: {count - before} frame(s) undecodable "
+            f"({error}); skipped to the next keyframe"
+        )
         now = time.monotonic()
         if now - self._decode_warned >= DECODE_WARN_EVERY_S:  # a flaky camera: no flood
             self._decode_warned = now

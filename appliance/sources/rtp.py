@@ -290,10 +290,14 @@ async def _play(
     password = unquote(url.password) if url.password else None
     tls = url.scheme.lower() == "rtsps"  # RTSP over TLS: port 322, media interleaved
     connection = _Connection(
-        url.hostname, url.port or (322 if tls else 554), user, password,
-        logger=_QUIET, timeout=cfg.open_timeout_s,
+        url.hostname,
+        url.port or (322 if tls else 554),
+        user,
+        password,
+        logger=_QUIET,
+        timeout=cfg.open_timeout_s,
         ssl=ssl.create_default_context() if tls else None,
-    )  # fmt: skip
+    )
     await stack.enter_async_context(connection)
     kind = TCPTransport if cfg.transport == "tcp" or tls else UDPTransport
     # Its own no-data timeout backs up the reader's stall check, which speaks first.

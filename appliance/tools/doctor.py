@@ -16,8 +16,17 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-PACKAGES = ("appliance", "onnxruntime-gpu", "onnxruntime", "av", "numpy",
-            "opencv-python-headless", "aiortc", "paho-mqtt", "prometheus-client")  # fmt: skip
+PACKAGES = (
+    "appliance",
+    "onnxruntime-gpu",
+    "onnxruntime",
+    "av",
+    "numpy",
+    "opencv-python-headless",
+    "aiortc",
+    "paho-mqtt",
+    "prometheus-client",
+)
 HW_DECODERS = ("cuvid", "qsv", "vaapi", "videotoolbox", "v4l2m2m")  # FFmpeg's suffixes
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
@@ -106,5 +115,9 @@ def _media() -> dict[str, Any]:
     libavcodec = ".".join(map(str, av.library_versions.get("libavcodec", ())))
     decoders = sorted(c for c in ("h264", "hevc", "mjpeg", "vp8", "vp9", "av1") if c in codecs)
     hardware = sorted(c for c in codecs if c.rsplit("_", 1)[-1] in HW_DECODERS)
-    return {"pyav": av.__version__, "libavcodec": libavcodec, "decoders": decoders,
-            "hardware": hardware}  # fmt: skip
+    return {
+        "pyav": av.__version__,
+        "libavcodec": libavcodec,
+        "decoders": decoders,
+        "hardware": hardware,
+    }

@@ -37,9 +37,18 @@ from appliance.watch.rule import (
 )
 
 __all__ = [
-    "KINDS", "PARTS", "SLOWER", "Gate", "Row", "Samples",
-    "compare_row", "compare_traces", "describe", "samples", "verdict",
-]  # fmt: skip
+    "KINDS",
+    "PARTS",
+    "SLOWER",
+    "Gate",
+    "Row",
+    "Samples",
+    "compare_row",
+    "compare_traces",
+    "describe",
+    "samples",
+    "verdict",
+]
 
 
 def samples(events: Sequence[Event]) -> Samples:

@@ -110,8 +110,12 @@ class Probe:
         with self._lock:
             self._runs.append((start, host_us, waits))
         if self._tracer is not None and self._tracer.enabled:
-            args = {"cpu_us": cpu, "host_us": host_us, "others_share": round(others, 3),
-                    "wait_ratio": round(waits, 3)}  # fmt: skip
+            args = {
+                "cpu_us": cpu,
+                "host_us": host_us,
+                "others_share": round(others, 3),
+                "wait_ratio": round(waits, 3),
+            }
             self._tracer.span(SPAN, CATEGORY, start, start + wall / 1e6, args)
 
     def _wait_ratio(self) -> float:

@@ -164,12 +164,28 @@ class Rows:
             model = j.name
         r = j.row
         regression = Regression(
-            uuid.uuid4().hex[:12], j.kind, j.key, stream, block, model, iso_utc(time.time()),
-            r.before_ms, j.baseline_p99_ms, j.current_p50_ms, j.current_p99_ms,
-            round(j.ratio, 3), r.effect_ms, r.low_ms, r.high_ms, r.p_value, round(host.factor, 3),
-            host.probe_ratio, host.common_ratio, host.wait_ratio,
+            uuid.uuid4().hex[:12],
+            j.kind,
+            j.key,
+            stream,
+            block,
+            model,
+            iso_utc(time.time()),
+            r.before_ms,
+            j.baseline_p99_ms,
+            j.current_p50_ms,
+            j.current_p99_ms,
+            round(j.ratio, 3),
+            r.effect_ms,
+            r.low_ms,
+            r.high_ms,
+            r.p_value,
+            round(host.factor, 3),
+            host.probe_ratio,
+            host.common_ratio,
+            host.wait_ratio,
             self._change_since(base.learned_at),
-        )  # fmt: skip
+        )
         return regression
 
     def _change_since(self, learned_at: float) -> Change | None:
@@ -245,26 +261,48 @@ class Rows:
         if progress is not None:
             return RowWatch(key, kind, "learning", learn_progress=round(progress, 3))
         return RowWatch(
-            key, kind, "watching" if last else "warming",
-            last.row.verdict if last else None, round(last.ratio, 3) if last else None,
-        )  # fmt: skip
+            key,
+            kind,
+            "watching" if last else "warming",
+            last.row.verdict if last else None,
+            round(last.ratio, 3) if last else None,
+        )
 
     def report(self, enabled: bool, interval_s: float, store: BaselineStore) -> WatchReport:
         host = self._host.active
         return WatchReport(
-            enabled, interval_s, self.comparisons, replace(host) if host else None,
-            self.host_factor, [replace(r) for r in self.active()],
-            [replace(r) for r in self._history], store.last_error,
-        )  # fmt: skip
+            enabled,
+            interval_s,
+            self.comparisons,
+            replace(host) if host else None,
+            self.host_factor,
+            [replace(r) for r in self.active()],
+            [replace(r) for r in self._history],
+            store.last_error,
+        )
 
 
 def _host_regression(host: Host, change: Change | None) -> Regression:
     ratio = round(host.factor, 3)
     return Regression(
-        uuid.uuid4().hex[:12], "host", "host", None, None, None, iso_utc(time.time()),
-        0.0, 0.0, 0.0, 0.0, ratio, host_ratio=ratio, probe_ratio=host.probe_ratio,
-        common_ratio=host.common_ratio, wait_ratio=host.wait_ratio, change=change,
-    )  # fmt: skip
+        uuid.uuid4().hex[:12],
+        "host",
+        "host",
+        None,
+        None,
+        None,
+        iso_utc(time.time()),
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        ratio,
+        host_ratio=ratio,
+        probe_ratio=host.probe_ratio,
+        common_ratio=host.common_ratio,
+        wait_ratio=host.wait_ratio,
+        change=change,
+    )
 
 
 def _shift(r: Regression) -> str:

@@ -221,8 +221,11 @@ class Watch:
             )
             judged = judge(values, baselines, self.model_streams(), host, self.gate)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("host %s; %s", host, [(j.key, j.row.verdict, round(j.ratio, 2),
-                          j.row.count_after) for j in judged])  # fmt: skip
+                log.debug(
+                    "host %s; %s",
+                    host,
+                    [(j.key, j.row.verdict, round(j.ratio, 2), j.row.count_after) for j in judged],
+                )
             attached = set(self._streams)
             raised = self.rows.apply(judged, host, baselines, attached)
             evidence = self._evidence(raised) if raised else None
@@ -308,8 +311,11 @@ class Watch:
             else:
                 keys["host"] = None  # the host: every stream
         now = time.monotonic()
-        due = {k: v for k, v in keys.items()
-               if now - self._evidence_at.get(k, -math.inf) >= self.config.cooldown_s}  # fmt: skip
+        due = {
+            k: v
+            for k, v in keys.items()
+            if now - self._evidence_at.get(k, -math.inf) >= self.config.cooldown_s
+        }
         if not due:
             return None
         lists = list(due.values())

@@ -154,8 +154,11 @@ class WorkerSet:
         delay = BACKOFF_S[min(worker.restarts, len(BACKOFF_S) - 1)]
         log.error(
             "worker %d exited (%s) after %.1f s: starting it again in %.1f s",
-            worker.index, _describe(code), uptime, delay,
-        )  # fmt: skip
+            worker.index,
+            _describe(code),
+            uptime,
+            delay,
+        )
         worker.retry_at = now + delay
 
     def _spawn(self, worker: Worker) -> None:

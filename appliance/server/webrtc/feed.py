@@ -96,8 +96,13 @@ def frame_message(entry: Entry, rtp_timestamp: int) -> str:
     the image the predictions' coordinates refer to (before any scaling for the viewer)."""
     result = entry[1]
     height, width = result.image.shape[:2]
-    doc = {"rtp_timestamp": rtp_timestamp, "seq": result.seq, "width": width,
-           "height": height, "capture_time": round(result.capture_time, 6)}  # fmt: skip
+    doc = {
+        "rtp_timestamp": rtp_timestamp,
+        "seq": result.seq,
+        "width": width,
+        "height": height,
+        "capture_time": round(result.capture_time, 6),
+    }
     return json.dumps(doc, separators=(",", ":"))
 
 

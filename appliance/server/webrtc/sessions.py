@@ -99,8 +99,9 @@ class WebRtcSessions:
         if not self._runtime.has_stream(stream_id):
             raise UnknownStreamError(stream_id)
         self._check_room(stream_id)
-        session = Session(uuid.uuid4().hex[:16], stream_id, RTCPeerConnection(
-            rtc_configuration(self._config)))  # fmt: skip
+        session = Session(
+            uuid.uuid4().hex[:16], stream_id, RTCPeerConnection(rtc_configuration(self._config))
+        )
         self._sessions[session.id] = session  # counted from now: limits hold under races
         self._gauge.labels(stream_id).inc()
         try:
@@ -124,14 +125,22 @@ class WebRtcSessions:
     def _check_room(self, stream_id: str) -> None:
         cfg = self._config
         if len(self._sessions) >= cfg.max_sessions:
-            raise LimitError("webrtc.max_sessions", cfg.max_sessions,
-                             f"{len(self._sessions)} sessions are open", status=429,
-                             retry_after_s=RETRY_AFTER_S)  # fmt: skip
+            raise LimitError(
+                "webrtc.max_sessions",
+                cfg.max_sessions,
+                f"{len(self._sessions)} sessions are open",
+                status=429,
+                retry_after_s=RETRY_AFTER_S,
+            )
         watching = self.count(stream_id)
         if watching >= cfg.max_sessions_per_stream:
-            raise LimitError("webrtc.max_sessions_per_stream", cfg.max_sessions_per_stream,
-                             f"{watching} sessions watch {stream_id}",
-                             status=429, retry_after_s=RETRY_AFTER_S)  # fmt: skip
+            raise LimitError(
+                "webrtc.max_sessions_per_stream",
+                cfg.max_sessions_per_stream,
+                f"{watching} sessions watch {stream_id}",
+                status=429,
+                retry_after_s=RETRY_AFTER_S,
+            )
 
     async def _answer(
         self, session: Session, sdp: str, max_fps: float | None, max_width: int | None, raw: bool
@@ -198,8 +207,12 @@ class WebRtcSessions:
     async def _close_unless_connected(self, session: Session) -> None:
         await asyncio.sleep(self._config.connect_timeout_s)
         if session.pc.connectionState != "connected":
-            log.info("webrtc session %s (%s): not connected within %g s, closed",
-                     session.id, session.stream_id, self._config.connect_timeout_s)  # fmt: skip
+            log.info(
+                "webrtc session %s (%s): not connected within %g s, closed",
+                session.id,
+                session.stream_id,
+                self._config.connect_timeout_s,
+            )
             await self.close(session.id)
 
     async def _send_predictions(
