@@ -1,4 +1,12 @@
-"""The appliance config file: pydantic models, loading, and errors with locations.
+"""The appliance config file: AppConfig put together from each subsystem's own section
+model, loading, and errors with locations.
+
+Each section is defined where it is used: `server:` in appliance/server/config.py,
+`webrtc:` in appliance/server/webrtc/config.py, `limits:` in appliance/policy/limits.py,
+`profiling:` in appliance/profiling/config.py (its `watch:` in appliance/watch/config.py),
+a stream's `source:` in appliance/sources/config.py, `models:` in pipelines/spec.py
+(ModelSpec), each of `sinks:` by its sink kind (sinks/registry.py). Here: a stream and its
+outputs, and `tuning:`, which put other rooms' models together.
 
 Top-level names (`server`, `models`, `streams`, `profiling`, `limits`, `sinks`) are fixed: tools and
 docs depend on them. Relative paths (models, workflow files, video files) are resolved
@@ -11,47 +19,21 @@ import copy
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    Field,
-    ValidationError,
-    field_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from appliance.policy.hosts import SourceHosts, url_host
-from appliance.policy.masking import mask_one_url
-from appliance.sections import (
-    IceServerConfig,
-    LimitsConfig,
-    ProfilingConfig,
-    ServerConfig,
-    Strict,
-    TuningConfig,
-    WebRtcConfig,
-)
+from appliance.models.tuned import ModelTuning
+from appliance.policy.hosts import SourceHosts
+from appliance.policy.limits import LimitsConfig
+from appliance.profiling.config import ProfilingConfig
+from appliance.server.config import ServerConfig
+from appliance.server.webrtc.config import WebRtcConfig
+from appliance.sources.config import SourceConfig, SourceTuning
+from appliance.strict import Strict
 from pipelines.errors import format_location, pydantic_message
-from pipelines.spec import BatchingSpec as BatchingConfig
-from pipelines.spec import ModelSpec as ModelConfig
-from pipelines.spec import SessionSpec as SessionConfig
-from pipelines.spec import load_yaml
+from pipelines.spec import ModelSpec, load_yaml
 from sinks.registry import SINKS, SinkTypeError, config_model
-
-__all__ = [
-    "AppConfig",
-    "BatchingConfig",
-    "ConfigError",
-    "IceServerConfig",
-    "LimitsConfig",
-    "ModelConfig",
-    "ProfilingConfig",
-    "ServerConfig",
-    "SessionConfig",
-    "TuningConfig",
-    "WebRtcConfig",
-]
 
 
 class ConfigError(Exception):
@@ -67,90 +49,6 @@ class ConfigError(Exception):
         self.partial = partial
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
-
-
-class BackoffConfig(Strict):
-    """Capped exponential backoff with jitter between reconnect attempts."""
-
-    initial_s: Annotated[float, Field(gt=0)] = 0.5
-    max_s: Annotated[float, Field(gt=0)] = 10.0
-    multiplier: Annotated[float, Field(ge=1)] = 2.0
-    jitter: Annotated[float, Field(ge=0, le=1)] = 0.2  # +- fraction of the delay
-
-
-# The URL schemes a reader takes, by the kind of source they name (sources.source_kind);
-# other text is a file's path or a /dev/videoN.
-URL_KINDS: dict[str, Literal["rtsp", "http"]] = {
-    "rtsp": "rtsp", "rtsps": "rtsp", "http": "http", "https": "http",
-}  # fmt: skip
-
-
-class SourceConfig(Strict):
-    url: str
-    transport: Literal["tcp", "udp"] = "tcp"  # RTSP only
-    # RTSP only. auto: H.264/H.265 cameras are read by our RTP reader, which decodes a
-    # frame as soon as its last packet arrives (FFmpeg's waits for the next frame's
-    # first packet: one frame interval later); other codecs, or any FFmpeg `options`,
-    # go to FFmpeg's reader. ffmpeg: always FFmpeg's reader.
-    reader: Literal["auto", "ffmpeg"] = "auto"
-    loop: bool = True  # files only
-    pace: Literal["realtime", "fast"] = "realtime"  # files only
-    stall_timeout_s: Annotated[float, Field(gt=0)] = 5.0
-    open_timeout_s: Annotated[float, Field(gt=0)] = 10.0
-    backoff: BackoffConfig = BackoffConfig()
-    options: dict[str, str] = Field(default_factory=dict)  # extra FFmpeg/PyAV options
-    # The H.264/H.265 decoder's slice threads; 0: FFmpeg's choice (one per core).
-    decoder_threads: Annotated[int, Field(ge=0, le=64)] = 0
-
-    @field_validator("url")
-    @classmethod
-    def _a_source(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
-        problem = _url_problem(v)
-        if problem is not None:
-            raise ValueError(problem)
-        return v
-
-
-# A URL's scheme: what FFmpeg splits a URL on is the first ":", with "//" or without.
-_URL_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]*):")
-_URL_FORM = "scheme://[user:password@]host[:port]/path"
-
-
-def _url_problem(url: str) -> str | None:
-    """Why a source URL would be read otherwise than it looks, or None (a file's path
-    too). The message shows the URL masked: it is refused before anything masks it.
-    FFmpeg reads `rtsp:/u:pw@cam` and `rtsp:// u:pw@cam` as `rtsp://u:pw@cam`."""
-    scheme = _URL_SCHEME.match(url)
-    has_slashes = scheme is not None and url[scheme.end() :].startswith("//")
-    if scheme is None or not (has_slashes or scheme[1].lower() in URL_KINDS):
-        return None  # a file's path, or a /dev/videoN
-    if scheme[1].lower() not in URL_KINDS:
-        # Else read as a file name, and "file not found" would hide the real fault.
-        return (
-            f"unsupported URL scheme {scheme[1]!r} (supported: {', '.join(URL_KINDS)}; "
-            "or a video file's path, or /dev/videoN)"
-        )
-    shown = repr(mask_one_url(url))
-    odd = next((c for c in url if c.isspace() or not c.isprintable()), None)
-    if odd is not None:
-        return (
-            f"{shown}: whitespace and control characters are not allowed in a URL "
-            f"(found {odd!r} at position {url.index(odd)}); percent-encode them (%20)"
-        )
-    if not has_slashes:
-        return f'malformed URL {shown}: "//" must follow the scheme ({_URL_FORM})'
-    if not url_host(url):
-        return f"malformed URL {shown}: no host ({_URL_FORM})"
-    try:
-        _ = urlsplit(url).port  # parsed when read
-    except ValueError:
-        return (
-            f"malformed URL {shown}: the port is not a number from 0 to 65535 (a password's"
-            ' "/", "?" or "#" must be percent-encoded)'
-        )
-    return None
 
 
 _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -188,10 +86,21 @@ class StreamConfig(Strict):
         return {"url": v} if isinstance(v, str) else v
 
 
+class TuningConfig(Strict):
+    """What `appliance tune --write/--apply` writes (docs/performance.md, "Tuning"): each
+    model's settings (appliance/models/tuned.py) and every stream's source settings
+    (appliance/sources/config.py). A reload applies a change live: batching at once,
+    session options on a session loaded beside the running one and swapped in; only a
+    source change restarts streams. Here, not in tune/: the runtime applies it."""
+
+    models: Annotated[dict[str, ModelTuning], Field(max_length=256)] = Field(default_factory=dict)
+    sources: SourceTuning = SourceTuning()
+
+
 class AppConfig(Strict):
     server: ServerConfig = ServerConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
-    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
     streams: list[StreamConfig] = Field(default_factory=list)
     profiling: ProfilingConfig = ProfilingConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -308,8 +217,10 @@ def sink_configs(config: AppConfig) -> dict[str, BaseModel]:
             problems.append(f"{where}.type: {exc}")
         except ValidationError as exc:
             # Without the value it got: a sink's fields hold passwords and secrets.
-            problems += [f"{where}.{format_location(e['loc'])}: {pydantic_message(_no_input(e))}"
-                         for e in exc.errors()]  # fmt: skip
+            problems += [
+                f"{where}.{format_location(e['loc'])}: {pydantic_message(_no_input(e))}"
+                for e in exc.errors()
+            ]
     if problems:
         raise ConfigError(problems)
     return out

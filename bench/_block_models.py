@@ -18,11 +18,11 @@ import numpy as np
 from _block_cases import REGIONS, Case, regions
 from _block_data import PERIOD, compiled_block, frame
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import ModelBatcher, load_model
 from pipelines.blocks.classify import ClassifyParams, Preprocess
 from pipelines.blocks.ocr import CtcReader
 from pipelines.decoders import DecodeOptions, build_decoder
+from pipelines.spec import BatchingSpec, ModelSpec
 from pipelines.types import Crops, Image
 from tests.blocks.classifier_model import classifier_model
 from tests.ocr import Line, draw_line, start_models, stop_models
@@ -30,7 +30,7 @@ from tests.ocr import Line, draw_line, start_models, stop_models
 CLASSIFIER_SIZE = (64, 64)  # "preprocessing to 64x64"
 # A frame's crops are queued together (submit_many): with no queue delay they go as one
 # batch at once, as tests/blocks/test_classify.py runs them.
-CLASSIFIER_BATCHING = BatchingConfig(max_batch_size=16, max_queue_delay_ms=0)
+CLASSIFIER_BATCHING = BatchingSpec(max_batch_size=16, max_queue_delay_ms=0)
 TEXT_FRAMES = 8  # demo frames with text drawn on them
 TEXT_CONFIDENCE, TEXT_MAX = 0.6, 50  # the read_text example's detect block
 CROP_PADDING = 4  # px: the read_text example's crop block
@@ -43,7 +43,7 @@ def classify(images: list[Image], folder: Path, stack: ExitStack) -> list[Case]:
     ModelBatcher (one ONNX Runtime thread)."""
     path = folder / "colours_64.onnx"
     path.write_bytes(classifier_model(CLASSIFIER_SIZE))
-    cfg = ModelConfig.model_validate(
+    cfg = ModelSpec.model_validate(
         {"path": path, "providers": ["cpu"], "session": {"intra_op_threads": 1}}
     )
     batcher = ModelBatcher(load_model("colours", cfg, Path.resolve), CLASSIFIER_BATCHING)

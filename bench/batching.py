@@ -30,9 +30,9 @@ import numpy as np
 from _common import ROOT, parse_args, report_judged
 from _compare import alternate, judge, method, ratios
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import LoadedModel, ModelBatcher, load_model
 from pipelines.models import Tensor
+from pipelines.spec import BatchingSpec, ModelSpec
 
 MODEL = ROOT / "configs" / "models" / "person_ssdlite.onnx"
 IMAGES = ROOT / "configs" / "media" / "sources"
@@ -73,7 +73,7 @@ def stream(
 
 def measure(model: LoadedModel, max_batch_size: int, seconds: float, inputs: list[Tensor]) -> Run:
     """Run the closed loop for `seconds` after a warm-up; fps counts every stream."""
-    batching = BatchingConfig(max_batch_size=max_batch_size, max_queue_delay_ms=BATCH_DELAY_MS)
+    batching = BatchingSpec(max_batch_size=max_batch_size, max_queue_delay_ms=BATCH_DELAY_MS)
     with ModelBatcher(model, batching) as batcher:
         batcher.set_producers(len(inputs))  # as the runtime does: the streams leasing it
         _closed_loop(batcher, inputs, WARMUP_S)
@@ -112,7 +112,7 @@ def main() -> None:
     rounds, seconds = (4, 3.0) if args.quick else (12, 8.0)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
 
-    cfg = ModelConfig(path=MODEL, decoder="tf_od")  # default providers: cuda, then cpu
+    cfg = ModelSpec(path=MODEL, decoder="tf_od")  # default providers: cuda, then cpu
     model = load_model("person", cfg, Path.resolve)
     inputs = samples()
     runs: dict[str, list[Run]] = {arm: [] for arm in ARMS}

@@ -41,6 +41,7 @@ from _crossover import SEGMENT, Arm, FrameClock, crossover, median, thread_cpu_n
 
 from appliance.config import parse_config
 from appliance.profiling.ort_profile import profiling_session
+from appliance.profiling.sampling import SampledSessions
 from appliance.runtime.runtime import Runtime
 
 CLIP = ROOT / "configs" / "media" / "demo.mp4"
@@ -76,7 +77,7 @@ def fps(
         if window:  # a window with ONNX Runtime operators over the whole run
             runtime.start_profiling(300, None, ort_operators=True)
         _wait(lambda: stream.rate.count >= WARMUP_FRAMES and
-              (not window or all(b.profiling for b in runtime.models.values())))  # fmt: skip
+              (not window or all(b.chooser for b in runtime.models.values())))  # fmt: skip
         start, count, cpu0 = time.perf_counter(), stream.rate.count, thread_cpu_ns()
         # Measured to a few frames before the end, while every thread is still alive
         # (an ended thread's CPU leaves /proc with it).
@@ -182,7 +183,7 @@ def crossover_arms(
             def to(on: bool) -> None:
                 tracing(on)
                 for batcher, twin in twins.items():
-                    batcher.profile_with(twin if on else None, n, max_runs)
+                    batcher.choose_sessions(SampledSessions(twin, n, max_runs) if on else None)
 
             try:
                 yield to

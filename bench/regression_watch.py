@@ -522,7 +522,7 @@ def describe(
             "cost": f"{cycles} crossover round(s), see `round` and `figure`",
         },
         parts_run=parts,
-        watch=QUICK_WATCH if quick else "the defaults (appliance/sections.py, WatchConfig)",
+        watch=QUICK_WATCH if quick else "the defaults (appliance/watch/config.py, WatchConfig)",
     )
 
 

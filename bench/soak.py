@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
 
-from appliance.config import ProfilingConfig
+from appliance.profiling.config import ProfilingConfig
 from bench._common import RESULTS, ROOT, bench_parser, report
 from tests.sinks.conftest import Broker, Subscriber
 from tests.sinks.receiver import Receiver

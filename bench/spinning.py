@@ -26,7 +26,7 @@ the frames processed, ms per frame, and as cores busy. The CPU the rest of the m
 used meanwhile is kept too (`other_cores_busy`): other work on the cores is noise.
 
 ORT's `session.force_spinning_stop` is not a third arm: the session config has no such
-option (appliance/sections.py ModelTuning, pipelines/spec.py SessionSpec).
+option (appliance/models/tuned.py ModelTuning, pipelines/spec.py SessionSpec).
 
     python bench/spinning.py [--quick] [--only person8] [--rounds N] [--window S]
 
@@ -48,8 +48,8 @@ from _common import ROOT, bench_parser, proc_cpu_s, report
 from _compare import judge, method, ratios, rotations
 
 from appliance.config import TuningConfig, parse_config
+from appliance.models.tuned import ModelTuning
 from appliance.runtime.runtime import Runtime
-from appliance.sections import ModelTuning
 from appliance.tune.meter import Meter
 
 CLIP = ROOT / "configs" / "media" / "demo.mp4"

@@ -11,7 +11,8 @@ When the queue is full the oldest message is dropped and counted: the newest res
 one that matters, as with frames (docs/outputs.md). `stop` drains for a bounded time.
 
 `sinks/` imports only result types from `pipelines/`; the runtime (appliance/runtime/outputs.py)
-builds sinks from the config, starts them before the streams and stops them after.
+builds every sink the same way, `SinkKind.build(name, config, SinkContext)` on the class the
+registry names (sinks/registry.py), starts them before the streams and stops them after.
 """
 
 from __future__ import annotations
@@ -19,13 +20,34 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from pipelines.types import FrameResult
 
+if TYPE_CHECKING:
+    from sinks.mqtt.commands import CommandHandler
+
 T = TypeVar("T")
+
+
+class SinkState(StrEnum):
+    """A sink's state, as the API, `/ready`, the CLI and the logs spell it."""
+
+    STARTING = "starting"  # built; not connected, nothing delivered yet
+    CONNECTED = "connected"  # MQTT: the broker accepted the connection
+    RECONNECTING = "reconnecting"  # MQTT: unreachable or lost; paho retries with backoff
+    AUTH_FAILED = "auth_failed"  # MQTT: the broker refused the credentials
+    TLS_FAILED = "tls_failed"  # MQTT: the TLS handshake failed
+    REFUSED = "refused"  # MQTT: another CONNACK refusal
+    OK = "ok"  # webhook: the last delivery succeeded
+    FAILING = "failing"  # webhook: the last attempt failed (deliveries retry)
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +57,7 @@ class SinkStatus:
     name: str
     type: str
     up: bool  # connected (MQTT) or the last delivery succeeded (webhook)
-    state: str  # "starting", "connected", "reconnecting", "failing", "stopped", ...
+    state: SinkState
     queue_depth: int
     sent: int = 0
     retried: int = 0
@@ -67,6 +89,35 @@ class Sink(Protocol):
         ...
 
     def status(self) -> SinkStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SinkContext:
+    """What the runtime gives every sink it builds, beside the sink's validated config.
+    Each kind takes what it needs of it."""
+
+    data_dir: Path  # a sink's files go below it (the webhook's dead letters)
+    observe_send: Callable[[float], None] | None = None  # seconds per delivery (a histogram)
+    on_command: CommandHandler | None = None  # the runtime's commands, for a sink taking them
+    # `serve --workers` runs N processes: each appends this to its broker client ids (a
+    # broker drops the older session of a duplicate id), and only one takes commands.
+    client_suffix: str = ""
+    take_commands: bool = True  # False: commands off, whatever the sink's config says
+
+
+class SinkKind(Protocol):
+    """A sink class as the registry holds it (sinks/registry.py): the pydantic model its
+    config is validated with (a `type: Literal[<kind>]` field names it), and how the runtime
+    builds one from that validated config."""
+
+    @property
+    def Config(self) -> type[BaseModel]:  # noqa: N802 (the class attribute's name)
+        """The model that validates this kind's `sinks:` entries."""
+        ...
+
+    def build(self, name: str, config: BaseModel, context: SinkContext) -> Sink:
+        """A sink named `name`, not started; `config` is an instance of `Config`."""
+        ...
 
 
 class OutboxQueue(Generic[T]):

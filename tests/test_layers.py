@@ -74,7 +74,13 @@ ABOVE_RUNTIME = (
 )
 APPLIANCE_FORBIDDEN = {
     "appliance.policy": ABOVE_RUNTIME,
-    "appliance.sources": (*ABOVE_RUNTIME, "appliance.models", "appliance.profiling"),
+    # Sources own their config (appliance/sources/config.py); the config file imports it.
+    "appliance.sources": (
+        *ABOVE_RUNTIME,
+        "appliance.models",
+        "appliance.profiling",
+        "appliance.config",
+    ),
     "appliance.models": (*ABOVE_RUNTIME, "appliance.profiling", "appliance.watch"),
     "appliance.observe": ABOVE_RUNTIME,
     "appliance.profiling": ABOVE_RUNTIME,

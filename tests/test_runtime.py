@@ -202,3 +202,33 @@ def test_streams_share_one_compilation_but_not_block_state(
     for sid in ("a", "b"):
         assert last[sid].outputs["crossings"] == {"in": 0, "out": 1, "total": 1}
         assert last[sid].outputs["people"].tracker_id.tolist() in ([], [1])
+
+
+def test_the_stream_table_is_read_in_copies_while_streams_come_and_go(
+    runtimes: list[Runtime], tmp_path: Path
+) -> None:
+    """`rt.streams` is the runtime's table, read-only to everyone else: a view of it is
+    taken in one step, so a stream removed while it is read neither vanishes from it nor
+    breaks it, and the removed id is free again at once."""
+    from appliance.errors import UnknownStreamError
+    from tests.support.appliance import DEMO_CLIP
+
+    source = {"url": str(DEMO_CLIP), "pace": "realtime", "loop": True}
+    stream = {"source": source, "workflow": people_workflow()}
+    doc = {
+        "models": {"person": person_model()},
+        "streams": [{"id": sid, **stream} for sid in ("a", "b")],
+    }
+    rt = start(runtimes, doc, tmp_path)
+    items, values = rt.streams.items(), rt.streams.values()
+    a = rt.streams["a"]
+    assert rt.remove_stream("a")
+    assert [sid for sid, _ in items] == ["a", "b"] and a in list(values)  # the copies
+    assert list(rt.streams) == ["b"] and "a" not in rt.streams and not rt.has_stream("a")
+    assert set(rt.streams.declared) == {"b"}
+    with pytest.raises(UnknownStreamError):
+        rt.remove_stream("a")
+    with pytest.raises(TypeError):
+        rt.streams["a"] = a  # type: ignore[index]  # only the runtime changes its table
+    cfg = parse_config(doc, tmp_path).streams[0]
+    assert rt.add_stream(cfg) is rt.streams["a"] is not a  # the id was free again

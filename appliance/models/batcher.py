@@ -13,6 +13,10 @@ zero-padded, the padded outputs discarded.
 
 The per-sample cost is one `Future`, one tuple and a deque append: ONNX Runtime releases
 the GIL in `session.run`, so the stream threads keep preparing frames meanwhile.
+
+Each batch runs on the model's session, unless a `SessionChooser` is set and picks another
+for it (a profiling window samples batches onto a profiled twin: appliance/profiling/
+sampling.py). Without one, a batch pays one attribute check for the possibility.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
+from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
 
-from appliance.config import BatchingConfig
 from appliance.models.session import LoadedModel, describe_ort_error
 from pipelines.models import ModelInfo, Tensor
+from pipelines.spec import BatchingSpec
 
 logger = logging.getLogger("appliance.models")
 
@@ -60,7 +65,20 @@ class BatchRecord:
     run_s: float
     ok: bool = True  # False when session.run raised
     queue_depth: int = 0  # samples still waiting when this batch started
-    ort_profiled: bool = False  # ran on a profiling window's profiled session
+    # Ran on a session the chooser picked (a profiling window's profiled twin): its
+    # `run_s` includes ORT's profiler, so a baseline leaves it out.
+    ort_profiled: bool = False
+
+
+class SessionChooser(Protocol):
+    """Picks, batch by batch, a session to run on instead of the model's own.
+
+    Called once per batch on the batcher's thread, under the lock that `choose_sessions`
+    takes, so an implementation needs no lock of its own for what only this calls."""
+
+    def session_for_batch(self) -> ort.InferenceSession | None:
+        """The session the next batch runs on; None: the model's own."""
+        ...
 
 
 class ModelBatcher:
@@ -73,15 +91,12 @@ class ModelBatcher:
     def __init__(
         self,
         model: LoadedModel,
-        batching: BatchingConfig,
+        batching: BatchingSpec,
         on_batch: Callable[[BatchRecord], None] | None = None,
     ) -> None:
         self.on_batch = on_batch
         self._model = model
-        # During a profiling window, every Nth batch runs on a profiled session instead.
-        self._profiled: tuple[ort.InferenceSession, int] | None = None
-        self._profile_left = 0  # runs the profiled session may still take (ORT's memory)
-        self._profile_seen = 0  # batches since the window began (its sampling phase)
+        self._chooser: SessionChooser | None = None  # None: every batch on the model's
         self._run_lock = threading.Lock()  # a swap waits for the batch in flight
         self._batching = batching
         self._max_batch = batching.max_batch_size
@@ -102,7 +117,7 @@ class ModelBatcher:
         return self._model.info
 
     @property
-    def batching(self) -> BatchingConfig:
+    def batching(self) -> BatchingSpec:
         return self._batching
 
     @property
@@ -110,16 +125,11 @@ class ModelBatcher:
         return self._model
 
     @property
-    def profiling(self) -> bool:
-        """True while some batches run on a profiled session (a profiling window)."""
-        return self._profiled is not None
+    def chooser(self) -> SessionChooser | None:
+        """What picks each batch's session, when something other than the model does."""
+        return self._chooser
 
-    @property
-    def profiled(self) -> tuple[ort.InferenceSession, int] | None:
-        """The profiled session and its N while a window samples every Nth batch."""
-        return self._profiled
-
-    def retune(self, batching: BatchingConfig, model: LoadedModel | None = None) -> None:
+    def retune(self, batching: BatchingSpec, model: LoadedModel | None = None) -> None:
         """Take `batching` from the next batch on, and run on `model` (the same file
         opened with other session options: appliance tune) once the batch in flight
         ends. Nothing waiting is dropped; the old session goes when its last run ends."""
@@ -132,18 +142,12 @@ class ModelBatcher:
             with self._run_lock:
                 self._model = model
 
-    def profile_with(
-        self, session: ort.InferenceSession | None, every_n: int = 1, max_runs: int = 1 << 31
-    ) -> None:
-        """Run every `every_n`th batch on `session` (the same model with ORT's profiler
-        on), `max_runs` of them at most, or stop doing so with None; returns once no
-        batch runs on the old one."""
+    def choose_sessions(self, chooser: SessionChooser | None) -> None:
+        """Let `chooser` pick each batch's session from the next batch on, or run every
+        batch on the model's own again with None; returns once the batch in flight has
+        ended, so no batch runs on a session the previous chooser picked."""
         with self._run_lock:
-            self._profiled = None if session is None else (session, max(1, every_n))
-            self._profile_left = max_runs
-            # Counted from the window's start, so its first batch is sampled: a short or
-            # quiet window (fewer than N batches) still gets operators.
-            self._profile_seen = 0
+            self._chooser = chooser
 
     @property
     def batches(self) -> int:
@@ -296,12 +300,9 @@ class ModelBatcher:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
             with self._run_lock:
-                session, profiled = model.session, self._profiled
-                if profiled and self._profile_left:
-                    if self._profile_seen % profiled[1] == 0:
-                        session, sampled = profiled[0], True
-                        self._profile_left -= 1
-                    self._profile_seen += 1
+                session, chooser = model.session, self._chooser
+                if chooser is not None and (chosen := chooser.session_for_batch()) is not None:
+                    session, sampled = chosen, True
                 outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             self._record(items, run_start, perf_counter() - run_start, ok=False, sampled=sampled)

@@ -35,11 +35,10 @@ from typing import Any
 from appliance.errors import LimitError
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.session import LoadedModel, ModelLoadError, load_model
-from appliance.models.tuned import describe_tuning, tuned
+from appliance.models.tuned import ModelTuning, describe_tuning, tuned
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import Batching, ModelStatus, Tensor
 from appliance.policy.files import FileKind, FilePolicy
-from appliance.sections import ModelTuning
 from pipelines.models import TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
 

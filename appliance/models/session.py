@@ -23,8 +23,8 @@ from typing import Any
 
 import onnxruntime as ort
 
-from appliance.config import ModelConfig, SessionConfig
 from pipelines.models import Dim, ModelInfo, TensorInfo
+from pipelines.spec import ModelSpec, SessionSpec
 
 logger = logging.getLogger("appliance.models")
 
@@ -76,7 +76,7 @@ class LoadedModel:
 
 def load_model(
     model_id: str,
-    cfg: ModelConfig,
+    cfg: ModelSpec,
     resolve: Callable[[Path], Path],
     *,
     read_text: Callable[[Path], str] | None = None,
@@ -147,7 +147,7 @@ def share_cores(processes: int) -> int:
     return PROCESS.intra_op_threads
 
 
-def session_options(cfg: SessionConfig) -> ort.SessionOptions:
+def session_options(cfg: SessionSpec) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = _ORT_ERROR
     # 0: ORT picks (one per core), or this process's share (share_cores)
@@ -244,7 +244,7 @@ def _read_text(path: Path) -> str:
 
 def _labels(
     model_id: str,
-    cfg: ModelConfig,
+    cfg: ModelSpec,
     resolve: Callable[[Path], Path],
     metadata: Mapping[str, str],
     read_text: Callable[[Path], str],

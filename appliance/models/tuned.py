@@ -1,9 +1,26 @@
-"""A model's declared settings with the config's `tuning:` over them (appliance tune)."""
+"""A model's declared settings with the config's `tuning:` over them (appliance tune):
+`ModelTuning` is one model's entry of `tuning.models`, `tuned` applies it."""
 
 from __future__ import annotations
 
-from appliance.sections import ModelTuning
-from pipelines.spec import ModelSpec
+from typing import Annotated
+
+from pydantic import Field
+
+from appliance.strict import Strict
+from pipelines.spec import GraphOptimization, ModelSpec
+
+
+class ModelTuning(Strict):
+    """One model's settings as `appliance tune` chose them; each one set wins over the
+    model's own declaration (the config's `models:` or a workflow's), None leaves it."""
+
+    max_batch_size: Annotated[int, Field(ge=1, le=256)] | None = None
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] | None = None
+    intra_op_threads: Annotated[int, Field(ge=0, le=256)] | None = None
+    inter_op_threads: Annotated[int, Field(ge=0, le=256)] | None = None
+    allow_spinning: bool | None = None
+    graph_optimization: GraphOptimization | None = None
 
 
 def tuned(spec: ModelSpec, tuning: ModelTuning | None) -> ModelSpec:

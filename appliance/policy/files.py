@@ -30,9 +30,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from appliance.config import AppConfig, ConfigError, LimitsConfig, SourceConfig
+from appliance.config import AppConfig, ConfigError
 from appliance.errors import FileAccessError, LimitError
+from appliance.policy.limits import LimitsConfig
 from appliance.sources.base import source_kind
+from appliance.sources.config import SourceConfig
 
 # FFmpeg options that let a demuxer open more than the URL it was given (libavformat's
 # protocol lists, the concat demuxer's `safe`, HLS's extension checks, the HTTP proxy).

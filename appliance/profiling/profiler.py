@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from appliance.config import ProfilingConfig
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import ProfilingStatus
+from appliance.profiling.config import ProfilingConfig
 from appliance.profiling.hooks import trace_batch
 from appliance.profiling.rolling import RollingWriter
 from appliance.profiling.tracer import Tracer

@@ -5,11 +5,12 @@ ORT can only profile a session created with profiling on, and ends a session's p
 once; this ORT's RunOptions has no per-run profiling. So for the window each model's
 batcher runs every Nth batch (`profiling.ort_sample_every_n_batches`) on a second,
 profiled session of the same model on the same providers (as `appliance model bench
---profile` does), at most `ort_max_runs_per_window` per model, and stops at the end,
-when that session's profile is read. ORT's profiler makes every run it records about 1.5
-times as long (docs/profiling.md), so sampling is what keeps a window's cost bounded.
-Operator events are put on the model's batcher track, inside the `session.run` span that
-ran them. One window at a time.
+--profile` does), at most `ort_max_runs_per_window` per model (appliance/profiling/
+sampling.py), and stops at the end, when that session's profile is read. ORT's profiler
+makes every run it records about 1.5 times as long (docs/profiling.md), so sampling is
+what keeps a window's cost bounded. Operator events are put on the model's batcher track,
+inside the `session.run` span that ran them (appliance/profiling/operators.py). One window
+at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import tempfile
 import threading
 import time
 import uuid
-from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,19 +37,13 @@ from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
 from appliance.observe.status import WindowState, WindowStatus
 from appliance.profiling.hooks import STREAM_COUNTERS
-from appliance.profiling.ort_profile import (
-    is_model_run,
-    is_operator,
-    profiling_session,
-    read_operators,
-)
+from appliance.profiling.operators import place_operators
+from appliance.profiling.ort_profile import profiling_session, read_operators
 from appliance.profiling.rolling import RollingWriter, TraceFile
+from appliance.profiling.sampling import SampledSessions
 from appliance.profiling.tracer import Tracer
 
 log = logging.getLogger("appliance.profiling")
-# ORT's clock vs ours, µs: an ORT run that reaches at most this far outside one of our
-# session.run spans of its model is that span's run.
-SLACK_US = 2000
 
 
 @dataclass
@@ -70,6 +64,9 @@ class Window:
         )  # fmt: skip
 
 
+# A batcher switched to its model's profiled twin for a window: the sampling, and the folder
+# ORT writes the twin's profile into.
+_Swapped = tuple[ModelBatcher, SampledSessions, Path]
 KEEP_WINDOWS = 20  # windows (and their trace files) kept; each one is at most a few MB
 
 
@@ -161,7 +158,7 @@ class ProfilingWindows:
     # -- the window's thread ---------------------------------------------------------
     def _run(self, window: Window) -> None:
         self._active.set(1)
-        swapped: list[tuple[ModelBatcher, Any, Path]] = []
+        swapped: list[_Swapped] = []
         listener = window.events.extend
         try:
             if window.ort_operators:
@@ -187,7 +184,7 @@ class ProfilingWindows:
                 self._running = None
             self._active.set(0)
 
-    def _profile_models(self) -> list[tuple[ModelBatcher, Any, Path]]:
+    def _profile_models(self) -> list[_Swapped]:
         swapped = []
         for model_id, batcher in list(self._pool.handles.items()):
             tmp = Path(tempfile.mkdtemp(prefix="ort-window-"))
@@ -195,17 +192,18 @@ class ProfilingWindows:
             # from the main session's runs in between (measured: a window at 0.67 of off).
             spec = self._pool.session_spec(model_id)
             session = profiling_session(batcher.model, spec, tmp, spin=False)
-            batcher.profile_with(session, self._ort_every_n, self._ort_max_runs)
-            swapped.append((batcher, session, tmp))
+            sampled = SampledSessions(session, self._ort_every_n, self._ort_max_runs)
+            batcher.choose_sessions(sampled)
+            swapped.append((batcher, sampled, tmp))
         return swapped
 
-    def _restore(self, swapped: list[tuple[ModelBatcher, Any, Path]]) -> list[dict[str, Any]]:
+    def _restore(self, swapped: list[_Swapped]) -> list[dict[str, Any]]:
         """Switch the batchers back; ORT's operator events of the profiled sessions."""
         ops: list[dict[str, Any]] = []
-        for batcher, profiled, tmp in swapped:
-            batcher.profile_with(None)  # returns once no batch runs on `profiled`
+        for batcher, sampled, tmp in swapped:
+            batcher.choose_sessions(None)  # returns once no batch runs on the profiled one
             model = batcher.info.id
-            for event in read_operators(profiled):
+            for event in read_operators(sampled.session):
                 event["model"] = model
                 ops.append(event)
             tmp.rmdir()
@@ -220,7 +218,7 @@ class ProfilingWindows:
         ]
         if window.streams:
             keep = [e for e in keep if _for_streams(e, set(window.streams))]
-        placed, placement = _place_operators(ops, keep, self._tracer.pid)
+        placed, placement = place_operators(ops, keep, self._tracer.pid)
         keep.extend(placed)
         other = {
             "source": "appliance profiling window",
@@ -250,81 +248,3 @@ def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
     if "stream" in args:
         return args["stream"] in streams
     return bool(streams.intersection(args.get("streams", ())))
-
-
-def _place_operators(
-    ort: list[dict[str, Any]], events: list[dict[str, Any]], pid: int
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """ORT's operators onto the track of the `session.run` span that ran them.
-
-    `ort` holds ORT's `model_run` events and operators (its clock). Each ORT run is
-    matched to our span of its model that holds it (each end within SLACK_US), and its
-    operators move with it, rigidly, by the least shift that puts the run inside the
-    span: their order and gaps stay as ORT measured them. Runs with no span (batches of
-    streams outside the window) are left out. Returns the placed operators and how well
-    the clocks met, in the trace's `otherData.operators`: runs matched and left out,
-    operators placed and orphaned (in no ORT run), and the largest shift, µs."""
-    spans: dict[str, list[dict[str, Any]]] = {}
-    for e in events:
-        if e.get("name") == "session.run":
-            spans.setdefault(e["args"]["model"], []).append(e)
-    for model_spans in spans.values():
-        model_spans.sort(key=_ts)
-    starts = {model: [_ts(e) for e in model_spans] for model, model_spans in spans.items()}
-    placed: list[dict[str, Any]] = []
-    stats = {"runs": 0, "runs_left_out": 0, "operators": 0, "orphans": 0, "max_shift_us": 0}
-    for model in {e["model"] for e in ort}:
-        runs = sorted((e for e in ort if e["model"] == model and is_model_run(e)), key=_ts)
-        ops = sorted((e for e in ort if e["model"] == model and is_operator(e)), key=_ts)
-        i = 0
-        for run in runs:
-            start, end = run["ts"], run["ts"] + run["dur"]
-            while i < len(ops) and ops[i]["ts"] < start:
-                stats["orphans"] += 1
-                i += 1
-            j = i
-            while j < len(ops) and ops[j]["ts"] < end:
-                j += 1
-            mine, i = ops[i:j], j
-            span = _containing(spans.get(model, []), starts.get(model, []), start, end)
-            if span is None:
-                stats["runs_left_out"] += 1
-                continue
-            placed += _moved(mine, run, span, pid, stats)
-        stats["orphans"] += len(ops) - i
-    stats["operators"] = len(placed)
-    return placed, stats
-
-
-def _moved(
-    ops: list[dict[str, Any]], run: dict[str, Any], span: dict[str, Any], pid: int,
-    stats: dict[str, int],
-) -> list[dict[str, Any]]:  # fmt: skip
-    """A run's operators on its span's track, shifted by the least amount that puts the
-    run inside the span."""
-    start, end = run["ts"], run["ts"] + run["dur"]
-    lo, hi = span["ts"], span["ts"] + span["dur"]
-    shift = lo - start if start < lo else min(0, hi - end)
-    stats["runs"] += 1
-    stats["max_shift_us"] = max(stats["max_shift_us"], abs(shift))
-    return [
-        {"name": op["name"], "cat": "Node", "ph": "X", "pid": pid, "tid": span["tid"],
-         "ts": op["ts"] + shift, "dur": op["dur"], "args": dict(op.get("args") or {})}
-        for op in ops
-    ]  # fmt: skip
-
-
-def _ts(event: dict[str, Any]) -> int:
-    return int(event["ts"])
-
-
-def _containing(
-    spans: list[dict[str, Any]], starts: list[int], start: int, end: int
-) -> dict[str, Any] | None:
-    """The span that holds the run [start, end] (each end within SLACK_US), if any.
-    `spans` are one model's, by start (`starts`): one batcher runs one batch at a time,
-    so only the last two that start early enough can hold it (two: a reload's batchers
-    overlap)."""
-    i = bisect_right(starts, start + SLACK_US)
-    held = [s for s in spans[max(0, i - 2) : i] if end <= s["ts"] + s["dur"] + SLACK_US]
-    return held[-1] if held else None

@@ -1,69 +1,176 @@
-"""Commands that arrive through a sink (MQTT's `<prefix>/cmd/...`), carried out by the
-runtime. They run on the sinks loop; the work leaves it for a thread. KeyError (an
-unknown stream) and ValueError (bad arguments, a refusal) are answered to the sender as
-errors; nothing else is affected.
+"""The command catalogue: every command a sink can carry (MQTT's `<prefix>/cmd/...`), in
+one typed table. An entry says everything about its command:
 
-A command's arguments are the body of the HTTP route that does the same, validated by
-the same model the same way (strict: `"yes"` is not `true`, unknown fields refused), so
-what one accepts the other accepts: `profiling` is POST /v1/profiling's ProfilingRequest;
+    name        what the sender's answer calls it ("restart", "profiling")
+    args        its argument model, the one validation rule (HTTP uses the same model)
+    topic       its MQTT topic below the prefix; `{field}` levels fill the model's fields
+    run         how a runtime carries it out (CommandRuntime: the methods it may call)
+    forward     how a client of the API does it (CommandClient: `serve --workers`'s gateway)
+
+The MQTT parser gets only the topics (`TOPICS`, plain data: sinks/ never imports
+appliance/); `CommandDispatch` validates a command's arguments and performs it through
+the catalogue, with a runtime (`runtime_commands`) or a client (appliance/workers/
+commands.py). Adding a command: one entry here, plus the runtime method and the client
+call it names.
+
+The arguments are the body of the HTTP route that does the same, validated the same way
+(strict: `"yes"` is not `true`), so what one accepts the other accepts: `profiling` is
+POST /v1/profiling's ProfilingRequest (appliance/server/schemas.py imports it from here);
 `restart` takes the stream from its topic, as POST /v1/streams/{id}/restart from its path,
 and, as that route does, reads nothing from the body.
+
+Threads: the dispatch runs on the sinks loop and does the work on the loop's executor.
+KeyError (an unknown stream) and ValueError (bad arguments, a refusal) are answered to
+the sender as errors; nothing else is affected.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import WindowBusyError
-from appliance.observe.status import as_json
-from appliance.server.schemas import ProfilingRequest
+from appliance.observe.status import StreamStatus, WindowStatus, as_json
 from pipelines.errors import format_location, pydantic_message
 
-if TYPE_CHECKING:  # the runtime imports this module to hand `command` to its outputs
-    from appliance.runtime.runtime import Runtime
+A = TypeVar("A", bound=BaseModel)
+Answer = dict[str, Any]  # the `result` of a command's answer, as JSON
 
 
-async def command(runtime: Runtime, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """`restart` {"stream": id} or `profiling` (ProfilingRequest's fields)."""
-    loop = asyncio.get_running_loop()
-    if name == "restart":
-        stream = await loop.run_in_executor(None, runtime.restart_stream, stream_id(args))
-        return {"stream": stream.id, "state": runtime.stream_status(stream.id).state}
-    if name == "profiling":
-        return await loop.run_in_executor(None, _profile, runtime, profiling_request(args))
-    raise unknown_command(name)
+class ProfilingRequest(BaseModel):
+    """One on-demand profiling window: POST /v1/profiling's body, and the arguments of
+    the MQTT `profiling` command (appliance/runtime/commands.py), validated strictly by both."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    duration_s: float = Field(
+        gt=0, allow_inf_nan=False, description="seconds, at most profiling.max_window_s"
+    )
+    streams: list[str] | None = Field(None, description="stream ids to trace; all by default")
+    ort_operators: bool = Field(False, description="add ONNX Runtime's per-operator events")
 
 
-def unknown_command(name: str) -> ValueError:
-    return ValueError(f"unknown command {name!r} (known: restart, profiling)")
+class RestartArgs(BaseModel):
+    """A stream restart: the stream comes from the topic, as POST /v1/streams/{id}/restart's
+    from its path; the body is not read (other keys are ignored, as the route ignores its)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    stream: str = Field(description="the stream's id")
 
 
-def stream_id(args: dict[str, Any]) -> str:
-    """`restart`'s stream id; ValueError (answered to the sender) when it is not one."""
-    value = args.get("stream")
-    if not isinstance(value, str):
-        raise ValueError("stream: a stream id")
-    return value
+class CommandRuntime(Protocol):
+    """The runtime's methods the catalogue calls (appliance.runtime.runtime.Runtime has
+    them); a Protocol, so this module need not import the runtime that imports it."""
+
+    def restart_stream(self, stream_id: str) -> object: ...
+
+    def stream_status(self, stream_id: str) -> StreamStatus: ...
+
+    def start_profiling(
+        self, duration_s: float, streams: list[str] | None, ort_operators: bool
+    ) -> WindowStatus: ...
 
 
-def profiling_request(args: dict[str, Any]) -> ProfilingRequest:
-    """`profiling`'s arguments as POST /v1/profiling's body; ValueError listing every
-    problem as `location: message` (as the route's 422 details do) if they are not one.
-    The window checks `duration_s` against profiling.max_window_s for both."""
+class CommandClient(Protocol):
+    """The API calls the catalogue forwards through (appliance.client.ApplianceClient)."""
+
+    def restart_stream(self, stream_id: str) -> StreamStatus: ...
+
+    def start_profiling(
+        self, duration_s: float, streams: list[str] | None, ort_operators: bool
+    ) -> WindowStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Command(Generic[A]):
+    """One catalogue entry; see the module docstring for its columns."""
+
+    name: str
+    args: type[A]
+    topic: str
+    run: Callable[[CommandRuntime, A], Answer]
+    forward: Callable[[CommandClient, A], Answer]
+
+    def validate(self, args: Mapping[str, Any]) -> A:
+        """The arguments as `args`' model; ValueError listing every problem as
+        `location: message` (as the HTTP route's 422 details do) if they are not one."""
+        try:
+            return self.args.model_validate(dict(args), strict=True)
+        except ValidationError as exc:
+            problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
+            raise ValueError("; ".join(problems)) from None
+
+
+# -- the entries' work: each runs on an executor thread -------------------------------------
+def _restart(runtime: CommandRuntime, args: RestartArgs) -> Answer:
+    runtime.restart_stream(args.stream)
+    return {"stream": args.stream, "state": runtime.stream_status(args.stream).state}
+
+
+def _restart_through(client: CommandClient, args: RestartArgs) -> Answer:
+    stream = client.restart_stream(args.stream)
+    return {"stream": stream.id, "state": stream.state}
+
+
+def _profile(runtime: CommandRuntime, args: ProfilingRequest) -> Answer:
     try:
-        return ProfilingRequest.model_validate(args, strict=True)
-    except ValidationError as exc:
-        problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
-        raise ValueError("; ".join(problems)) from None
-
-
-def _profile(runtime: Runtime, request: ProfilingRequest) -> dict[str, Any]:
-    streams = list(request.streams) if request.streams is not None else None
-    try:
-        window = runtime.start_profiling(request.duration_s, streams, request.ort_operators)
-        return as_json(window)  # type: ignore[no-any-return]
+        return _window(runtime.start_profiling(args.duration_s, args.streams, args.ort_operators))
     except WindowBusyError as exc:  # a refusal the sender should hear about
         raise ValueError(str(exc)) from None
+
+
+def _profile_through(client: CommandClient, args: ProfilingRequest) -> Answer:
+    return _window(client.start_profiling(args.duration_s, args.streams, args.ort_operators))
+
+
+def _window(window: WindowStatus) -> Answer:
+    return as_json(window)  # type: ignore[no-any-return]
+
+
+CATALOGUE: Mapping[str, Command[Any]] = {
+    command.name: command
+    for command in (
+        Command("restart", RestartArgs, "cmd/streams/{stream}/restart", _restart, _restart_through),
+        Command("profiling", ProfilingRequest, "cmd/profiling", _profile, _profile_through),
+    )
+}
+
+
+def topics(catalogue: Mapping[str, Command[Any]]) -> dict[str, str]:
+    """The catalogue's MQTT topic patterns (below the prefix) -> command names: what the
+    MQTT sink is given (sinks/mqtt/commands.py, CommandHandler.topics)."""
+    return {command.topic: name for name, command in catalogue.items()}
+
+
+TOPICS: Mapping[str, str] = topics(CATALOGUE)
+
+# Performs one validated command: a runtime runs it, a client forwards it.
+Perform = Callable[[Command[Any], BaseModel], Answer]
+
+
+class CommandDispatch:
+    """The sinks' CommandHandler over a catalogue: validates a command's arguments with
+    its entry's model on the loop, then `perform`s it on the loop's executor."""
+
+    def __init__(self, perform: Perform, catalogue: Mapping[str, Command[Any]] = CATALOGUE) -> None:
+        self._perform = perform
+        self.catalogue = catalogue
+        self.topics: Mapping[str, str] = topics(catalogue)
+
+    async def __call__(self, name: str, args: dict[str, Any]) -> Answer:
+        command = self.catalogue.get(name)
+        if command is None:
+            raise ValueError(f"unknown command {name!r} (known: {', '.join(self.catalogue)})")
+        request = command.validate(args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._perform, command, request)
+
+
+def runtime_commands(runtime: CommandRuntime) -> CommandDispatch:
+    """The commands carried out by `runtime` itself (one process: the default handler)."""
+    return CommandDispatch(lambda command, args: command.run(runtime, args))

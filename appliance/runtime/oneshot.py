@@ -19,9 +19,9 @@ import cv2
 import numpy as np
 import PIL.Image
 
-from appliance.config import LimitsConfig
 from appliance.errors import LimitError
 from appliance.policy.files import FilePolicy
+from appliance.policy.limits import LimitsConfig
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
 from appliance.runtime.runtime import Runtime

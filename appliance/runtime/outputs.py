@@ -30,9 +30,8 @@ from appliance.observe.metrics import Metrics
 from appliance.policy.files import FileKind, FilePolicy
 from appliance.policy.masking import mask_url
 from pipelines.types import Detections, FrameResult
-from sinks.base import Sink, SinkStatus
+from sinks.base import Sink, SinkContext, SinkStatus
 from sinks.mqtt.commands import CommandHandler
-from sinks.mqtt.config import MqttConfig
 from sinks.registry import sink_class
 
 log = logging.getLogger("appliance.outputs")
@@ -165,26 +164,17 @@ class Outputs:
         return self._loop.stop(2.0) and ok
 
     def _build(self, name: str, cfg: BaseModel) -> Sink:
+        """Every kind alike: its class from the registry builds it from the config (its
+        files read through the policy) and what the runtime offers every sink."""
         kind = str(cfg.model_dump()["type"])  # every sink config has one (sinks.registry)
-        send = self._metrics.sink_send_seconds.labels(name)
-        options: dict[str, Any] = {"observe_send": send.observe}
-        cfg = _with_checked_files(name, cfg, self._files)
-        if kind == "webhook":
-            options["data_dir"] = self._data_dir
-        if kind == "mqtt":
-            options["on_command"] = self._on_command
-            if isinstance(cfg, MqttConfig):
-                cfg = self._for_this_process(cfg)
-        sink: Sink = sink_class(kind)(name, cfg, **options)
-        return sink
-
-    def _for_this_process(self, cfg: MqttConfig) -> MqttConfig:
-        """One of `serve --workers`' processes: its own client id (the broker drops a
-        duplicate's session), and commands only where they are taken."""
-        update: dict[str, Any] = {"client_id": cfg.client_id + self._client_suffix}
-        if not self._take_commands:
-            update["commands"] = cfg.commands.model_copy(update={"enabled": False})
-        return cfg.model_copy(update=update)
+        context = SinkContext(
+            data_dir=self._data_dir,
+            observe_send=self._metrics.sink_send_seconds.labels(name).observe,
+            on_command=self._on_command,
+            client_suffix=self._client_suffix,
+            take_commands=self._take_commands,
+        )
+        return sink_class(kind).build(name, _with_checked_files(name, cfg, self._files), context)
 
     # -- routing -----------------------------------------------------------------------
     def publisher(self, stream_id: str, outputs: Sequence[OutputConfig]) -> Publish:

@@ -1,32 +1,68 @@
 """Applying a reload of the config file to a running runtime: everything checked first
 (config, models, workflows), then streams stopped, restarted and started. A model declared
 anew loads beside the old one (appliance/models/pool.py, `hold`), so a refused or dry run
-goes back to the old one untouched. `Runtime.reload` calls it under its control lock.
+goes back to the old one untouched. `Runtime.reload` calls it under its control lock, with
+itself as the `Reloadable`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-from appliance.config import AppConfig
+from appliance.config import AppConfig, StreamConfig
 from appliance.errors import ReloadError
 from appliance.models import ModelBatcher
 from appliance.models.pool import ModelPool
+from appliance.policy.files import FilePolicy
 from appliance.policy.request_files import request_policy
 from appliance.runtime.checking import Problems
 from appliance.runtime.reload import ReloadPlan, plan_file_reload
-from appliance.runtime.retuning import retune_running
+from appliance.runtime.retuning import Tunable, retune_running
+from appliance.runtime.sharding import Shard
+from appliance.watch.watch import Watch
 from pipelines.executor import CompiledWorkflow
-
-if TYPE_CHECKING:
-    from appliance.runtime.runtime import Runtime
 
 log = logging.getLogger("appliance.runtime")
 
 
-def apply_reload(rt: Runtime, dry_run: bool) -> ReloadPlan:
+class Reloadable(Tunable, Protocol):
+    """What a reload reads and changes of a runtime, besides what a retune does: the file
+    it came from, its models and workflows, the streams it stops and starts, and the API's
+    file roots."""
+
+    request_files: FilePolicy  # derived from the file: a reload derives it anew
+
+    @property
+    def config_path(self) -> Path | None: ...
+
+    @property
+    def files(self) -> FilePolicy: ...
+
+    @property
+    def shard(self) -> Shard | None: ...
+
+    @property
+    def watch(self) -> Watch: ...
+
+    def load_models(self, problems: Problems, pin: bool = True) -> frozenset[str]: ...
+
+    def compile_stream_workflow(
+        self,
+        cfg: StreamConfig,
+        where: str,
+        files: FilePolicy | None = None,
+        unavailable: frozenset[str] = frozenset(),
+    ) -> CompiledWorkflow: ...
+
+    def release_workflow(self, workflow: CompiledWorkflow) -> None: ...
+
+    def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool: ...
+
+
+def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
     """Runtime.reload's work, under its control lock (its docstring says what it does)."""
     if rt.config_path is None:
         raise ReloadError("this runtime was not started from a config file")
@@ -60,9 +96,9 @@ def apply_reload(rt: Runtime, dry_run: bool) -> ReloadPlan:
             rt.remove_stream(sid)
         for cfg in plan.changed:
             rt.remove_stream(cfg.id)
-            rt._start_stream(cfg, compiled[cfg.id])
+            rt.streams.start(cfg, compiled[cfg.id])
         for cfg in plan.added:
-            rt._start_stream(cfg, compiled[cfg.id])
+            rt.streams.start(cfg, compiled[cfg.id])
     finally:  # the replaced models nothing runs any more are released
         rt.pool.unhold(hold)
     if new.tuning != old_config.tuning:  # live: models swap sessions, streams keep running
@@ -77,7 +113,7 @@ def apply_reload(rt: Runtime, dry_run: bool) -> ReloadPlan:
 
 
 def _undo(
-    rt: Runtime,
+    rt: Reloadable,
     config: AppConfig,
     compiled: Mapping[str, CompiledWorkflow],
     leased: list[ModelBatcher],

@@ -1,22 +1,38 @@
 """The config's `tuning:` applied to a running runtime (appliance tune, a reload): models
 change live (ModelPool.retune: batching at once, session options on a session opened
 again and swapped in), and only streams whose source settings change restart.
-`Runtime.retune` calls it under its control lock.
+`Runtime.retune` calls it under its control lock, with itself as the `Tunable`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from appliance.config import StreamConfig, TuningConfig
-from appliance.sections import SourceTuning
-
-if TYPE_CHECKING:
-    from appliance.runtime.runtime import Runtime
+from appliance.config import AppConfig, StreamConfig, TuningConfig
+from appliance.models.pool import ModelPool
+from appliance.runtime.running import RunningStreams, tuned_stream
+from appliance.runtime.streams import Stream
 
 log = logging.getLogger("appliance.runtime")
+
+
+class Tunable(Protocol):
+    """What a retune reads and changes of a runtime: its config (the `tuning:` goes in),
+    its models, and the streams it restarts on a new source setting."""
+
+    config: AppConfig
+
+    @property
+    def pool(self) -> ModelPool: ...
+
+    @property
+    def streams(self) -> RunningStreams:
+        """The running streams, each also as declared (before `tuning:`)."""
+        ...
+
+    def restart_stream(self, stream_id: str, cfg: StreamConfig | None = None) -> Stream: ...
 
 
 @dataclass
@@ -27,14 +43,7 @@ class Retuned:
     restarted: list[str] = field(default_factory=list)
 
 
-def tuned_stream(cfg: StreamConfig, tuning: SourceTuning) -> StreamConfig:
-    """The stream as declared, with the tuning's source settings over its own."""
-    update = {k: v for k, v in tuning if v is not None}
-    source = cfg.source.model_copy(update=update) if update else cfg.source
-    return cfg if source == cfg.source else cfg.model_copy(update={"source": source})
-
-
-def apply_tuning(rt: Runtime, tuning: TuningConfig) -> Retuned:
+def apply_tuning(rt: Tunable, tuning: TuningConfig) -> Retuned:
     """Make `tuning` the runtime's: every model runs with it, and each stream whose
     source it changes restarts. A model whose session fails to open leaves everything
     as it was, and raises ModelLoadError."""
@@ -43,7 +52,7 @@ def apply_tuning(rt: Runtime, tuning: TuningConfig) -> Retuned:
     return retune_running(rt, old)
 
 
-def retune_running(rt: Runtime, old: TuningConfig, skip: frozenset[str] = frozenset()) -> Retuned:
+def retune_running(rt: Tunable, old: TuningConfig, skip: frozenset[str] = frozenset()) -> Retuned:
     """The running models and streams, tuned with `old`, moved to the config's `tuning`
     (a reload passes `skip`: the streams it just started on it)."""
     tuning = rt.config.tuning
@@ -54,7 +63,7 @@ def retune_running(rt: Runtime, old: TuningConfig, skip: frozenset[str] = frozen
         rt.pool.retune(old.models)  # those it changed go back (they opened before)
         raise
     if tuning.sources != old.sources:
-        for sid, declared in list(rt.declared_streams.items()):
+        for sid, declared in list(rt.streams.declared.items()):
             before = tuned_stream(declared, old.sources)
             if sid not in skip and before != tuned_stream(declared, tuning.sources):
                 rt.restart_stream(sid, declared)

@@ -8,41 +8,49 @@ half-runs.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from appliance.config import AppConfig, ConfigError, StreamConfig, TuningConfig, sink_configs
-from appliance.errors import LimitError, StreamExistsError, UnknownStreamError
+from appliance.errors import UnknownStreamError
 from appliance.models import ModelBatcher
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
-from appliance.observe.blocklatency import BlockLatencies
+from appliance.observe.blocklatency import BlockLatencies, StreamLatency
 from appliance.observe.latest import LatestResults
-from appliance.observe.metrics import Metrics, StreamMetrics
+from appliance.observe.metrics import Metrics
+from appliance.observe.status import (
+    ModelStatus,
+    ProfilingStatus,
+    RuntimeStatus,
+    SinkStatus,
+    StreamStatus,
+    WindowStatus,
+)
 from appliance.policy.files import FilePolicy
 from appliance.policy.hosts import SourceHosts
 from appliance.policy.request_files import request_policy
-from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.profiler import Profiler
 from appliance.runtime.checking import Problems
-from appliance.runtime.commands import command
+from appliance.runtime.commands import runtime_commands
 from appliance.runtime.control import one_change_at_a_time
-from appliance.runtime.outputs import Outputs
+from appliance.runtime.outputs import Outputs, Subscriber
 from appliance.runtime.reads import RuntimeReads
 from appliance.runtime.reload import ReloadPlan
 from appliance.runtime.reloading import apply_reload
-from appliance.runtime.retuning import Retuned, apply_tuning, tuned_stream
+from appliance.runtime.retuning import Retuned, apply_tuning
+from appliance.runtime.running import RunningStreams
 from appliance.runtime.sharding import Shard
 from appliance.runtime.streams import Stream, stop_all
 from appliance.runtime.supervisor import Supervisor, restart_stalled
 from appliance.runtime.workflows import WorkflowCache, WorkflowRef
+from appliance.watch.report import WatchReport
 from appliance.watch.setup import build_watch
 from pipelines.executor import CompiledWorkflow
+from pipelines.geometry import Region
 from pipelines.registry import DEFAULT_REGISTRY
 from sinks.mqtt.commands import CommandHandler
 
@@ -51,9 +59,9 @@ log = logging.getLogger("appliance.runtime")
 SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 
 
-class Runtime(RuntimeReads):
+class Runtime:
     """Models, workflows, streams, outputs and profiling: started, changed and stopped
-    here; read through RuntimeReads."""
+    here, and read through the parts that own them (its reads: RuntimeReads)."""
 
     def __init__(
         self,
@@ -86,7 +94,7 @@ class Runtime(RuntimeReads):
             sink_configs(config),
             self.metrics,
             trace_dir,
-            on_command or partial(command, self),  # MQTT commands: run here by default
+            on_command or runtime_commands(self),  # MQTT commands: run here by default
             self.files,
             client_suffix="" if worker is None else f"-w{worker}",
             take_commands=take_commands,
@@ -111,22 +119,41 @@ class Runtime(RuntimeReads):
         self.workflows = WorkflowCache(self.pool, max_blocks=self.limits.max_blocks)
         self.pool.on_release = self.workflows.forget_model
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
-        self.streams: dict[str, Stream] = {}
-        self.declared_streams: dict[str, StreamConfig] = {}  # each one's, before `tuning:`
+        # The running streams by id, and what each is wired to (appliance/runtime/running.py).
+        self.streams = RunningStreams(
+            lambda: self.config,  # as it is when a stream starts: reloads replace it
+            outputs=self.outputs,
+            metrics=self.metrics,
+            tracer=self.profiler.tracer,
+            hosts=self.hosts,
+            block_latency=self._block_latency,
+            watch=self.watch,
+            release=self.release_workflow,
+            max_streams=self.limits.max_streams,
+            max_frames=max_frames,
+        )
         self._outputs_stopped: bool | None = None  # stop_outputs' outcome, once it ran
         self._requested: set[str] = set()  # ids of streams added over the API
-        self._generations = itertools.count()  # each started stream's number
-        self._max_frames = max_frames
-        self._lock = threading.Lock()  # the streams dict and the id checks
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(
-            lambda: list(self.streams.values()), self._on_stalled, config.limits.worker_stall_s
+            self.streams.running, self._on_stalled, config.limits.worker_stall_s
         )
         self._stopping = threading.Event()  # stop began: no restarts, /health says so
         self._stop_lock = threading.Lock()
         self._streams_stopped: bool | None = None  # stop_streams' result, once it ran
+        self._reads = RuntimeReads(
+            self.streams,
+            outputs=self.outputs,
+            pool=self.pool,
+            profiler=self.profiler,
+            watch=self.watch,
+            metrics=self.metrics,
+            supervisor=self.supervisor,
+            stopping=self._stopping,
+            shard=self.shard,
+        )
 
     # -- start-up --------------------------------------------------------------------
     def prepare(
@@ -165,7 +192,7 @@ class Runtime(RuntimeReads):
         prepared = self.prepare()
         self.outputs.start()  # before the streams: their first results have somewhere to go
         for cfg, workflow in prepared:
-            self._start_stream(cfg, workflow)
+            self.streams.start(cfg, workflow)
         self.profiler.start()
         self.watch.changed("start", "the appliance started")
         self.watch.start()
@@ -209,59 +236,13 @@ class Runtime(RuntimeReads):
     ) -> CompiledWorkflow:
         return self.compile_workflow(cfg.workflow, f"{where}.workflow", files, unavailable)
 
-    def _start_stream(self, cfg: StreamConfig, workflow: CompiledWorkflow) -> Stream:
-        """Start a stream on a workflow leased for it; the lease is the stream's now."""
-        try:
-            with self._lock:  # checked again here: the id may have been taken since
-                self._check_room(cfg.id)
-        except BaseException:
-            self.release_workflow(workflow)
-            raise
-        blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
-        declared, cfg = cfg, tuned_stream(cfg, self.config.tuning.sources)
-        stream = Stream(
-            cfg,
-            workflow,
-            self.outputs.publisher(cfg.id, cfg.outputs),
-            StreamMetrics(self.metrics, cfg.id, blocks),
-            self.config.resolve,
-            max_frames=self._max_frames,
-            trace=StreamTrace(
-                self.profiler.tracer,
-                cfg.id,
-                workflow,
-                self.config.profiling.sample_every_n_frames,
-                next(self._generations),  # a restart's frame flows get ids of their own
-            ),
-            on_state=self.outputs.stream_state,
-            hosts=self.hosts,
-        )
-        with self._lock:
-            self._check_room(cfg.id)
-            self.streams[cfg.id] = stream
-            self.declared_streams[cfg.id] = declared
-        self._block_latency.attach(cfg.id, blocks)
-        self.watch.attach(cfg.id, workflow.block_ids, workflow.block_models)
-        stream.start()
-        return stream
-
-    def _check_room(self, stream_id: str) -> None:
-        """StreamExistsError or LimitError (limits.max_streams); under the lock."""
-        if stream_id in self.streams:
-            raise StreamExistsError(stream_id)
-        if len(self.streams) >= self.limits.max_streams:
-            raise LimitError(
-                "limits.max_streams", self.limits.max_streams, f"{len(self.streams)} streams run"
-            )
-
     # -- managing streams at runtime ---------------------------------------------------
     @one_change_at_a_time
     def add_stream(self, cfg: StreamConfig, *, requested: bool = False) -> Stream:
         """Compile the stream's workflow and start it; StreamExistsError if the id runs,
         LimitError past limits.max_streams. A `requested` stream (over the API) has its
         files checked by the request policy, now and whenever it restarts."""
-        with self._lock:
-            self._check_room(cfg.id)
+        self.streams.check_room(cfg.id)
         self.outputs.check(cfg.outputs)
         if problem := self.hosts.refusal(cfg.source.url):  # no look-up: nothing to learn
             raise ConfigError([f"source.url: {problem}"], f"stream {cfg.id!r}")
@@ -272,7 +253,7 @@ class Runtime(RuntimeReads):
         except BaseException:
             self.release_workflow(workflow)
             raise
-        stream = self._start_stream(cfg, workflow)
+        stream = self.streams.start(cfg, workflow)
         if requested:
             self._requested.add(cfg.id)
         return stream
@@ -283,39 +264,22 @@ class Runtime(RuntimeReads):
     @one_change_at_a_time
     def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
         """Stop a stream, join its threads and drop its metrics; True if they ended."""
-        ended = self._stop_stream(stream_id, timeout)
+        ended = self.streams.stop(stream_id, timeout)
         self._requested.discard(stream_id)
         self.latest.forget(stream_id)
-        return ended
-
-    def _stop_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
-        with self._lock:
-            stream = self.streams.pop(stream_id, None)
-            self.declared_streams.pop(stream_id, None)
-        if stream is None:
-            raise UnknownStreamError(stream_id)
-        ended = stream.stop(timeout)
-        self._block_latency.detach(stream_id)
-        self.watch.detach(stream_id)
-        self.release_workflow(stream.workflow)
-        stream.metrics.remove()
-        log.info("stream %s removed", stream_id)
         return ended
 
     @one_change_at_a_time
     def restart_stream(self, stream_id: str, cfg: StreamConfig | None = None) -> Stream:
         """Stop and start a stream again (with `cfg` if given), recompiling its workflow
         if the workflow file changed; the new workflow is compiled before the old stops."""
-        with self._lock:
-            old = self.streams.get(stream_id)
-        if old is None:
-            raise UnknownStreamError(stream_id)
-        cfg = cfg or self.declared_streams.get(stream_id, old.cfg)
+        old = self.streams.find(stream_id)
+        cfg = cfg or self.streams.declared.get(stream_id, old.cfg)
         files = self._files_for(stream_id in self._requested)
         workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}", files)
-        self._stop_stream(stream_id)
+        self.streams.stop(stream_id)
         self.watch.changed("restart", f"stream {stream_id!r} restarted")
-        return self._start_stream(cfg, workflow)
+        return self.streams.start(cfg, workflow)
 
     @one_change_at_a_time
     def reload(self, dry_run: bool = False) -> ReloadPlan:
@@ -334,6 +298,93 @@ class Runtime(RuntimeReads):
         """Run with `tuning` (the config's `tuning:`) from now on: models change live,
         streams restart only for a source setting (appliance/runtime/retuning.py)."""
         return apply_tuning(self, tuning)
+
+    # -- reads: each answered by the part that owns it ---------------------------------
+    def status(self) -> RuntimeStatus:
+        """Everything at once, as frozen snapshots (appliance/observe/status.py)."""
+        return self._reads.status(self.started_at)
+
+    def streams_status(self, sinks: list[SinkStatus] | None = None) -> list[StreamStatus]:
+        """Every stream's status; `sinks`: the sinks' statuses when already read."""
+        return self._reads.streams_status(sinks)
+
+    def stream_status(self, stream_id: str) -> StreamStatus:
+        """One stream's status; UnknownStreamError if no stream has that id."""
+        return self._reads.stream_status(stream_id)
+
+    def has_stream(self, stream_id: str) -> bool:
+        return stream_id in self.streams
+
+    def stream_regions(self, stream_id: str) -> list[Region]:
+        """The lines and zones one stream's workflow counts against (for viewers to draw);
+        UnknownStreamError for an unknown id."""
+        return list(self.streams.find(stream_id).workflow.regions)
+
+    def stream_latency(self, stream_id: str) -> StreamLatency:
+        """One stream's recent per-block latency; UnknownStreamError for an unknown id."""
+        return self._block_latency.report(stream_id)
+
+    def unfinished(self) -> list[str]:
+        """Ids of the streams whose worker still runs (a file not yet at its end)."""
+        return self.streams.unfinished()
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until every stream's worker has ended; False on timeout."""
+        return self.streams.wait_done(timeout)
+
+    def subscribe(self, fn: Subscriber, stream_id: str | None = None) -> Callable[[], None]:
+        """Call `fn(result)` on the worker thread with every result (of `stream_id` only,
+        if given), as the sinks get them; it must be quick. Returns the unsubscribe."""
+        return self.outputs.subscribe(fn, stream_id)
+
+    def models_status(self) -> list[ModelStatus]:
+        return self.pool.describe()
+
+    def sinks_status(self) -> list[SinkStatus]:
+        return self.outputs.statuses()
+
+    def liveness_problem(self) -> str | None:
+        """None while the runtime can work; else why not (GET /health answers 503)."""
+        return self._reads.liveness_problem()
+
+    def sync_metrics(self) -> None:
+        self._reads.sync_metrics()
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition, counters owned by other threads synced first."""
+        return self._reads.metrics_text()
+
+    # -- the regression watch and profiling windows ----------------------------------
+    def regressions(self) -> WatchReport:
+        """The regression watch: the host, active regressions and their history."""
+        return self.watch.report()
+
+    def rebaseline(self, stream_id: str) -> list[str]:
+        """Learn the stream's baselines again from now (after an intended change): the
+        rows that start over. The watch's only change; UnknownStreamError for an unknown
+        id. What runs is not touched."""
+        self.streams.find(stream_id)
+        try:
+            return self.watch.rebaseline(stream_id)
+        except KeyError:  # removed meanwhile
+            raise UnknownStreamError(stream_id) from None
+
+    def profiling_status(self) -> ProfilingStatus:
+        return self.profiler.status()
+
+    def start_profiling(
+        self, duration_s: float, streams: list[str] | None = None, ort_operators: bool = False
+    ) -> WindowStatus:
+        """Start a profiling window now (it runs on its own thread); WindowBusyError if
+        one runs, WindowRequestError for a bad duration or an unknown stream."""
+        return self.profiler.windows.start(duration_s, streams, ort_operators)
+
+    def profiling_window(self, window_id: str) -> WindowStatus:
+        return self.profiler.windows.get(window_id)
+
+    def profiling_trace(self, window_id: str) -> Path:
+        """The finished window's trace file; WindowNotReadyError while it runs."""
+        return self.profiler.windows.trace_path(window_id)
 
     # -- shutdown --------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
@@ -384,14 +435,13 @@ class Runtime(RuntimeReads):
         self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
         self.profiler.windows.stop()
         self.watch.stop(timeout / 4)
-        return stop_all(list(self.streams.values()), max(0.1, deadline - time.monotonic()))
+        return stop_all(self.streams.running(), max(0.1, deadline - time.monotonic()))
 
     def _on_stalled(self, stream: Stream, reason: str) -> None:
         """On the supervise thread: count the stall, restart the stream (the restart is
         what helps: a fresh worker, maybe a fresh source) and abandon its stuck thread."""
         self.metrics.stream_stalls.labels(stream.id).inc()
-        with self._lock:
-            replaced = self.streams.get(stream.id) is not stream
+        replaced = self.streams.get(stream.id) is not stream
         if replaced or self._stopping.is_set():
             return  # removed, restarted over the API, or shutting down: nothing to do
         restart_stalled(stream, self.restart_stream, self.metrics.threads_abandoned)

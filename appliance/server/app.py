@@ -23,7 +23,7 @@ from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
 from appliance.server.routes.tune import TUNE
 from appliance.server.routes.webrtc import WEBRTC
-from appliance.server.webrtc import WebRtcSessions
+from appliance.server.webrtc.sessions import WebRtcSessions
 from appliance.tune.job import TuneJob
 
 __all__ = ["RUNTIME", "build_app"]

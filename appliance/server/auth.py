@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from appliance.config import ConfigError, ServerConfig
+from appliance.config import ConfigError
+from appliance.server.config import ServerConfig
 from appliance.server.errors import Handler, UnauthorizedError
 
 TOKEN_ENV = "APPLIANCE_API_TOKEN"

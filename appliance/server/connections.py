@@ -46,7 +46,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from appliance.sections import LimitsConfig
+from appliance.policy.limits import LimitsConfig
 from appliance.server.errors import CODES
 
 log = logging.getLogger("appliance.server")
@@ -101,6 +101,7 @@ class ConnectionGuard:
         local: bool = False,
         on_hit: Callable[[str], None] | None = None,
     ) -> None:
+        self.limits = limits  # the open files limit is raised for them (raise_open_files_limit)
         self.header_timeout_s = limits.header_timeout_s
         self.keepalive_timeout_s = None if local else limits.keepalive_timeout_s
         self.max_open = limits.max_connections

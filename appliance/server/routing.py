@@ -1,8 +1,11 @@
-"""The shape of the one route table: app.py registers it, openapi.py documents it, so the
-document cannot drift from the routes that answer."""
+"""The shape of the one route table: app.py registers it, openapi.py documents it, and
+the `serve --workers` gateway (appliance/workers/gateway.py) answers it as each route
+declares (`Route.workers`), so neither the document nor the gateway can drift from the
+routes that answer."""
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +18,19 @@ Schema = type | Mapping[str, Any]
 
 JSON = "application/json"
 _PARAM = re.compile(r"{(\w+)}")
+
+
+class Fanout(enum.Enum):
+    """How the gateway of `serve --workers N` answers a route: which worker processes
+    it asks, and how their answers become one (appliance/workers/gateway.py)."""
+
+    OWNER = "owner"  # the worker that runs the stream the path's {id} names
+    PLACE = "place"  # a new stream: the least loaded worker (the one that has the id: 409)
+    HOLDER = "holder"  # each worker in turn until one answers other than 404 (a session)
+    ANY = "any"  # any live worker, in turn: each would answer the same
+    MERGE = "merge"  # every worker, the answers merged (a merge handler per operation)
+    GATEWAY = "gateway"  # the gateway itself, from what it knows (its supervisor's health)
+    PER_PROCESS = "per_process"  # 501: it runs in one process (`appliance tune --config`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +49,8 @@ class Route:
 
     `errors` lists the statuses a route answers beyond those every route of its kind has
     (401 where a token is needed; 400, 413 and 422 with a body; 404 with a path parameter).
+    `workers` says how `serve --workers` answers it: required (keyword only), so a new
+    route cannot go to whichever worker by default.
     """
 
     method: str
@@ -48,6 +66,15 @@ class Route:
     public: bool = False  # always open: the web viewer's page and assets hold no data
     streaming: bool = False  # answers for as long as the client reads (no time limit)
     tag: str = "streams"
+    workers: Fanout = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, Fanout):  # None, a string: named at import
+            raise TypeError(
+                f"route {self.method} {self.path}: workers={self.workers!r} is not a Fanout"
+            )
+        if self.workers is Fanout.OWNER and "id" not in self.parameters:
+            raise TypeError(f"route {self.method} {self.path}: OWNER needs a stream {{id}}")
 
     @property
     def operation_id(self) -> str:

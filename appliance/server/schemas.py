@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus
 
+# POST /v1/profiling's body is the MQTT `profiling` command's arguments: one model, defined
+# in the command catalogue (one validation rule for both), re-exported for the routes.
+from appliance.runtime.commands import ProfilingRequest as ProfilingRequest  # noqa: PLC0414
+
 WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
 
 
@@ -27,17 +31,6 @@ class RunRequest(_Request):
 
 class ValidateRequest(_Request):
     workflow: WorkflowRef
-
-
-class ProfilingRequest(_Request):
-    """One on-demand profiling window: POST /v1/profiling's body, and the arguments of
-    the MQTT `profiling` command (appliance/runtime/commands.py), validated strictly by both."""
-
-    duration_s: float = Field(
-        gt=0, allow_inf_nan=False, description="seconds, at most profiling.max_window_s"
-    )
-    streams: list[str] | None = Field(None, description="stream ids to trace; all by default")
-    ort_operators: bool = Field(False, description="add ONNX Runtime's per-operator events")
 
 
 class WebRtcOffer(_Request):

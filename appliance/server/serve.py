@@ -1,4 +1,5 @@
-"""`appliance serve`: the process lifecycle, top to bottom (uvicorn's server.py shape).
+"""`appliance serve`: one runtime behind its HTTP app, in the process lifecycle that
+`serve --workers` shares (lifecycle.py), top to bottom (uvicorn's server.py shape).
 
 refuse an exposed bind without a token (warn when `--insecure` allows it) → startup
 (runtime, then HTTP) → main loop (periodic stats lines; SIGHUP reloads the config) →
@@ -10,15 +11,11 @@ named in the log), models stopped; the process exits within the drain + EXIT_MAR
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
-
-from aiohttp import web
 
 from appliance.config import ConfigError
 from appliance.errors import ReloadError
@@ -26,10 +23,11 @@ from appliance.models.session import ModelLoadError
 from appliance.observe.status import StreamStatus
 from appliance.runtime.runtime import Runtime
 from appliance.server.app import build_app
-from appliance.server.auth import INSECURE, AuthPolicy
-from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
+from appliance.server.auth import INSECURE
+from appliance.server.connections import ConnectionGuard
+from appliance.server.lifecycle import ACCESS_LOG, Listener, bind_policy, run
 from appliance.server.routes.tune import TUNE
-from appliance.server.shutdown import ExitDeadline, InFlight, in_own_thread
+from appliance.server.shutdown import in_own_thread
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance.server")
@@ -39,14 +37,12 @@ MODELS_GRACE_S = 1.0  # after the drain, for a model's running batch to finish
 # The process exits by drain + this: models (1 s), then Python's own exit. A thread that
 # still holds it then (a request's work, a session.run) is abandoned by ExitDeadline.
 EXIT_MARGIN_S = 2.0
-LINGER_S = 0.5  # after an orderly shutdown, for idle pool threads to end on their own
-CLOSE_GRACE_S = 1.0  # aiohttp's own shutdown_timeout: only idle connections are left
 RELOAD_REFUSED = (ConfigError, WorkflowError, ModelLoadError, ReloadError)
 
 
 class Server:
-    """The runtime behind its HTTP app on one address. Building it applies the auth rule,
-    so a refused bind has started nothing."""
+    """The runtime behind its HTTP app on one address (lifecycle.Process). Building it
+    applies the auth rule, so a refused bind has started nothing."""
 
     def __init__(
         self,
@@ -57,29 +53,20 @@ class Server:
         insecure: bool = False,
         environ: Mapping[str, str] = os.environ,
         unix: Path | None = None,
+        stats_interval_s: float = 5.0,
     ) -> None:
         self.runtime = runtime
         self.host = host
         self.unix = unix  # a Unix socket instead of host:port (a `--workers` worker's)
+        self.stats_interval_s = stats_interval_s
         bind = "localhost" if unix is not None else host  # a private socket: loopback's rule
-        policy = AuthPolicy.for_bind(
-            runtime.config.server, bind, insecure=insecure, environ=environ
+        policy = bind_policy(
+            runtime.config.server, bind, insecure=insecure, environ=environ, log=log
         )
-        if policy.insecure:
-            log.warning(
-                "serving without a token on %s: anyone who can reach this port controls "
-                "the appliance",
-                host,
-            )
         self.app = build_app(runtime, policy, host)  # a worker: the gateway's host
         self.app[INSECURE] = policy.insecure
         self.drain_timeout_s = runtime.config.server.drain_timeout_s
-        self._requests = InFlight()
-        self.app.middlewares.append(self._requests.middleware())
         self._port = port
-        # The drain is InFlight's: by aiohttp's cleanup only idle connections are left.
-        # A `--workers` worker logs no access lines: its gateway logs each request once.
-        access = logging.getLogger("aiohttp.access") if unix is None else None
         # Slow and idle connections are closed, and the open ones capped (connections.py).
         limit_hits = runtime.metrics.limit_hits
         guard = ConnectionGuard(
@@ -87,38 +74,34 @@ class Server:
             local=unix is not None,
             on_hit=lambda limit: limit_hits.labels(limit).inc(),
         )
-        self._runner = GuardedRunner(
-            self.app, guard, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S, access_log=access
-        )
+        # A `--workers` worker logs no access lines: its gateway logs each request once.
+        access = ACCESS_LOG if unix is None else None
+        self._listener = Listener(self.app, guard, access_log=access)
 
     @property
     def port(self) -> int:
         """The bound port (the real one when asked for port 0)."""
-        for address in self._runner.addresses:
-            return int(address[1])
-        return self._port
+        return self._listener.port or self._port
 
     async def startup(self) -> None:
         """Models and streams first (fail fast, nothing served), then the HTTP site."""
         await asyncio.get_running_loop().run_in_executor(None, self.runtime.start)
-        raise_open_files_limit(self.runtime.limits)
-        await self._runner.setup()
-        site: web.BaseSite
+        await self._listener.listen(self.host, self._port, self.unix)
         if self.unix is not None:
-            site, where = web.UnixSite(self._runner, self.unix), f"unix:{self.unix}"
-        else:
-            site, where = web.TCPSite(self._runner, self.host, self._port), None
-        try:
-            await site.start()
-        except OSError as exc:  # port in use, address not ours: the CLI prints it, exit 1
-            where = where or f"{self.host}:{self._port}"
-            raise ConfigError([f"server: cannot listen on {where}: {exc.strerror or exc}"],
-                              "server") from exc  # fmt: skip
-        if where is not None:
-            log.info("serving on %s", where)
+            log.info("serving on %s", f"unix:{self.unix}")
         else:
             url = f"http://{self.host}:{self.port}"
             log.info("serving on %s: watch the streams at %s/, the API at %s/docs", url, url, url)
+
+    async def main_loop(self, stop: asyncio.Event) -> None:
+        """Until `stop`: a line per stream every `stats_interval_s`."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.stats_interval_s)
+            except TimeoutError:
+                self.runtime.sync_metrics()
+                for status in self.runtime.streams_status():
+                    log.info("%s", stream_line(status))
 
     async def shutdown(self) -> bool:
         """No new connections; streams stop at once while the requests in flight get up
@@ -127,7 +110,7 @@ class Server:
         began, drain = time.monotonic(), self.drain_timeout_s
         log.info(
             "shutting down: streams stop now; %s, %.1f s to finish",
-            self._requests.describe(),
+            self._listener.requests.describe(),
             drain,
         )
         # The sinks drain (runtime.SINK_DRAIN_S) as soon as the streams stopped, while
@@ -135,9 +118,9 @@ class Server:
         streams = in_own_thread(
             self._stop_streams_and_sinks, min(SHUTDOWN_GRACE_S, drain), name="stop-streams"
         )
-        await self._stop_accepting()
-        cut = await self._requests.drain(drain)
-        await self._runner.cleanup()
+        await self._listener.stop_accepting()
+        cut = await self._listener.drain(drain)
+        await self._listener.close()
         streams_ok = await streams
         stopped = await in_own_thread(self.runtime.stop, MODELS_GRACE_S, name="stop-runtime")
         cut_note = f", {len(cut)} request(s) cut short" if cut else ""
@@ -150,13 +133,6 @@ class Server:
         tune_ok = self.app[TUNE].stop(grace_s)
         streams_ok = self.runtime.stop_streams(grace_s)
         return self.runtime.stop_outputs() and streams_ok and tune_ok
-
-    async def _stop_accepting(self) -> None:
-        for site in list(self._runner.sites):
-            await site.stop()  # closes the listening socket
-        if self._runner.server is not None:
-            # Keep-alive connections close after the request they carry: no new ones.
-            self._runner.server.pre_shutdown()
 
     async def reload_logged(self, why: str) -> None:
         """A reload that is not a request (SIGHUP): its outcome goes to the log only."""
@@ -187,46 +163,11 @@ async def serve(
     token, unless `insecure`. This is the `appliance serve` process's lifecycle: once
     shutdown begins, an ExitDeadline ends the process by drain + EXIT_MARGIN_S even if a
     thread still holds it; embed `Server` instead."""
-    server = Server(runtime, host, port, insecure=insecure, unix=unix)
-    loop = asyncio.get_running_loop()
-    stop = stop or asyncio.Event()
-    reload_wanted = asyncio.Event()
-    handlers = {signal.SIGINT: stop.set, signal.SIGTERM: stop.set, signal.SIGHUP: reload_wanted.set}
-    for sig, flag in handlers.items():  # handlers only set flags
-        loop.add_signal_handler(sig, flag)
-    try:
-        await server.startup()
-        reloader = asyncio.create_task(_reload_on_flag(server, reload_wanted), name="sighup")
-        try:
-            await _main_loop(runtime, stop, stats_interval_s)
-        finally:
-            reloader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reloader
-    finally:
-        deadline = ExitDeadline(server.drain_timeout_s + EXIT_MARGIN_S)
-        clean = await server.shutdown()
-        for sig in handlers:
-            loop.remove_signal_handler(sig)
-    deadline.shorten(LINGER_S, 0 if clean else 1)
-    return clean
-
-
-async def _reload_on_flag(server: Server, wanted: asyncio.Event) -> None:
-    while True:
-        await wanted.wait()
-        wanted.clear()  # a SIGHUP during the reload asks for one more
-        await server.reload_logged("SIGHUP")
-
-
-async def _main_loop(runtime: Runtime, stop: asyncio.Event, interval_s: float) -> None:
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), interval_s)
-        except TimeoutError:
-            runtime.sync_metrics()
-            for status in runtime.streams_status():
-                log.info("%s", stream_line(status))
+    server = Server(
+        runtime, host, port, insecure=insecure, unix=unix, stats_interval_s=stats_interval_s
+    )
+    deadline_s = server.drain_timeout_s + EXIT_MARGIN_S
+    return await run(server, stop or asyncio.Event(), exit_deadline_s=deadline_s)
 
 
 def stream_line(s: StreamStatus) -> str:

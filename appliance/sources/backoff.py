@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from appliance.config import BackoffConfig
+from appliance.sources.config import BackoffConfig
 
 
 class Backoff:

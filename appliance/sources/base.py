@@ -11,10 +11,9 @@ from collections.abc import Callable, Generator, Iterator
 from enum import StrEnum
 from typing import Literal, Protocol
 
-from appliance.config import URL_KINDS
-
 # Re-exported (PEP 484 "as" form, for mypy strict): sources and callers import it from here.
 from appliance.policy.masking import mask_url as mask_url  # noqa: PLC0414
+from appliance.sources.config import URL_KINDS
 from pipelines.types import Image
 
 SourceKind = Literal["rtsp", "http", "v4l2", "file"]

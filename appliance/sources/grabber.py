@@ -20,7 +20,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.config import SourceConfig
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.sources.backoff import Backoff
 from appliance.sources.base import (
@@ -31,6 +30,7 @@ from appliance.sources.base import (
     mask_url,
     source_kind,
 )
+from appliance.sources.config import SourceConfig
 from appliance.sources.opener import open_source
 from appliance.sources.pacing import Pacer
 from appliance.sources.slot import LatestFrame

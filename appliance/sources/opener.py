@@ -7,9 +7,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.config import SourceConfig
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.sources.base import SourceError, VideoSource, mask_url, source_kind
+from appliance.sources.config import SourceConfig
 from appliance.sources.pyav import open_pyav
 from appliance.sources.rtp import UnsupportedCodecError, open_rtp
 

@@ -16,7 +16,6 @@ from typing import cast
 import av
 import av.container
 
-from appliance.config import SourceConfig
 from appliance.sources.base import (
     DecodingSource,
     FrameGenerator,
@@ -24,6 +23,7 @@ from appliance.sources.base import (
     mask_url,
     source_kind,
 )
+from appliance.sources.config import SourceConfig
 from appliance.sources.http import http_format
 from appliance.sources.problems import ffmpeg_problem, no_answer
 from pipelines.types import Image

@@ -34,8 +34,8 @@ from aiortsp.rtsp.errors import RTSPConnectionError, RTSPResponseError
 from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
-from appliance.config import SourceConfig
 from appliance.sources.base import DecodingSource, FrameGenerator, SourceError, mask_url
+from appliance.sources.config import SourceConfig
 from appliance.sources.depacketize import (
     CODECS,
     Codec,

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from appliance.config import ModelConfig
 from appliance.models.session import LoadedModel, load_model
 from appliance.profiling.ort_profile import (
     is_model_run,
@@ -35,6 +34,7 @@ from appliance.profiling.ort_profile import (
     read_profile,
 )
 from pipelines.models import Dim, ModelInfo, TensorInfo
+from pipelines.spec import ModelSpec
 
 Shape = tuple[int, ...]
 Progress = Callable[[str], None]
@@ -92,7 +92,7 @@ def bench_model(
     # No provider named: the config's default (the fastest whose libraries load here, no
     # warning); one named: asked for, with a warning when it cannot be had.
     asked: dict[str, Any] = {} if provider is None else {"providers": [provider, "cpu"]}
-    spec = ModelConfig.model_validate(
+    spec = ModelSpec.model_validate(
         {"path": path, "session": {"intra_op_threads": threads}, **asked}
     )
     loaded = load_model(path.stem, spec, lambda p: p)

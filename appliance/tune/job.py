@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from appliance.sections import ModelTuning, SourceTuning
+from appliance.models.tuned import ModelTuning
+from appliance.sources.config import SourceTuning
 from appliance.tune.objective import Kind
 from appliance.tune.results import progress_json, result_json
 from appliance.tune.search import Outcome, Progress

@@ -3,7 +3,7 @@ what this machine has (its cores, the providers that really load) and by what th
 workload runs (its models, whether any camera is RTSP).
 
 A knob's key names where it goes in the config's `tuning:` section: `<model>.<setting>`
-for a model (appliance.sections.ModelTuning), `sources.<setting>` for every stream's
+for a model (appliance/models/tuned.py ModelTuning), `sources.<setting>` for every stream's
 source (SourceTuning). Settings are knob key -> value.
 """
 

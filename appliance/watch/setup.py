@@ -14,8 +14,8 @@ from appliance.errors import FileAccessError, LimitError
 from appliance.observe.metrics import Metrics
 from appliance.policy.files import FileKind, FilePolicy
 from appliance.profiling.profiler import Profiler
-from appliance.sections import WatchConfig
 from appliance.watch.baseline import Baseline, BaselineError, BaselineStore, parse
+from appliance.watch.config import WatchConfig
 from appliance.watch.probe import Probe
 from appliance.watch.rows import Rows
 from appliance.watch.watch import Watch, WatchHooks

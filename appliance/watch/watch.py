@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.sections import WatchConfig
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
+from appliance.watch.config import WatchConfig
 from appliance.watch.judge import host_speed, judge
 from appliance.watch.probe import Probe
 from appliance.watch.ranktest import MIN_SAMPLES

@@ -10,14 +10,14 @@ other workers leave commands off (`Outputs(take_commands=False)`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceClientError
 from appliance.config import AppConfig
-from appliance.observe.status import as_json
-from appliance.runtime.commands import profiling_request, stream_id, unknown_command
+from appliance.runtime.commands import Answer, Command, CommandClient, CommandDispatch
 from appliance.server.auth import TOKEN_ENV
 from sinks.mqtt.commands import CommandHandler
 
@@ -34,30 +34,23 @@ def worker_commands(
     return gateway_commands(gateway, token, config.limits.request_timeout_s), True
 
 
-def gateway_commands(url: str, token: str | None, timeout_s: float) -> CommandHandler:
+def gateway_commands(url: str, token: str | None, timeout_s: float) -> CommandDispatch:
     """A command handler that runs each command through the gateway's API at `url`."""
-    client = ApplianceClient(url, token, timeout_s)
-
-    async def handle(name: str, args: dict[str, Any]) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, _forward, client, name, args)
-
-    return handle
+    return forwarding(ApplianceClient(url, token, timeout_s))
 
 
-def _forward(client: ApplianceClient, name: str, args: dict[str, Any]) -> dict[str, Any]:
+def forwarding(client: CommandClient) -> CommandDispatch:
+    """The catalogue's commands, each done by the `client` call its entry names; the
+    arguments are refused here as the gateway would refuse them."""
+    return CommandDispatch(lambda command, args: _forward(client, command, args))
+
+
+def _forward(client: CommandClient, command: Command[Any], args: BaseModel) -> Answer:
     """The command as the gateway ran it, in the answer one process gives; the API's
     refusal as KeyError (404: an unknown stream) or ValueError, which the sender hears."""
     try:
-        if name == "restart":
-            stream = client.restart_stream(stream_id(args))
-            return {"stream": stream.id, "state": stream.state}
-        if name == "profiling":
-            body = profiling_request(args)  # refused here as the gateway would refuse it
-            window = client.start_profiling(body.duration_s, body.streams, body.ort_operators)
-            return as_json(window)  # type: ignore[no-any-return]
+        return command.forward(client, args)
     except ApplianceAPIError as exc:
         raise (KeyError if exc.status == 404 else ValueError)(exc.message) from None
     except ApplianceClientError as exc:  # the gateway did not answer: stopping, or gone
         raise ValueError(f"the appliance's API did not answer: {exc}") from None
-    raise unknown_command(name)

@@ -1,19 +1,21 @@
 """The one API in front of `serve --workers N`: the same routes as a single process
-(routes/), each answered by the worker that runs its stream, by all of them merged, or
-by any one of them.
+(routes/), each answered as the route declares (`Route.workers`, a `Fanout`):
 
-- `/v1/streams/{id}...`: the stream's worker (found by listing the workers, remembered);
-- `/metrics`, `/ready`, `GET /v1/streams|models|sinks`, `POST /v1/config/reload`: every
-  worker, merged (merge.py);
-- `POST /v1/streams`: the least loaded worker, unless the id is taken;
-- `/v1/profiling...`: a window in every worker, one merged trace (windows.py);
-- `GET /v1/regressions`: every worker's watch, merged (merge.py);
-- `DELETE /v1/webrtc/{session_id}`: the worker that holds the session;
-- `/v1/tune`: 501, a tune runs in one process (`appliance tune --config FILE`);
-- the rest (viewer, docs, one-image workflow runs): any live worker, in turn.
+- OWNER, `/v1/streams/{id}...`: the stream's worker (found by listing the workers,
+  remembered);
+- PLACE, `POST /v1/streams`: the least loaded worker, unless the id is taken;
+- HOLDER, `DELETE /v1/webrtc/{session_id}`: the worker that holds the session;
+- ANY (viewer, docs, one-image workflow runs): any live worker, in turn;
+- MERGE: every worker, merged by the route's own handler here (`OWN`, by operation id):
+  `/metrics`, `/ready`, the lists, `POST /v1/config/reload` (merge.py), the profiling
+  windows (windows.py: a window in every worker, one merged trace), `/v1/regressions`;
+- GATEWAY, `/health`: the gateway itself (its supervisor is alive);
+- PER_PROCESS, `/v1/tune`: 501, a tune runs in one process (`appliance tune --config`).
 
-Auth is checked here, by the same policy as a single process's, before anything is
-forwarded; errors leave in the same JSON shape.
+`plan` checks this module against the declarations: a route the gateway cannot answer,
+or a handler here that no route asks for, fails the build, named. Auth is checked here,
+by the same policy as a single process's, before anything is forwarded; errors leave in
+the same JSON shape.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -34,9 +36,10 @@ from appliance.runtime.sharding import weight
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
 from appliance.server.errors import error_middleware
-from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.routes.config import dry_run
 from appliance.server.routes.tune import tune_per_process
+from appliance.server.routing import Fanout, Route
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import (
     merge_lists,
@@ -69,7 +72,7 @@ class Gateway:
         # Stream id -> worker index: the config's rule at first (so a worker that is
         # still starting owns its streams: 503, not 404), then what the workers list.
         self.owners: dict[str, int] = dict(owners or {})
-        self.windows = WindowFanOut(clients, self)
+        self.windows = WindowFanOut(clients, self.listed_owners)
         # Limit -> connections the gateway's own listener closed (server/connections.py).
         self.connection_hits: Mapping[str, int] = {} if connection_hits is None else connection_hits
         self._turn = itertools.count()
@@ -92,6 +95,11 @@ class Gateway:
         owners.update({k: v for k, v in self.owners.items() if v in missing})
         self.owners = owners
         return answers
+
+    async def listed_owners(self) -> dict[str, int]:
+        """Stream id -> worker index, as the workers list their streams now."""
+        await self.refresh_owners()
+        return self.owners
 
     async def owner(self, stream_id: str, refresh: bool = False) -> int:
         if refresh or stream_id not in self.owners:
@@ -174,6 +182,12 @@ def merged_list(key: str, path: str) -> Handler:
     return handler
 
 
+def placed(route: Route) -> Handler:
+    """PLACE: a new stream, on the least loaded worker (`Gateway.placement`); one rule
+    for every such route, never a streaming answer."""
+    return add_stream
+
+
 async def add_stream(request: web.Request) -> web.StreamResponse:
     gw = gateway_of(request)
     body = await request.read()
@@ -192,27 +206,57 @@ async def add_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def by_stream(request: web.Request) -> web.StreamResponse:
-    """The stream's worker; once more after a fresh look if that worker no longer has it
-    (moved by a reload, or the worker restarted)."""
-    gw = gateway_of(request)
-    stream_id = request.match_info["id"]
-    streaming = request.match_info.route.resource.canonical in STREAMING  # type: ignore[union-attr]
-    body = await request.read()
-    index = await gw.owner(stream_id)
-    response = await gw.clients.forward(index, request, streaming=streaming, body=body)
-    if response.status == 404 and (await gw.owner(stream_id, refresh=True)) != index:
-        response = await gw.clients.forward(gw.owners[stream_id], request, streaming=streaming,
-                                            body=body)  # fmt: skip
-    if request.method == "DELETE" and response.status == 200:
-        gw.owners.pop(stream_id, None)
-    return response
+def by_stream(route: Route) -> Handler:
+    """OWNER: the stream's worker; once more after a fresh look if that worker no longer
+    has it (moved by a reload, or the worker restarted)."""
+    streaming = route.streaming
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw = gateway_of(request)
+        stream_id = request.match_info["id"]
+        body = await request.read()
+        index = await gw.owner(stream_id)
+        response = await gw.clients.forward(index, request, streaming=streaming, body=body)
+        if response.status == 404 and (await gw.owner(stream_id, refresh=True)) != index:
+            index = gw.owners[stream_id]
+            response = await gw.clients.forward(index, request, streaming=streaming, body=body)
+        if request.method == "DELETE" and response.status == 200:
+            gw.owners.pop(stream_id, None)
+        return response
+
+    return handler
 
 
-async def any_worker(request: web.Request) -> web.StreamResponse:
-    gw = gateway_of(request)
-    streaming = request.match_info.route.resource.canonical in STREAMING  # type: ignore[union-attr]
-    return await gw.clients.forward(gw.any_worker(), request, streaming=streaming)
+def by_holder(route: Route) -> Handler:
+    """HOLDER: what the path names lives in one worker; the others answer 404."""
+    streaming = route.streaming
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw = gateway_of(request)
+        response: web.StreamResponse | None = None
+        for index in range(gw.clients.count):
+            try:
+                response = await gw.clients.forward(index, request, streaming=streaming)
+            except WorkerUnavailableError:
+                continue
+            if response.status != 404:
+                return response
+        if response is None:
+            raise WorkerUnavailableError(0, "no worker answers")
+        return response
+
+    return handler
+
+
+def any_worker(route: Route) -> Handler:
+    """ANY: the next live worker, in turn."""
+    streaming = route.streaming
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw = gateway_of(request)
+        return await gw.clients.forward(gw.any_worker(), request, streaming=streaming)
+
+    return handler
 
 
 async def reload(request: web.Request) -> web.Response:
@@ -238,22 +282,6 @@ async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
     return 200, merge_reloads([body for _, body in answers.values()])
 
 
-async def close_webrtc(request: web.Request) -> web.StreamResponse:
-    """The session lives in one worker; the others answer 404."""
-    gw = gateway_of(request)
-    response: web.StreamResponse | None = None
-    for index in range(gw.clients.count):
-        try:
-            response = await gw.clients.forward(index, request, streaming=False)
-        except WorkerUnavailableError:
-            continue
-        if response.status != 404:
-            return response
-    if response is None:
-        raise WorkerUnavailableError(0, "no worker answers")
-    return response
-
-
 async def start_window(request: web.Request) -> web.Response:
     status, body, headers = await gateway_of(request).windows.start(await request.read())
     return web.json_response(body, status=status, headers=headers)
@@ -273,33 +301,62 @@ async def regressions(request: web.Request) -> web.Response:
     return web.json_response(merge_regressions({i: b for i, (s, b) in answers.items() if s == 200}))
 
 
-SPECIAL: dict[tuple[str, str], Handler] = {
-    ("GET", "/health"): health,
-    ("GET", "/ready"): ready,
-    ("GET", "/metrics"): metrics,
-    ("GET", "/v1/streams"): merged_list("streams", "/v1/streams"),
-    ("POST", "/v1/streams"): add_stream,
-    ("GET", "/v1/models"): merged_list("models", "/v1/models"),
-    ("GET", "/v1/sinks"): merged_list("sinks", "/v1/sinks"),
-    ("POST", "/v1/config/reload"): reload,
-    ("POST", "/v1/profiling"): start_window,
-    ("GET", "/v1/profiling/{id}"): get_window,
-    ("GET", "/v1/profiling/{id}/trace"): get_window_trace,
-    ("GET", "/v1/regressions"): regressions,
-    ("DELETE", "/v1/webrtc/{session_id}"): close_webrtc,
+# The routes the gateway answers itself (MERGE, GATEWAY, PER_PROCESS), by operation id
+# (the route handler's name, OpenAPI's operationId): each merge has its own rule.
+OWN: dict[str, Handler] = {
+    "health": health,
+    "ready": ready,
+    "metrics": metrics,
+    "list_streams": merged_list("streams", "/v1/streams"),
+    "list_models": merged_list("models", "/v1/models"),
+    "list_sinks": merged_list("sinks", "/v1/sinks"),
+    "reload": reload,
+    "start_profiling": start_window,
+    "get_profiling": get_window,
+    "get_profiling_trace": get_window_trace,
+    "get_regressions": regressions,
     # A tune measures one process's streams: not N of them at once (501).
-    ("POST", "/v1/tune"): tune_per_process,
-    ("GET", "/v1/tune"): tune_per_process,
-    ("DELETE", "/v1/tune"): tune_per_process,
+    "start_tune": tune_per_process,
+    "get_tune": tune_per_process,
+    "cancel_tune": tune_per_process,
+}
+# The routes forwarded as they came: one rule per kind, made for each route.
+FORWARD: dict[Fanout, Callable[[Route], Handler]] = {
+    Fanout.OWNER: by_stream,
+    Fanout.PLACE: placed,
+    Fanout.HOLDER: by_holder,
+    Fanout.ANY: any_worker,
 }
 
 
-def handler_for(method: str, path: str) -> Handler:
-    """How the gateway answers one route of the single-process table."""
-    special = SPECIAL.get((method, path))
-    if special is not None:
-        return special
-    return by_stream if path.startswith("/v1/streams/{id}") else any_worker
+class GatewayPlanError(LookupError):
+    """The gateway's handlers and the routes' declarations disagree: a programming
+    error, found when the gateway is built (and by tests/server/test_route_fanout.py)."""
+
+
+def plan(routes: Iterable[Route] = ROUTES) -> list[tuple[Route, Handler]]:
+    """Each route with the gateway's handler for it, as it declares (`Route.workers`).
+    GatewayPlanError naming every route the gateway cannot answer and every handler in
+    OWN that no route asks for."""
+    planned: list[tuple[Route, Handler]] = []
+    problems: list[str] = []
+    used: set[str] = set()
+    for route in routes:
+        forward = FORWARD.get(route.workers)
+        if forward is not None:
+            planned.append((route, forward(route)))
+        elif route.operation_id in OWN:
+            used.add(route.operation_id)
+            planned.append((route, OWN[route.operation_id]))
+        else:
+            problems.append(
+                f"{route.method} {route.path} is declared {route.workers.name} but the "
+                f"gateway has no handler for it: add {route.operation_id!r} to OWN ({__name__})"
+            )
+    problems += [f"OWN[{op!r}]: no route declared to be answered here" for op in set(OWN) - used]
+    if problems:
+        raise GatewayPlanError("\n".join(sorted(problems)))
+    return planned
 
 
 def build_gateway(gateway: Gateway, max_body: int) -> web.Application:
@@ -310,7 +367,6 @@ def build_gateway(gateway: Gateway, max_body: int) -> web.Application:
         client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
     )
     app[GATEWAY] = gateway
-    for route in ROUTES:
-        handler = handler_for(route.method, route.path)
+    for route, handler in plan():
         app.router.add_route(route.method, route.path, handler, name=route.operation_id)
     return app

@@ -4,9 +4,10 @@
 One Python process runs out of GIL long before a many-core machine runs out of decode
 and inference: N processes, each running its share of the streams by the `--shard`
 rule (appliance/runtime/sharding.py; inside this replica's shard when there is one), give each
-its own interpreter. The gateway refuses an exposed bind without a token (the same rule
-as a single process), starts the workers, serves the one API and watches the workers'
-liveness: one that stops answering /health is killed and started again. SIGHUP reloads
+its own interpreter. The gateway runs the same process lifecycle as a single process
+(appliance/server/lifecycle.py: the bind rule, listening, signals, the drain); its own
+are the workers: it starts them once it listens, serves the one API and watches their
+liveness (one that stops answering /health is killed and started again). SIGHUP reloads
 every worker; SIGINT or SIGTERM stop the gateway taking requests and every worker
 draining, within `server.drain_timeout_s` + a margin.
 """
@@ -19,21 +20,18 @@ import functools
 import logging
 import os
 import shutil
-import signal
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
-from appliance.config import AppConfig, ConfigError
+from appliance.config import AppConfig
 from appliance.runtime.sharding import Shard, assign
 from appliance.server.auth import AuthPolicy
-from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
-from appliance.server.serve import CLOSE_GRACE_S, EXIT_MARGIN_S
-from appliance.server.shutdown import InFlight, in_own_thread
+from appliance.server.connections import ConnectionGuard
+from appliance.server.lifecycle import Listener, bind_policy, run
+from appliance.server.serve import EXIT_MARGIN_S
+from appliance.server.shutdown import in_own_thread
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway, reload_all
 from appliance.workers.procs import WorkerSet
@@ -79,101 +77,115 @@ async def serve_workers(
     """Run until `stop` is set or a signal arrives: the process's exit status (0 clean,
     1 a worker could not start or did not stop cleanly). ConfigError before anything
     starts for an exposed bind without a token."""
-    policy = AuthPolicy.for_bind(config.server, host, insecure=insecure, environ=os.environ)
-    if policy.insecure:
-        log.warning("serving without a token on %s: anyone who can reach this port "
-                    "controls the appliance", host)  # fmt: skip
-    socket_dir = Path(tempfile.mkdtemp(prefix="appliance-"))  # 0700: only we connect
-    bound: list[str] = []  # the gateway's URL once it listens (the port may be 0 till then)
-
-    def command(i: int) -> list[str]:
-        argv = options.command(i, socket_dir / f"w{i}.sock", shard, bound[0] if bound else None)
-        return [*argv, "--host", host]  # where viewers reach it: its WebRTC host candidate
-
-    workers = WorkerSet(command, options.count, socket_dir)
-    clients = WorkerClients(workers, policy.token, config.limits.request_timeout_s)
-    ids = [s.id for s in (config if shard is None else shard.apply(config)).streams]
-    owners = assign(ids, options.count)  # the rule each worker applies to itself
-    # The public listener: slow and idle connections closed, the open ones capped, as a
-    # single process's (the workers' Unix sockets behind it need no per-client cap).
-    guard = ConnectionGuard(config.limits)
-    gateway = Gateway(
-        clients, policy, None if shard is None else str(shard), owners, connection_hits=guard.hits
-    )
-    app = build_gateway(gateway, config.server.max_body_bytes)
-    requests = InFlight()
-    app.middlewares.append(requests.middleware())
-    runner = GuardedRunner(app, guard, handle_signals=False, shutdown_timeout=CLOSE_GRACE_S)
-    loop, stop = asyncio.get_running_loop(), stop or asyncio.Event()
-    workers.on_fatal = functools.partial(loop.call_soon_threadsafe, stop.set)
-    hangup: Callable[[], None] = functools.partial(_on_hangup, gateway, set())
-    handlers: dict[int, Callable[[], object]] = {
-        signal.SIGINT: stop.set, signal.SIGTERM: stop.set, signal.SIGHUP: hangup,
-    }  # fmt: skip
-    for sig, handler in handlers.items():
-        loop.add_signal_handler(sig, handler)
-    await clients.open()
-    watchdog: asyncio.Task[None] | None = None
-    try:
-        raise_open_files_limit(config.limits)  # for the gateway's connections (workers: theirs)
-        # First: a port in use starts no worker.
-        port = await _listen(runner, host, port)
-        bound.append(gateway_url(host, port))
-        workers.start()
-        url = f"http://{host}:{port}"
-        log.info("serving on %s with %d workers: watch the streams at %s/, the API at %s/docs",
-                 url, options.count, url, url)  # fmt: skip
-        watchdog = asyncio.create_task(_watch(clients), name="worker-watchdog")
-        await stop.wait()
-    finally:
-        clean = await _shutdown(runner, requests, workers, config.server.drain_timeout_s)
-        if watchdog is not None:
-            watchdog.cancel()
-        await clients.close()
-        for sig in handlers:
-            loop.remove_signal_handler(sig)
-        shutil.rmtree(socket_dir, ignore_errors=True)
-    if workers.fatal is not None:
-        return 1
+    policy = bind_policy(config.server, host, insecure=insecure, environ=os.environ, log=log)
+    stop = stop or asyncio.Event()
+    clean = await run(Supervisor(config, options, policy, host, port, shard, stop), stop)
     return 0 if clean else 1
 
 
-def _on_hangup(gateway: Gateway, running: set[asyncio.Task[None]]) -> None:
-    """SIGHUP: the two-phase reload of every worker, as `POST /v1/config/reload`."""
-    task = asyncio.get_running_loop().create_task(_hangup(gateway), name="reload")
-    running.add(task)  # a reference until it ends: the loop keeps only a weak one
-    task.add_done_callback(running.discard)
+class Supervisor:
+    """The gateway's process (lifecycle.Process): the workers, their clients, the
+    watchdog and the one public listener."""
 
+    def __init__(
+        self,
+        config: AppConfig,
+        options: WorkerOptions,
+        policy: AuthPolicy,
+        host: str,
+        port: int,
+        shard: Shard | None,
+        stop: asyncio.Event,
+    ) -> None:
+        self.host, self.port = host, port
+        self.drain_s = config.server.drain_timeout_s
+        self.count = options.count
+        self._stop = stop
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="appliance-"))  # 0700: only we connect
+        self._bound: str | None = None  # the gateway's URL once it listens (port 0 till then)
 
-async def _hangup(gateway: Gateway) -> None:
-    """Its outcome goes to the log only, in the words of one process's SIGHUP."""
-    try:
-        status, body = await reload_all(gateway)
-    except WorkerUnavailableError as exc:
-        log.error("config reload (SIGHUP) refused, nothing changed: %s", exc.message)
-        return
-    except Exception:  # a reload must never take the gateway down
-        log.exception("config reload (SIGHUP) failed")
-        return
-    if status == 200:
-        log.info("config reloaded (SIGHUP): %s", body)
-        return
-    error = body.get("error", {}) if isinstance(body, dict) else {}
-    details = "\n  ".join(["", *error.get("details", [])])
-    log.error("config reload (SIGHUP) refused, nothing changed: %s%s",
-              error.get("message", body), details)  # fmt: skip
+        def command(i: int) -> list[str]:
+            socket = self._socket_dir / f"w{i}.sock"
+            argv = options.command(i, socket, shard, self._bound)
+            return [*argv, "--host", host]  # where viewers reach it: its WebRTC host candidate
 
+        self.workers = WorkerSet(command, options.count, self._socket_dir)
+        self.clients = WorkerClients(self.workers, policy.token, config.limits.request_timeout_s)
+        ids = [s.id for s in (config if shard is None else shard.apply(config)).streams]
+        owners = assign(ids, options.count)  # the rule each worker applies to itself
+        # The public listener: slow and idle connections closed, the open ones capped, as
+        # a single process's (the workers' Unix sockets behind it need no per-client cap).
+        guard = ConnectionGuard(config.limits)
+        shard_name = None if shard is None else str(shard)
+        self.gateway = Gateway(self.clients, policy, shard_name, owners, connection_hits=guard.hits)
+        app = build_gateway(self.gateway, config.server.max_body_bytes)
+        self._listener = Listener(app, guard)
+        self._watchdog: asyncio.Task[None] | None = None
 
-async def _listen(runner: web.AppRunner, host: str, port: int) -> int:
-    """Listen on host:port; the port bound (`port` 0 picks one)."""
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError as exc:  # port in use, address not ours: the CLI prints it, exit 1
-        raise ConfigError([f"server: cannot listen on {host}:{port}: {exc.strerror or exc}"],
-                          "server") from exc  # fmt: skip
-    return int(runner.addresses[0][1])
+    async def startup(self) -> None:
+        """Listen first (a port in use starts no worker), then the workers."""
+        await self.clients.open()
+        await self._listener.listen(self.host, self.port)
+        port = self._listener.port
+        self._bound = gateway_url(self.host, port)
+        self.workers.on_fatal = functools.partial(
+            asyncio.get_running_loop().call_soon_threadsafe, self._stop.set
+        )
+        self.workers.start()
+        url = f"http://{self.host}:{port}"
+        log.info(
+            "serving on %s with %d workers: watch the streams at %s/, the API at %s/docs",
+            url,
+            self.count,
+            url,
+            url,
+        )
+        self._watchdog = asyncio.create_task(_watch(self.clients), name="worker-watchdog")
+
+    async def main_loop(self, stop: asyncio.Event) -> None:
+        """The workers' monitor and the watchdog do the work: wait."""
+        await stop.wait()
+
+    async def shutdown(self) -> bool:
+        """No new connections; every worker drains its own requests (SIGTERM) while ours,
+        forwarded to them, finish; then the gateway closes. True when every worker
+        started and stopped cleanly."""
+        listener = self._listener
+        count = len(self.workers.workers)
+        log.info("shutting down %d workers: %s", count, listener.requests.describe())
+        await listener.stop_accepting()
+        stopped = in_own_thread(
+            self.workers.stop, self.drain_s + EXIT_MARGIN_S, name="stop-workers"
+        )
+        await listener.drain(self.drain_s)
+        clean = await stopped
+        await listener.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        await self.clients.close()
+        shutil.rmtree(self._socket_dir, ignore_errors=True)
+        return clean and self.workers.fatal is None
+
+    async def reload_logged(self, why: str) -> None:
+        """The two-phase reload of every worker, as `POST /v1/config/reload`; its outcome
+        goes to the log only, in the words of one process's."""
+        try:
+            status, body = await reload_all(self.gateway)
+        except WorkerUnavailableError as exc:
+            log.error("config reload (%s) refused, nothing changed: %s", why, exc.message)
+            return
+        except Exception:  # a reload must never take the gateway down
+            log.exception("config reload (%s) failed", why)
+            return
+        if status == 200:
+            log.info("config reloaded (%s): %s", why, body)
+            return
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        details = "\n  ".join(["", *error.get("details", [])])
+        message = error.get("message", body)
+        log.error("config reload (%s) refused, nothing changed: %s%s", why, message, details)
 
 
 def gateway_url(host: str, port: int) -> str:
@@ -184,23 +196,6 @@ def gateway_url(host: str, port: int) -> str:
     elif host == "::":
         host = "::1"
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-async def _shutdown(
-    runner: web.AppRunner, requests: InFlight, workers: WorkerSet, drain_s: float
-) -> bool:
-    """No new connections; every worker drains its own requests (SIGTERM) while ours,
-    forwarded to them, finish; then the gateway closes."""
-    log.info("shutting down %d workers: %s", len(workers.workers), requests.describe())
-    for site in list(runner.sites):
-        await site.stop()
-    if runner.server is not None:
-        runner.server.pre_shutdown()
-    stopped = in_own_thread(workers.stop, drain_s + EXIT_MARGIN_S, name="stop-workers")
-    await requests.drain(drain_s)
-    clean = await stopped
-    await runner.cleanup()
-    return clean
 
 
 async def _watch(clients: WorkerClients) -> None:

@@ -6,6 +6,9 @@ A worker that restarts during a window loses its part: the window then ends `fai
 saying which worker. Workers refuse or accept each on their own; when one refuses (a
 window of its own still running), the answer is that refusal, and the windows the
 others started run out unused.
+
+Who runs which stream is the gateway's to know: it hands in `owners`, a coroutine that
+lists them afresh, so this module needs nothing of the gateway's.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import asyncio
 import json
 import uuid
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from appliance.errors import UnknownWindowError, WindowNotReadyError, WindowRequestError
 from appliance.profiling.windows import KEEP_WINDOWS
@@ -23,14 +27,16 @@ from appliance.server.schemas import ProfilingRequest
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.merge import merge_traces
 
-if TYPE_CHECKING:
-    from appliance.workers.gateway import Gateway
+# () -> stream id -> the index of the worker that runs it, as the workers list them now.
+Owners = Callable[[], Awaitable[Mapping[str, int]]]
 
 
 class WindowFanOut:
-    def __init__(self, clients: WorkerClients, gateway: Gateway) -> None:
+    """The gateway's profiling windows: each one a window in every worker it needs."""
+
+    def __init__(self, clients: WorkerClients, owners: Owners) -> None:
         self._clients = clients
-        self._gateway = gateway
+        self._owners = owners
         # gateway window id -> (its request, worker index -> that worker's window id)
         self._windows: OrderedDict[str, tuple[ProfilingRequest, dict[int, str]]] = OrderedDict()
 
@@ -58,8 +64,7 @@ class WindowFanOut:
         """Worker index -> the streams it traces (None: all of its own)."""
         if request.streams is None:
             return dict.fromkeys(range(self._clients.count))
-        await self._gateway.refresh_owners()
-        owners = self._gateway.owners
+        owners = await self._owners()
         unknown = sorted(set(request.streams) - set(owners))
         if unknown:
             raise WindowRequestError(f"streams: unknown stream(s) {unknown}")

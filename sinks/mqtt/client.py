@@ -21,8 +21,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from sinks.base import SinkState
 from sinks.mqtt.auth import command_auth, signature_of
-from sinks.mqtt.commands import Request, parse
+from sinks.mqtt.commands import CommandTopics, Request, parse
 from sinks.mqtt.config import MqttConfig
 
 log = logging.getLogger("sinks.mqtt")
@@ -31,16 +32,13 @@ PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
 IN_FLIGHT = 32  # unacknowledged publishes at once: paho's queue, a reconnect's duplicates
 AUTH_REASONS = frozenset({"Not authorized", "Bad user name or password"})  # CONNACK reasons
 
-STARTING, CONNECTED, RECONNECTING = "starting", "connected", "reconnecting"
-AUTH_FAILED, TLS_FAILED, REFUSED, STOPPED = "auth_failed", "tls_failed", "refused", "stopped"
-
 
 class LinkEvents(Protocol):
     """What the link reports, called on the event loop."""
 
     def link_up(self) -> None: ...
 
-    def link_down(self, state: str, error: str, lost: bool) -> None:
+    def link_down(self, state: SinkState, error: str, lost: bool) -> None:
         """`lost`: an established connection went down (else an attempt failed)."""
 
     def acked(self, mid: int) -> None:
@@ -80,9 +78,15 @@ class Link:
     """One paho client, its Last Will, and its callbacks handed to the loop."""
 
     def __init__(
-        self, name: str, cfg: MqttConfig, events: LinkEvents, loop: asyncio.AbstractEventLoop
+        self,
+        name: str,
+        cfg: MqttConfig,
+        events: LinkEvents,
+        loop: asyncio.AbstractEventLoop,
+        topics: CommandTopics,
     ) -> None:
         self.name, self.cfg, self._events, self._loop = name, cfg, events, loop
+        self._topics = topics  # the commands requests may name (the sink's handler's)
         self._prefix = cfg.topic_prefix
         self._auth = command_auth(name, cfg.commands)  # used on paho's thread only
         self.attempts = 0  # connection attempts, each one counted by paho's thread
@@ -120,7 +124,7 @@ class Link:
     ) -> None:
         if reason.is_failure:
             name = reason.getName()
-            state = AUTH_FAILED if name in AUTH_REASONS else REFUSED
+            state = SinkState.AUTH_FAILED if name in AUTH_REASONS else SinkState.REFUSED
             error = f"broker refused the connection: {name}"
             self._post(self._events.link_down, state, error, False)
             return
@@ -147,16 +151,17 @@ class Link:
         # paho calls this inside its `except OSError:` block: the exception is current.
         exc = sys.exception()
         if isinstance(exc, ssl.SSLError | ssl.CertificateError):
-            self._post(self._events.link_down, TLS_FAILED, f"TLS: {exc}", False)
+            self._post(self._events.link_down, SinkState.TLS_FAILED, f"TLS: {exc}", False)
         else:
             where = f"{self.cfg.host}:{self.cfg.port}"
-            self._post(self._events.link_down, RECONNECTING, f"cannot reach {where}: {exc}", False)
+            error = f"cannot reach {where}: {exc}"
+            self._post(self._events.link_down, SinkState.RECONNECTING, error, False)
 
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, props: Any
     ) -> None:
         error = f"connection lost: {reason.getName()}"
-        self._post(self._events.link_down, RECONNECTING, error, True)
+        self._post(self._events.link_down, SinkState.RECONNECTING, error, True)
 
     def _on_publish(
         self, client: mqtt.Client, userdata: Any, mid: int, reason: ReasonCode, props: Any
@@ -172,6 +177,7 @@ class Link:
             getattr(props, "ResponseTopic", None),
             getattr(props, "CorrelationData", None),
             prefix=self._prefix,
+            topics=self._topics,
         )
         if request is not None and request.error is None and self._auth is not None:
             header = signature_of(getattr(props, "UserProperty", None))

@@ -1,5 +1,10 @@
 """Commands over MQTT: `<prefix>/cmd/...` requests, checked here, run by the runtime.
 
+Which topics name which command is the handler's to say (`CommandHandler.topics`: the
+appliance's command catalogue, appliance/runtime/commands.py), as data: a pattern's
+`{name}` levels become arguments, and nothing here knows one command from another.
+With the appliance's catalogue:
+
     <prefix>/cmd/profiling            {"duration_s": 10, "id": "r1"} → on_command("profiling", …)
     <prefix>/cmd/streams/<id>/restart  {} or empty → on_command("restart", {"stream": id})
 
@@ -22,13 +27,27 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-CommandHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+from typing import Any, NamedTuple, Protocol
 
 log = logging.getLogger("sinks.mqtt")
+
+# Runs one command by name with its arguments; its answer's `result`.
+RunCommand = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class CommandHandler(Protocol):
+    """What a sink that takes commands is given: the commands it may route, and how to
+    run one. Called on the sink's event loop."""
+
+    @property
+    def topics(self) -> Mapping[str, str]:
+        """Topic pattern below the prefix (`cmd/streams/{stream}/restart`) -> command name."""
+
+    async def __call__(self, name: str, args: dict[str, Any], /) -> dict[str, Any]:
+        """Run command `name`; KeyError / ValueError are answered to the sender."""
+
 
 REPLY = "cmd/reply"  # under the prefix; our own answers, never read as requests
 RESPONSE = "cmd/response"  # under the prefix: the only place MQTT 5 response topics may name
@@ -43,7 +62,7 @@ MAX_RESPONSE_CHARS = 256  # a response topic's levels below <prefix>/cmd/respons
 class Request:
     """One command request, checked: `error` set means refuse without running it."""
 
-    command: str  # "profiling", "restart", or the unknown topic's rest
+    command: str  # the command's name, or the unknown topic's rest
     args: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     reply_topic: str | None = None  # MQTT 5 response topic, when the request gave one
@@ -60,11 +79,12 @@ def parse(
     correlation: bytes | None = None,
     *,
     prefix: str,
+    topics: CommandTopics,
 ) -> Request | None:
     """The request on topic `<prefix>/<rest>`; None for our own answers' topics."""
-    if any(rest == ours or rest.startswith(ours + "/") for ours in (REPLY, RESPONSE)):
+    if _is_ours(rest):
         return None
-    command, args = _route(rest)
+    command, args = topics.route(rest)
     body: dict[str, Any] = {}
     error: str | None = None
     if len(payload) > max_bytes:
@@ -72,7 +92,7 @@ def parse(
     else:
         body, error = _body(payload)
     if error is None and command is None:
-        error = f"unknown command topic {rest!r} (known: cmd/profiling, cmd/streams/<id>/restart)"
+        error = f"unknown command topic {rest!r} (known: {topics.known})"
     request_id, id_error = _request_id(body)
     topic_error = _response_topic_refusal(reply_topic, prefix)
     too_long = correlation is not None and len(correlation) > MAX_CORRELATION_BYTES
@@ -126,13 +146,74 @@ def _response_topic_refusal(topic: str | None, prefix: str) -> str | None:
     )
 
 
-def _route(rest: str) -> tuple[str | None, dict[str, Any]]:
-    levels = rest.split("/")
-    if levels == ["cmd", "profiling"]:
-        return "profiling", {}
-    if len(levels) == 4 and levels[:2] == ["cmd", "streams"] and levels[3] == "restart":
-        return "restart", {"stream": levels[2]}
-    return None, {}
+def _is_ours(rest: str) -> bool:
+    """Our own answers' topics (cmd/reply, cmd/response/...): never requests."""
+    return any(rest == ours or rest.startswith(ours + "/") for ours in (REPLY, RESPONSE))
+
+
+class Level(NamedTuple):
+    """One level of a topic pattern: a literal, or a `{name}` parameter."""
+
+    text: str  # the literal, or the parameter's name
+    param: bool
+
+    def __str__(self) -> str:
+        return f"<{self.text}>" if self.param else self.text  # as a refusal lists it
+
+
+class CommandTopics:
+    """Topic patterns -> command names, compiled once: `cmd/streams/{stream}/restart`
+    matches `cmd/streams/door/restart` as ("restart", {"stream": "door"}). A `{name}`
+    level matches any one level; the first pattern that matches wins."""
+
+    def __init__(self, patterns: Mapping[str, str]) -> None:
+        self._patterns = [(_levels(p), name) for p, name in patterns.items()]
+        shown = sorted("/".join(map(str, levels)) for levels, _ in self._patterns)
+        self.known = ", ".join(shown) or "none"  # `cmd/streams/<stream>/restart`, ...
+
+    def route(self, rest: str) -> tuple[str | None, dict[str, Any]]:
+        """(command name, the topic's path arguments), or (None, {}) for no command."""
+        levels = rest.split("/")
+        for pattern, name in self._patterns:
+            args = _match(pattern, levels)
+            if args is not None:
+                return name, args
+        return None, {}
+
+
+def _levels(pattern: str) -> tuple[Level, ...]:
+    """A pattern's levels; ValueError for one that could never be a request's topic."""
+    if not pattern.startswith("cmd/") or _is_ours(pattern) or any(c in pattern for c in "+#"):
+        raise ValueError(f"command topic {pattern!r}: not a topic under cmd/ that requests use")
+    levels = tuple(
+        Level(level[1:-1], True) if level[:1] + level[-1:] == "{}" else Level(level, False)
+        for level in pattern.split("/")
+    )
+    names = [level.text for level in levels if level.param]
+    if any(not n.isidentifier() or n in NAMING for n in names) or len(set(names)) < len(names):
+        raise ValueError(f"command topic {pattern!r}: parameters are distinct argument names")
+    return levels
+
+
+def _match(pattern: tuple[Level, ...], levels: list[str]) -> dict[str, Any] | None:
+    """The path arguments when `levels` match `pattern`, else None."""
+    if len(pattern) != len(levels):
+        return None
+    args: dict[str, Any] = {}
+    for expected, level in zip(pattern, levels, strict=True):
+        if expected.param:
+            args[expected.text] = level
+        elif level != expected.text:
+            return None
+    return args
+
+
+NO_TOPICS = CommandTopics({})
+
+
+def topics_of(handler: CommandHandler | None) -> CommandTopics:
+    """The commands `handler` takes, compiled (none without a handler)."""
+    return NO_TOPICS if handler is None else CommandTopics(handler.topics)
 
 
 def _body(payload: bytes) -> tuple[dict[str, Any], str | None]:
@@ -163,7 +244,7 @@ def _finite(text: str) -> float:
     return value
 
 
-async def answer(request: Request, handler: CommandHandler | None) -> dict[str, Any]:
+async def answer(request: Request, handler: RunCommand | None) -> dict[str, Any]:
     """Run the request through `handler`; the answer document."""
     reply: dict[str, Any] = {"command": request.command}
     if request.request_id is not None:

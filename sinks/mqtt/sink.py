@@ -11,8 +11,9 @@
 
 Threads: workers `offer` onto the OutboxQueue; paho's own network thread connects,
 reconnects with backoff and reports to the event loop (mqtt_client.Link); one loop task
-publishes. States: starting, connected, reconnecting, auth_failed, tls_failed, refused
-(another CONNACK refusal), stopped; each change is logged once, not every retry.
+publishes. States (sinks.base.SinkState): starting, connected, reconnecting, auth_failed,
+tls_failed, refused (another CONNACK refusal), stopped; each change is logged once, not
+every retry.
 
 Delivery: the task takes a message from the queue only while connected and while fewer
 than IN_FLIGHT are unacknowledged, so paho's own (unbounded) queue never holds more than
@@ -42,12 +43,13 @@ from typing import Any
 from paho.mqtt.enums import MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from pydantic import BaseModel
 
 from pipelines.types import FrameResult, iso_utc
-from sinks.base import OutboxQueue, SinkStatus
+from sinks.base import OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
-from sinks.mqtt.client import CONNECTED, IN_FLIGHT, STARTING, STOPPED, Link
-from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer
+from sinks.mqtt.client import IN_FLIGHT, Link
+from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer, topics_of
 from sinks.mqtt.config import MqttConfig
 from sinks.mqtt.events import EventDetector, event_message
 
@@ -72,7 +74,8 @@ class Outgoing:
 
 
 class MqttSink:
-    """sinks.base.Sink for an MQTT broker; see the module docstring for its semantics."""
+    """sinks.base.Sink (and SinkKind) for an MQTT broker; see the module docstring for
+    its semantics."""
 
     Config = MqttConfig
 
@@ -93,7 +96,7 @@ class MqttSink:
         self._queue: OutboxQueue[Outgoing] = OutboxQueue(
             config.queue.max_messages, config.queue.max_bytes
         )
-        self._state = STARTING
+        self._state = SinkState.STARTING
         self._last_error: str | None = None  # masked: never the password
         self._sent = self._dropped = 0
         self._counts = threading.Lock()  # _dropped is counted from worker threads too
@@ -112,12 +115,28 @@ class MqttSink:
         self._link: Link | None = None
         self._task: asyncio.Task[None] | None = None
 
+    @classmethod
+    def build(cls, name: str, config: BaseModel, context: SinkContext) -> MqttSink:
+        """sinks.base.SinkKind: this process's own client id (a broker drops the older
+        session of a duplicate id), and commands only where this process takes them."""
+        if not isinstance(config, MqttConfig):
+            raise TypeError(f"mqtt {name}: an MqttConfig, not {type(config).__name__}")
+        update: dict[str, Any] = {"client_id": config.client_id + context.client_suffix}
+        if not context.take_commands:
+            update["commands"] = config.commands.model_copy(update={"enabled": False})
+        return cls(
+            name,
+            config.model_copy(update=update),
+            on_command=context.on_command,
+            observe_send=context.observe_send,
+        )
+
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         """Begin connecting (paho's thread retries until it works) and delivering."""
         loop = asyncio.get_running_loop()
         self._queue.bind(loop)
-        self._link = Link(self.name, self.config, self, loop)
+        self._link = Link(self.name, self.config, self, loop, topics_of(self._on_command))
         commands = self.config.commands
         if commands.enabled and commands.auth == "none":
             log.warning(
@@ -145,13 +164,13 @@ class MqttSink:
             await self._task
         self._count_dropped(len(self._queue.close()) + len(self._unacked))
         self._unacked.clear()
-        if self._state == CONNECTED:  # a clean DISCONNECT does not fire the Last Will
+        if self._state == SinkState.CONNECTED:  # a clean DISCONNECT does not fire the Last Will
             self._publish(self._status_message(b"offline"))
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._until(lambda: not self._unacked), STOP_ACK_S)
         self._hanging_up = True
         await self._link.close()
-        self._set_state(STOPPED, self._last_error)
+        self._set_state(SinkState.STOPPED, self._last_error)
 
     # -- from worker threads ------------------------------------------------------------
     def offer(self, result: FrameResult) -> bool:
@@ -161,7 +180,7 @@ class MqttSink:
         if detector is None:  # setdefault: atomic, one stream is fed by one worker
             detector = self._detectors.setdefault(result.stream_id, EventDetector())
         events = detector.feed(result)
-        if self.config.qos == 0 and self._state != CONNECTED:
+        if self.config.qos == 0 and self._state != SinkState.CONNECTED:
             self._count_dropped(1 + len(events))
             return True
         base, qos = f"{self._prefix}/{result.stream_id}", self.config.qos
@@ -215,7 +234,7 @@ class MqttSink:
         return SinkStatus(
             name=self.name,
             type="mqtt",
-            up=self._state == CONNECTED,
+            up=self._state == SinkState.CONNECTED,
             state=self._state,
             queue_depth=len(self._queue) + len(self._unacked),
             sent=self._sent,
@@ -254,7 +273,8 @@ class MqttSink:
                 self._queue.put_front(msg, msg.size)
 
     def _can_send(self) -> bool:
-        return self._state == CONNECTED and not self._carried and len(self._unacked) < IN_FLIGHT
+        connected = self._state == SinkState.CONNECTED
+        return connected and not self._carried and len(self._unacked) < IN_FLIGHT
 
     def _drained(self) -> bool:
         return len(self._queue) == 0 and not self._unacked
@@ -296,14 +316,14 @@ class MqttSink:
 
     def link_up(self) -> None:
         if not self._closed:
-            self._set_state(CONNECTED, self._last_error)
+            self._set_state(SinkState.CONNECTED, self._last_error)
             self._fresh = True
             self._wake.set()
 
-    def link_down(self, state: str, error: str, lost: bool) -> None:
+    def link_down(self, state: SinkState, error: str, lost: bool) -> None:
         if self._hanging_up:
             return
-        if not lost or self._state == CONNECTED:  # a refused CONNACK keeps its reason
+        if not lost or self._state == SinkState.CONNECTED:  # a refused CONNACK keeps its reason
             self._set_state(state, error)
         lost_qos0 = [mid for mid, (msg, _) in self._unacked.items() if msg.qos == 0]
         for mid in lost_qos0:
@@ -312,13 +332,13 @@ class MqttSink:
         self._carried = set(self._unacked)
         self._wake.set()
 
-    def _set_state(self, state: str, error: str | None) -> None:
+    def _set_state(self, state: SinkState, error: str | None) -> None:
         error = self._mask(error)
         if (state, error) == (self._state, self._last_error):
             return  # the same failure again: logged once, not every retry
         self._state, self._last_error = state, error
         where = f"{self.config.host}:{self.config.port}"
-        if state in (CONNECTED, STOPPED):
+        if state in (SinkState.CONNECTED, SinkState.STOPPED):
             log.info("mqtt sink %s %s (%s)", self.name, state, where)
         else:
             log.warning("mqtt sink %s %s (%s): %s", self.name, state, where, error)

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import aiohttp
+from pydantic import BaseModel
 
 from pipelines.types import FrameResult
-from sinks.base import OutboxQueue, SinkStatus
+from sinks.base import OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import encode, encoded_prediction, notice
 from sinks.webhook.deadletter import DeadLetterFile
 from sinks.webhook.http import Attempt, WebhookConfig, headers_for, post, safe_url
@@ -60,7 +61,7 @@ class Delivery:
 
 
 class WebhookSink:
-    """Implements sinks.base.Sink for one webhook destination.
+    """Implements sinks.base.Sink (and SinkKind) for one webhook destination.
 
     `observe_send(seconds)` is called on the loop with the duration of every successful
     POST (request to answer), for a latency histogram."""
@@ -96,9 +97,16 @@ class WebhookSink:
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
         self._drained = asyncio.Event()  # closing, and nothing queued or in flight
-        self._state = "starting"
+        self._state = SinkState.STARTING
         self._sent = self._retried = self._dead_lettered = self._dropped_at_stop = 0
         self._last_error: str | None = None
+
+    @classmethod
+    def build(cls, name: str, config: BaseModel, context: SinkContext) -> WebhookSink:
+        """sinks.base.SinkKind: dead letters go below the context's data_dir."""
+        if not isinstance(config, WebhookConfig):
+            raise TypeError(f"webhook {name}: a WebhookConfig, not {type(config).__name__}")
+        return cls(name, config, data_dir=context.data_dir, observe_send=context.observe_send)
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -154,7 +162,7 @@ class WebhookSink:
             await self._write_dead(left, "shutdown before delivery")
         if self._session is not None:
             await self._session.close()
-        self._state = "stopped"
+        self._state = SinkState.STOPPED
 
     async def _cancel(self) -> None:
         assert self._dispatcher is not None
@@ -221,18 +229,18 @@ class WebhookSink:
         attempt = await post(self._session, self.config, headers, delivery.body)
         delivery.last = attempt
         if attempt.ok:
-            if self._state == "failing":
+            if self._state == SinkState.FAILING:
                 log.info("webhook %s (%s): delivering again", self.name, self._url)
-            self._state, self._last_error = "ok", None
+            self._state, self._last_error = SinkState.OK, None
             if self._observe is not None:
                 self._observe(time.perf_counter() - started)
         else:
-            if self._state != "failing":
+            if self._state != SinkState.FAILING:
                 log.warning("webhook %s (%s): failing: %s", self.name, self._url, attempt.error)
             log.debug(
                 "webhook %s: attempt %d failed: %s", self.name, delivery.attempts, attempt.error
             )
-            self._state, self._last_error = "failing", attempt.error
+            self._state, self._last_error = SinkState.FAILING, attempt.error
         return attempt
 
     # -- dead letters -----------------------------------------------------------------
@@ -252,6 +260,9 @@ class WebhookSink:
         error = last.error if last is not None else None
         if reason is not None:
             error = f"{reason} (last error: {error})" if error else reason
+        # Not pipelines.types.iso_utc, which writes `Z` and rounds to the ms: a dead-letter
+        # file is read by other programs, so its lines keep the format they always had
+        # (`+00:00`; `time` to the ms, truncated; `offered` to the µs).
         return {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "delivery": delivery.id,
@@ -270,7 +281,7 @@ class WebhookSink:
         return SinkStatus(
             name=self.name,
             type="webhook",
-            up=self._state == "ok",
+            up=self._state == SinkState.OK,
             state=self._state,
             queue_depth=len(self._queue),
             sent=self._sent,

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import BatchRecord, ModelBatcher, load_model
 from pipelines.blocks.base import BlockBuildError, BuildContext
 from pipelines.blocks.classify import ClassifyBlock, ClassifyParams
 from pipelines.compiler import compile_workflow
 from pipelines.models import ModelHandle
 from pipelines.registry import BUILTIN_BLOCKS, BlockRegistry
+from pipelines.spec import BatchingSpec, ModelSpec
 from pipelines.types import Classifications, Crops, Detections, Frame, Image
 from tests.blocks.classifier_model import classifier_model
 from tests.blocks.tracking_clips import blank, doc_example
@@ -34,10 +34,10 @@ DOC_REGISTRY = BlockRegistry(
 
 
 def handle(path: Path, model_id: str = "colours", **config: Any) -> ModelBatcher:
-    cfg = ModelConfig.model_validate(
+    cfg = ModelSpec.model_validate(
         {"path": path, "providers": ["cpu"], "session": {"intra_op_threads": 1}, **config}
     )
-    batching = BatchingConfig(max_batch_size=8, max_queue_delay_ms=BATCH_DELAY_MS)
+    batching = BatchingSpec(max_batch_size=8, max_queue_delay_ms=BATCH_DELAY_MS)
     return ModelBatcher(load_model(model_id, cfg, Path.resolve), batching)
 
 

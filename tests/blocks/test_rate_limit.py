@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import ModelBatcher, load_model
 from pipelines.blocks.base import SKIP, BlockType, BuildContext, StepFactory
 from pipelines.blocks.rate_limit import RateLimitBlock, RateLimitParams
 from pipelines.compiler import compile_workflow
 from pipelines.errors import WorkflowError
 from pipelines.registry import BUILTIN_BLOCKS, BlockRegistry
+from pipelines.spec import BatchingSpec, ModelSpec
 from pipelines.types import Crops, Detections, Frame, FrameResult, Image
 from tests.blocks.classifier_model import classifier_model
 from tests.blocks.tracking_clips import doc_example, render
@@ -135,8 +135,8 @@ def test_a_limited_value_keeps_its_kind() -> None:
 def test_the_documented_example_compiles_and_runs(tmp_path: Path) -> None:
     path = tmp_path / "colours.onnx"
     path.write_bytes(classifier_model())
-    cfg = ModelConfig.model_validate({"path": path, "providers": ["cpu"]})
-    with ModelBatcher(load_model("colours", cfg, Path.resolve), BatchingConfig()) as colours:
+    cfg = ModelSpec.model_validate({"path": path, "providers": ["cpu"]})
+    with ModelBatcher(load_model("colours", cfg, Path.resolve), BatchingSpec()) as colours:
         ctx = BuildContext(models={"colours": colours})
         run = compile_workflow(doc_example("rate_limit"), ctx, DOC_REGISTRY).instantiate()
         image = render([(20, 20, 60, 60)])

@@ -24,12 +24,14 @@ from typing import Any
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
+from appliance.runtime.commands import TOPICS as CATALOGUE_TOPICS
 from sinks.messages import encode
 from sinks.mqtt.commands import (
     MAX_CORRELATION_BYTES,
     MAX_ID_CHARS,
     REPLY,
     RESPONSE,
+    CommandTopics,
     Request,
     answer,
     parse,
@@ -37,6 +39,7 @@ from sinks.mqtt.commands import (
 from tests.fuzz.support import DOCUMENTS, fuzz
 
 PREFIX = "t"
+COMMANDS = CommandTopics(CATALOGUE_TOPICS)  # the appliance's catalogue, as the sink gets it
 OURS = (REPLY, RESPONSE)  # our answers' topics, below the prefix: never requests
 TOPICS = st.one_of(
     st.sampled_from(["cmd/profiling", "cmd/streams/cam/restart", REPLY, f"{REPLY}/x"]),
@@ -83,7 +86,7 @@ def run(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
 
 
 def check(rest: str, payload: bytes, max_bytes: int, topic: str | None, corr: bytes | None) -> None:
-    request = parse(rest, payload, max_bytes, topic, corr, prefix=PREFIX)
+    request = parse(rest, payload, max_bytes, topic, corr, prefix=PREFIX, topics=COMMANDS)
     if any(rest == ours or rest.startswith(ours + "/") for ours in OURS):
         assert request is None
         return
@@ -96,7 +99,7 @@ def check(rest: str, payload: bytes, max_bytes: int, topic: str | None, corr: by
     assert not set(ID_KEYS) & set(request.args)  # they name the request, not arguments
     if request.error is None:
         assert len(payload) <= max_bytes
-        assert request.command in ("profiling", "restart")
+        assert request.command in CATALOGUE_TOPICS.values()
         assert isinstance(request.args, dict)
     else:
         assert isinstance(request.error, str) and request.error
@@ -144,7 +147,8 @@ def test_a_valid_body_reaches_the_handler(names: dict[str, Any], args: dict[str,
     except ValueError:
         assume(False)
     topic = f"{PREFIX}/{RESPONSE}/me"
-    request = parse("cmd/streams/cam/restart", payload, len(payload), topic, b"c", prefix=PREFIX)
+    restart = "cmd/streams/cam/restart"
+    request = parse(restart, payload, len(payload), topic, b"c", prefix=PREFIX, topics=COMMANDS)
     assert request is not None and request.error is None
     sent = {k: v for k, v in json.loads(payload).items() if k not in ID_KEYS}
     assert request.args == {**sent, "stream": "cam"}  # the topic's stream id wins
@@ -163,7 +167,7 @@ def test_a_structured_id_is_refused_and_not_echoed(key: str, value: Any) -> None
         payload = json.dumps({key: value, "duration_s": 1}, allow_nan=False).encode()
     except ValueError:
         assume(False)
-    request = parse("cmd/profiling", payload, 1 << 20, prefix=PREFIX)
+    request = parse("cmd/profiling", payload, 1 << 20, prefix=PREFIX, topics=COMMANDS)
     assert request is not None and request.error is not None
     reply = run(answer(request, _handler))
     assert reply["ok"] is False and "id" not in reply
@@ -174,7 +178,9 @@ def test_a_structured_id_is_refused_and_not_echoed(key: str, value: Any) -> None
 @given(st.dictionaries(st.sampled_from(["id", "x"]), st.integers() | st.text()))
 def test_replies_are_strict_json(body: dict[str, Any]) -> None:
     """Strict (RFC 8259) JSON for finite values: what any MQTT client can parse."""
-    request = parse("cmd/profiling", json.dumps(body).encode(), 1 << 20, prefix=PREFIX)
+    request = parse(
+        "cmd/profiling", json.dumps(body).encode(), 1 << 20, prefix=PREFIX, topics=COMMANDS
+    )
     assert request is not None
     reply = run(answer(request, _handler))
     json.loads(encode(reply).decode("utf-8"), parse_constant=_no_constants)
@@ -211,7 +217,8 @@ def test_surrogate_in_id(code: int) -> None:
 @given(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999"]))
 def test_non_finite_id(token: str) -> None:
     """Not JSON (RFC 8259), so refused, saying why; the refusal itself is strict JSON."""
-    request = parse("cmd/profiling", b'{"id": %s}' % token.encode(), 4096, prefix=PREFIX)
+    payload = b'{"id": %s}' % token.encode()
+    request = parse("cmd/profiling", payload, 4096, prefix=PREFIX, topics=COMMANDS)
     assert request is not None and request.error is not None
     assert "not valid JSON" in request.error
     reply = run(answer(request, _handler))

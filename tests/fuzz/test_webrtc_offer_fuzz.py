@@ -25,11 +25,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from appliance.config import WebRtcConfig
 from appliance.observe.metrics import Metrics
 from appliance.server.bodies import _validate
 from appliance.server.errors import BadRequestError, InvalidError
 from appliance.server.schemas import WebRtcOffer
+from appliance.server.webrtc.config import WebRtcConfig
 from appliance.server.webrtc.sessions import OfferError, WebRtcSessions
 from tests.fuzz.support import DOCUMENTS, fuzz, no_hang
 

@@ -10,12 +10,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import cv2
 import numpy as np
+import onnxruntime as ort
 import pytest
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import (
     BatchRecord,
     LoadedModel,
@@ -25,6 +26,7 @@ from appliance.models import (
     load_model,
 )
 from pipelines.models import Tensor
+from pipelines.spec import BatchingSpec, ModelSpec
 from tests.support.models import MODELS, REPO
 
 TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
@@ -34,7 +36,7 @@ MakeBatcher = Callable[..., tuple[ModelBatcher, list[BatchRecord]]]
 
 
 def _load(model_id: str, path: Path, decoder: str = "tf_od") -> LoadedModel:
-    cfg = ModelConfig.model_validate({"path": path, "decoder": decoder, "providers": ["cpu"]})
+    cfg = ModelSpec.model_validate({"path": path, "decoder": decoder, "providers": ["cpu"]})
     return load_model(model_id, cfg, Path.resolve)
 
 
@@ -63,7 +65,7 @@ def make_batcher() -> Iterator[MakeBatcher]:
         model: LoadedModel, max_batch_size: int, max_queue_delay_ms: float, start: bool = True
     ) -> tuple[ModelBatcher, list[BatchRecord]]:
         records: list[BatchRecord] = []
-        batching = BatchingConfig(
+        batching = BatchingSpec(
             max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms
         )
         batcher = ModelBatcher(model, batching, on_batch=records.append)
@@ -270,23 +272,43 @@ def test_stop_fails_waiting_samples_and_joins_the_thread(
 
 
 def test_submit_refuses_what_is_not_an_array(person: LoadedModel) -> None:
-    batcher = ModelBatcher(person, BatchingConfig())
+    batcher = ModelBatcher(person, BatchingSpec())
     with pytest.raises(TypeError, match="numpy array"):
         batcher.submit([1, 2, 3])  # type: ignore[arg-type]
 
 
-def test_a_window_samples_its_first_batch_then_every_nth(
+def test_a_chooser_picks_each_batchs_session_until_it_is_taken_off(
     person: LoadedModel, frames: list[Tensor], make_batcher: MakeBatcher
 ) -> None:
-    """However many batches ran before it, a window's first batch is sampled: a window
-    shorter than N batches still gets operators."""
+    """The seam a profiling window uses: once per batch the chooser picks a session (None:
+    the model's own), that session runs the batch and the record says so; without a
+    chooser none is asked."""
+
+    class Twin:  # the model's session, counting the runs it is given
+        runs = 0
+
+        def run(self, names: list[str], feed: dict[str, Tensor]) -> list[Tensor]:
+            self.runs += 1
+            return person.session.run(names, feed)  # type: ignore[no-any-return]
+
+    spy = Twin()
+    twin = cast(ort.InferenceSession, spy)
+    picks = iter([twin, None, twin])
+    asked = 0
+
+    class Chooser:
+        def session_for_batch(self) -> ort.InferenceSession | None:
+            nonlocal asked
+            asked += 1
+            return next(picks)
+
     batcher, records = make_batcher(person, max_batch_size=1, max_queue_delay_ms=0)
-    for _ in range(5):  # the model's counter is past a multiple of N
+    batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
+    batcher.choose_sessions(Chooser())
+    assert batcher.chooser is not None
+    for _ in range(3):
         batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
-    batcher.profile_with(person.session, every_n=4, max_runs=2)
-    for _ in range(10):
-        batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
-    sampled = [r.ort_profiled for r in records[5:]]
-    # Batches 0 and 4 of the window; the third sample (batch 8) is past max_runs.
-    assert sampled == [True, False, False, False, True, False, False, False, False, False]
-    assert not any(r.ort_profiled for r in records[:5])
+    batcher.choose_sessions(None)
+    batcher.submit(frames[0]).result(timeout=TIMEOUT_S)
+    assert [r.ort_profiled for r in records] == [False, True, False, True, False]
+    assert asked == 3 and spy.runs == 2  # asked once per batch while set; its picks ran

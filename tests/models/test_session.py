@@ -10,9 +10,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from appliance.config import AppConfig, ModelConfig, SessionConfig
+from appliance.config import AppConfig
 from appliance.models import LoadedModel, ModelLoadError, load_model
 from appliance.models.session import labels_from_metadata, requested_providers
+from pipelines.spec import ModelSpec, SessionSpec
 from tests.support.models import MODELS
 
 CPU = "CPUExecutionProvider"
@@ -20,7 +21,7 @@ CONFIGS = MODELS.parent  # the directory a config file would live in
 
 
 def _load(model_id: str, path: Path | str, **fields: object) -> LoadedModel:
-    cfg = ModelConfig.model_validate({"path": path, "decoder": "tf_od", **fields})
+    cfg = ModelSpec.model_validate({"path": path, "decoder": "tf_od", **fields})
     return load_model(model_id, cfg, AppConfig(base_dir=CONFIGS).resolve)
 
 
@@ -159,7 +160,7 @@ def test_missing_gpu_provider_falls_back_to_cpu_with_one_warning(
 
 
 def test_session_options_come_from_config() -> None:
-    session = SessionConfig(intra_op_threads=1, inter_op_threads=1, graph_optimization="basic")
+    session = SessionSpec(intra_op_threads=1, inter_op_threads=1, graph_optimization="basic")
     model = _load("person", "models/person_ssdlite.onnx", providers=["cpu"], session=session)
 
     options = model.session.get_session_options()
@@ -199,10 +200,10 @@ def test_a_worker_process_takes_its_share_of_the_cores(monkeypatch: pytest.Monke
     from appliance.models.session import PROCESS, session_options, share_cores
 
     monkeypatch.setattr(PROCESS, "intra_op_threads", 0)
-    assert session_options(SessionConfig()).intra_op_num_threads == 0  # ORT's default
+    assert session_options(SessionSpec()).intra_op_num_threads == 0  # ORT's default
     cores = len(os.sched_getaffinity(0))
     assert share_cores(2) == max(1, cores // 2)
-    assert session_options(SessionConfig()).intra_op_num_threads == max(1, cores // 2)
+    assert session_options(SessionSpec()).intra_op_num_threads == max(1, cores // 2)
     assert share_cores(10 * cores) == 1
-    explicit = SessionConfig(intra_op_threads=3)  # a model that says: kept
+    explicit = SessionSpec(intra_op_threads=3)  # a model that says: kept
     assert session_options(explicit).intra_op_num_threads == 3

@@ -13,12 +13,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.config import BatchingConfig, ModelConfig
 from appliance.models import ModelBatcher, load_model
 from pipelines.blocks.base import BuildContext
 from pipelines.compiler import compile_workflow
 from pipelines.errors import WorkflowError
 from pipelines.registry import BUILTIN_BLOCKS
+from pipelines.spec import BatchingSpec, ModelSpec
 from tests.support.models import MODELS
 
 IDS = st.sampled_from(["a", "b", "people", "frame", "x.y", "", "1bad", "tracks"])
@@ -56,10 +56,10 @@ DOCS = st.fixed_dictionaries(
 
 def _person() -> ModelBatcher:
     """The real person detector as a model handle (never started: nothing runs)."""
-    cfg = ModelConfig.model_validate(
+    cfg = ModelSpec.model_validate(
         {"path": MODELS / "person_ssdlite.onnx", "decoder": "tf_od", "providers": ["cpu"]}
     )
-    return ModelBatcher(load_model("person", cfg, Path.resolve), BatchingConfig())
+    return ModelBatcher(load_model("person", cfg, Path.resolve), BatchingSpec())
 
 
 CONTEXT = BuildContext(models={"person": _person()})

@@ -15,9 +15,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appliance.config import ServerConfig, load_config
+from appliance.config import load_config
 from appliance.runtime.runtime import Runtime
 from appliance.server.auth import AuthPolicy
+from appliance.server.config import ServerConfig
 from appliance.server.serve import Server
 from tests.server.live import write_yaml
 

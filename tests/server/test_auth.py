@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from appliance.config import ConfigError, ServerConfig, parse_config
+from appliance.config import ConfigError, parse_config
 from appliance.runtime.runtime import Runtime
 from appliance.server.auth import AuthPolicy, is_loopback
+from appliance.server.config import ServerConfig
 from appliance.server.serve import Server
 from tests.server.conftest import TOKEN, LiveFactory
 from tests.server.live import LiveServer

@@ -332,6 +332,9 @@ def test_topic_prefix_is_a_plain_topic(prefix: str) -> None:
 class Handler:
     """The runtime's control interface, as far as commands go: records each call."""
 
+    # The topics it takes, as the appliance's catalogue gives them (appliance/runtime/commands.py).
+    topics = {"cmd/streams/{stream}/restart": "restart", "cmd/profiling": "profiling"}
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -294,6 +295,13 @@ def test_a_400_is_dead_lettered_at_once_with_the_answer(tmp_path: Path) -> None:
     assert "field stream unknown" in letter["answer"]
     assert letter["body"] == prediction(frame_result(3))
     assert letter["url"] == rx.url
+    # The file's own time format, unchanged (not iso_utc's `...Z`): `time` to the
+    # millisecond, `offered` to the microsecond, both with `+00:00`.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", letter["time"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?\+00:00", letter["offered"])
+    offered = datetime.fromisoformat(letter["offered"]).timestamp()
+    assert offered <= datetime.fromisoformat(letter["time"]).timestamp() + 0.001
+    assert abs(offered - time.time()) < 60
     status = sink.status()
     assert (status.dead_lettered, status.retried, status.sent) == (1, 0, 0)
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.config import SourceConfig
 from appliance.sources import Grabber, LatestFrame, StreamState, slot_for
+from appliance.sources.config import SourceConfig
 from pipelines.types import Frame
 
 # FFmpeg probes an RTSP stream for ~2 s by default; 0.2 s is plenty for one H.264 track.

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from appliance.config import BackoffConfig
 from appliance.sources import Backoff
+from appliance.sources.config import BackoffConfig
 
 
 def delays(backoff: Backoff, count: int) -> list[float]:

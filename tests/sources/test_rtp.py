@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from aiortc.codecs.h264 import H264Encoder
 
-from appliance.config import SourceConfig
 from appliance.sources import open_source
+from appliance.sources.config import SourceConfig
 from appliance.sources.depacketize import (
     MAX_ACCESS_UNIT_BYTES,
     AccessUnit,

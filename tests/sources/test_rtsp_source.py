@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from appliance.config import SourceConfig
 from appliance.sources import SourceError, StreamState
+from appliance.sources.config import SourceConfig
 from appliance.sources.opener import open_source
 from appliance.sources.pyav import PyAVSource
 from appliance.sources.rtp import RtpSource

@@ -14,8 +14,9 @@ import pytest
 from appliance.config import TuningConfig
 from appliance.models import ModelBatcher, ModelLoadError
 from appliance.models.batcher import BatchRecord
+from appliance.models.tuned import ModelTuning
 from appliance.runtime.runtime import Runtime
-from appliance.sections import ModelTuning, SourceTuning
+from appliance.sources.config import SourceTuning
 from tests.tune.conftest import (
     DECLARED_BATCH,
     DECLARED_DELAY_MS,
@@ -136,7 +137,7 @@ def test_a_source_setting_restarts_the_streams_and_no_tuning_restores_the_declar
     restarted = dict(rt.streams)
     assert all(restarted[sid] is not streams[sid] for sid in STREAMS)
     assert all(s.cfg.source.decoder_threads == 1 for s in restarted.values())
-    assert all(c.source.decoder_threads == 0 for c in rt.declared_streams.values())
+    assert all(c.source.decoder_threads == 0 for c in rt.streams.declared.values())
     assert rt.pool.handles["faces"] is faces  # the models were not reloaded
     all_processing(rt)
 
@@ -176,7 +177,7 @@ def test_the_config_tuning_applies_at_start_to_a_workflow_model(
     assert spinning(rt.pool.handles["faces"].model.session) == "0"
     assert rt.pool.specs()["person"][0].session.allow_spinning is True
     assert all(s.cfg.source.decoder_threads == 1 for s in rt.streams.values())
-    assert all(c.source.decoder_threads == 0 for c in rt.declared_streams.values())
+    assert all(c.source.decoder_threads == 0 for c in rt.streams.declared.values())
 
 
 def test_a_reload_with_a_changed_tuning_section_applies_it_live(

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from appliance.config import TuningConfig
-from appliance.sections import ModelTuning, SourceTuning
+from appliance.models.tuned import ModelTuning
+from appliance.sources.config import SourceTuning
 from appliance.tune import search
 from appliance.tune.meter import Meter, Window
 from appliance.tune.objective import KEEP_UP, Objective, default_slo_ms

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.errors import InvalidError
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Reloaded
 
 
@@ -46,5 +46,5 @@ ROUTES = (
           errors=(403, 409, 413, 422), tag="config",
           query={"dry_run": ({"type": "boolean", "default": False},
                              "`true`: check and answer the plan, change nothing "
-                              "(`true` or `false`, given once)")}),
+                              "(`true` or `false`, given once)")}, workers=Fanout.MERGE),
 )  # fmt: skip

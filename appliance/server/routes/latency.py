@@ -9,7 +9,7 @@ from aiohttp import web
 from appliance.observe.blocklatency import StreamLatency
 from appliance.observe.status import as_json
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Scene
 
 
@@ -31,7 +31,7 @@ async def get_scene(request: web.Request) -> web.Response:
 
 ROUTES = (
     Route("GET", "/v1/streams/{id}/latency", get_latency, "Get a stream's per-block latency",
-          (Reply(200, "recent latency per block", StreamLatency),)),
+          (Reply(200, "recent latency per block", StreamLatency),), workers=Fanout.OWNER),
     Route("GET", "/v1/streams/{id}/scene", get_scene, "Get a stream's lines and zones",
-          (Reply(200, "what its workflow counts against", Scene),)),
+          (Reply(200, "what its workflow counts against", Scene),), workers=Fanout.OWNER),
 )  # fmt: skip

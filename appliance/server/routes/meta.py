@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from appliance.server.context import OPENAPI
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title} API</title>
@@ -65,7 +65,9 @@ def render_docs(document: dict[str, Any]) -> str:
 
 ROUTES = (
     Route("GET", "/openapi.json", openapi_json, "OpenAPI document",
-          (Reply(200, "OpenAPI 3.1", {"type": "object"}),), probe=True, tag="meta"),
+          (Reply(200, "OpenAPI 3.1", {"type": "object"}),), probe=True, tag="meta",
+          workers=Fanout.ANY),
     Route("GET", "/docs", docs, "API documentation page",
-          (Reply(200, "HTML", {"type": "string"}, "text/html"),), probe=True, tag="meta"),
+          (Reply(200, "HTML", {"type": "string"}, "text/html"),), probe=True, tag="meta",
+          workers=Fanout.ANY),
 )  # fmt: skip

@@ -9,7 +9,7 @@ from aiohttp import web
 from appliance.observe.status import as_json
 from appliance.policy.files import shown_path
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import ModelList
 
 
@@ -24,5 +24,5 @@ async def list_models(request: web.Request) -> web.Response:
 
 ROUTES = (
     Route("GET", "/v1/models", list_models, "List models",
-          (Reply(200, "every loaded model", ModelList),), tag="models"),
+          (Reply(200, "every loaded model", ModelList),), tag="models", workers=Fanout.MERGE),
 )  # fmt: skip

@@ -16,7 +16,7 @@ from appliance.observe.status import Readiness, as_json
 from appliance.policy.files import shown_path
 from appliance.server.auth import INSECURE
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Health
 
 
@@ -54,12 +54,12 @@ TEXT = CONTENT_TYPE_LATEST.split(";")[0]
 ROUTES = (
     Route("GET", "/health", health, "Liveness",
           (Reply(200, "alive", Health), Reply(503, "the runtime cannot work", Health)),
-          probe=True, tag="probes"),
+          probe=True, tag="probes", workers=Fanout.GATEWAY),
     Route("GET", "/ready", ready, "Readiness",
           (Reply(200, "ready", Readiness),
            Reply(503, "streams starting or stalled, or the runtime down", Readiness)),
-          probe=True, tag="probes"),
+          probe=True, tag="probes", workers=Fanout.MERGE),
     Route("GET", "/metrics", metrics, "Prometheus metrics",
           (Reply(200, "Prometheus text exposition", {"type": "string"}, TEXT),),
-          probe=True, tag="probes"),
+          probe=True, tag="probes", workers=Fanout.MERGE),
 )  # fmt: skip

@@ -11,7 +11,7 @@ from aiohttp import web
 from appliance.observe.status import WindowStatus, as_json
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import CHROME_TRACE, ProfilingRequest
 
 
@@ -43,9 +43,11 @@ async def get_profiling_trace(request: web.Request) -> web.Response:
 ROUTES = (
     Route("POST", "/v1/profiling", start_profiling, "Start a profiling window",
           (Reply(202, "started", WindowStatus),), errors=(409,),
-          body={"application/json": ProfilingRequest}, tag="profiling"),
+          body={"application/json": ProfilingRequest}, tag="profiling", workers=Fanout.MERGE),
     Route("GET", "/v1/profiling/{id}", get_profiling, "Get a profiling window",
-          (Reply(200, "the window's status", WindowStatus),), tag="profiling"),
+          (Reply(200, "the window's status", WindowStatus),), tag="profiling",
+          workers=Fanout.MERGE),
     Route("GET", "/v1/profiling/{id}/trace", get_profiling_trace, "Get a window's trace",
-          (Reply(200, "the Chrome trace", CHROME_TRACE),), errors=(409,), tag="profiling"),
+          (Reply(200, "the Chrome trace", CHROME_TRACE),), errors=(409,), tag="profiling",
+          workers=Fanout.MERGE),
 )  # fmt: skip

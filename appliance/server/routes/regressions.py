@@ -9,7 +9,7 @@ from aiohttp import web
 
 from appliance.observe.status import as_json
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.watch.report import WatchReport
 
 
@@ -41,7 +41,8 @@ async def rebaseline(request: web.Request) -> web.Response:
 
 ROUTES = (
     Route("GET", "/v1/regressions", get_regressions, "List regressions",
-          (Reply(200, "the watch's regressions", WatchReport),), tag="profiling"),
+          (Reply(200, "the watch's regressions", WatchReport),), tag="profiling",
+          workers=Fanout.MERGE),
     Route("POST", "/v1/streams/{id}/baseline", rebaseline, "Learn a stream's baseline again",
-          (Reply(202, "learning from now", Rebaselined),), tag="profiling"),
+          (Reply(202, "learning from now", Rebaselined),), tag="profiling", workers=Fanout.OWNER),
 )  # fmt: skip

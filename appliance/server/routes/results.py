@@ -19,7 +19,7 @@ from appliance.runtime.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
 from appliance.server.readers import follow
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import LatestResult
 from sinks.messages import encode_jpeg, prediction
 
@@ -168,13 +168,14 @@ SSE: dict[str, Any] = {"type": "string", "description": "text/event-stream: `eve
 MJPEG: dict[str, Any] = {"type": "string", "format": "binary"}
 ROUTES = (
     Route("GET", "/v1/streams/{id}/latest", latest_result, "The newest result",
-          (Reply(200, "the newest result's outputs", LatestResult),), tag="results"),
+          (Reply(200, "the newest result's outputs", LatestResult),), tag="results",
+          workers=Fanout.OWNER),
     Route("GET", "/v1/streams/{id}/snapshot.jpg", snapshot, "The newest frame as JPEG",
-          (Reply(200, "a JPEG image", MJPEG, "image/jpeg"),), tag="results"),
+          (Reply(200, "a JPEG image", MJPEG, "image/jpeg"),), tag="results", workers=Fanout.OWNER),
     Route("GET", "/v1/streams/{id}/events", result_events, "Results as server-sent events",
           (Reply(200, "an event stream", SSE, "text/event-stream"),), errors=(429,),
-          tag="results", streaming=True),
+          tag="results", streaming=True, workers=Fanout.OWNER),
     Route("GET", "/v1/streams/{id}/video.mjpeg", video_mjpeg, "The video as MJPEG",
           (Reply(200, "an MJPEG stream", MJPEG, MJPEG_TYPE),),
-          errors=(422, 429), tag="results", streaming=True),
+          errors=(422, 429), tag="results", streaming=True, workers=Fanout.OWNER),
 )  # fmt: skip

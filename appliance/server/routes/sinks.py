@@ -11,7 +11,7 @@ from appliance.config import AppConfig
 from appliance.observe.status import SinkStatus, as_json
 from appliance.policy.files import shown_path
 from appliance.server.context import runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import SinkList
 
 
@@ -33,5 +33,5 @@ def _shown_files(config: AppConfig, status: SinkStatus) -> SinkStatus:
 
 ROUTES = (
     Route("GET", "/v1/sinks", list_sinks, "List sinks",
-          (Reply(200, "every sink", SinkList),), tag="sinks"),
+          (Reply(200, "every sink", SinkList),), tag="sinks", workers=Fanout.MERGE),
 )  # fmt: skip

@@ -12,7 +12,7 @@ from appliance.config import StreamConfig
 from appliance.observe.status import StreamStatus, as_json
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Removed, StreamList
 
 
@@ -56,14 +56,14 @@ async def restart_stream(request: web.Request) -> web.Response:
 
 ROUTES = (
     Route("GET", "/v1/streams", list_streams, "List streams",
-          (Reply(200, "every stream", StreamList),)),
+          (Reply(200, "every stream", StreamList),), workers=Fanout.MERGE),
     Route("POST", "/v1/streams", add_stream, "Add a stream",
           (Reply(201, "started", StreamStatus),), errors=(403, 409),
-          body={"application/json": StreamConfig}),
+          body={"application/json": StreamConfig}, workers=Fanout.PLACE),
     Route("GET", "/v1/streams/{id}", get_stream, "Get a stream",
-          (Reply(200, "the stream", StreamStatus),)),
+          (Reply(200, "the stream", StreamStatus),), workers=Fanout.OWNER),
     Route("DELETE", "/v1/streams/{id}", remove_stream, "Remove a stream",
-          (Reply(200, "stopped and removed", Removed),)),
+          (Reply(200, "stopped and removed", Removed),), workers=Fanout.OWNER),
     Route("POST", "/v1/streams/{id}/restart", restart_stream, "Restart a stream",
-          (Reply(200, "restarted", StreamStatus),), errors=(403, 413, 422)),
+          (Reply(200, "restarted", StreamStatus),), errors=(403, 413, 422), workers=Fanout.OWNER),
 )  # fmt: skip

@@ -10,7 +10,7 @@ from aiohttp import web
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread
 from appliance.server.errors import ApiError, InvalidError
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import TuneRequest, TuneStatus
 from appliance.tune.job import TuneConflictError, TuneJob, TuneParams, TuneRequestError
 
@@ -69,10 +69,11 @@ async def tune_per_process(request: web.Request) -> web.Response:
 ROUTES = (
     Route("POST", "/v1/tune", start_tune, "Start a tune",
           (Reply(202, "started", TuneStatus),), errors=(409, 501),
-          body={"application/json": TuneRequest}, tag="tuning"),
+          body={"application/json": TuneRequest}, tag="tuning", workers=Fanout.PER_PROCESS),
     Route("GET", "/v1/tune", get_tune, "Get the tune",
-          (Reply(200, "the running or last tune", TuneStatus),), errors=(501,), tag="tuning"),
+          (Reply(200, "the running or last tune", TuneStatus),), errors=(501,), tag="tuning",
+          workers=Fanout.PER_PROCESS),
     Route("DELETE", "/v1/tune", cancel_tune, "Cancel the tune",
           (Reply(202, "cancelling: the starting settings are being restored", TuneStatus),),
-          errors=(409, 501), tag="tuning"),
+          errors=(409, 501), tag="tuning", workers=Fanout.PER_PROCESS),
 )  # fmt: skip

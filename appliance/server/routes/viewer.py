@@ -18,7 +18,7 @@ from aiohttp import web
 
 from appliance.server.context import in_thread
 from appliance.server.errors import Handler
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PAGE = "index.html"
@@ -71,10 +71,12 @@ def _asset_handler(path: str, name: str, content_type: str) -> Handler:
 
 _HTML = (Reply(200, "the viewer page", {"type": "string"}, "text/html"),)
 ROUTES = (
-    Route("GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer"),
+    Route("GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer",
+          workers=Fanout.ANY),
     Route("GET", "/streams/{id}", viewer_stream_page, "Web viewer on one stream", _HTML,
-          public=True, tag="viewer"),
+          public=True, tag="viewer", workers=Fanout.ANY),
     *(Route("GET", path, _asset_handler(path, name, kind), f"Web viewer asset {name}",
-            (Reply(200, name, {"type": "string"}, kind),), public=True, tag="viewer")
+            (Reply(200, name, {"type": "string"}, kind),), public=True, tag="viewer",
+            workers=Fanout.ANY)
       for path, (name, kind) in ASSETS.items()),
 )  # fmt: skip

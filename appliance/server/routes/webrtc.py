@@ -9,10 +9,9 @@ from aiohttp import web
 from appliance.errors import UnknownSessionError
 from appliance.server.bodies import parse_json
 from appliance.server.errors import BadRequestError
-from appliance.server.routing import Reply, Route
+from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import WebRtcAnswer, WebRtcOffer
-from appliance.server.webrtc import WebRtcSessions
-from appliance.server.webrtc.sessions import OfferError
+from appliance.server.webrtc.sessions import OfferError, WebRtcSessions
 
 WEBRTC = web.AppKey("webrtc", WebRtcSessions)
 
@@ -47,7 +46,7 @@ async def close_webrtc(request: web.Request) -> web.Response:
 ROUTES = (
     Route("POST", "/v1/streams/{id}/webrtc", open_webrtc, "Watch a stream over WebRTC",
           (Reply(201, "the answer", WebRtcAnswer),), errors=(429,),
-          body={"application/json": WebRtcOffer}, tag="webrtc"),
+          body={"application/json": WebRtcOffer}, tag="webrtc", workers=Fanout.OWNER),
     Route("DELETE", "/v1/webrtc/{session_id}", close_webrtc, "End a WebRTC session",
-          (Reply(204, "closed"),), tag="webrtc"),
+          (Reply(204, "closed"),), tag="webrtc", workers=Fanout.HOLDER),
 )  # fmt: skip

@@ -16,7 +16,7 @@ from appliance.runtime.runtime import Runtime
 from appliance.server.bodies import json_object, parse_json, read_form, reject_nul
 from appliance.server.context import MAX_BODY, WORK_SLOTS, runtime_of
 from appliance.server.errors import BadRequestError, InvalidError, UnsupportedMediaTypeError
-from appliance.server.routing import JSON, Reply, Route
+from appliance.server.routing import JSON, Fanout, Reply, Route
 from appliance.server.schemas import RunRequest, RunResult, Validated, ValidateRequest
 
 FORM = "multipart/form-data"
@@ -124,8 +124,8 @@ FORM_SCHEMA = {
 ROUTES = (
     Route("POST", "/v1/workflows/run", run_workflow, "Run a workflow on one image",
           (Reply(200, "the workflow's outputs", RunResult),), errors=(403, 409, 415, 429),
-          body={JSON: RunRequest, FORM: FORM_SCHEMA}, tag="workflows"),
+          body={JSON: RunRequest, FORM: FORM_SCHEMA}, tag="workflows", workers=Fanout.ANY),
     Route("POST", "/v1/workflows/validate", validate_workflow, "Validate a workflow",
           (Reply(200, "the workflow compiles", Validated),), errors=(403, 409, 429),
-          body={JSON: ValidateRequest}, tag="workflows"),
+          body={JSON: ValidateRequest}, tag="workflows", workers=Fanout.ANY),
 )  # fmt: skip

@@ -5,9 +5,8 @@ WebRTC clients (docs/api.md, "WebRTC").
   however many viewers watch;
 - `track.py`: a viewer's video track, always the newest frame (never a queue);
 - `sessions.py`: the peer connections, their limits, timeouts and cleanup;
-- `ice.py`: the ICE servers and the host addresses offered.
+- `ice.py`: the ICE servers and the host addresses offered;
+- `config.py`: the config's `webrtc:` section.
+
+Nothing is imported here: the config loads `config.py` without aiortc and the runtime.
 """
-
-from appliance.server.webrtc.sessions import WebRtcSessions
-
-__all__ = ["WebRtcSessions"]

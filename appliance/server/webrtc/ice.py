@@ -10,7 +10,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import aioice.ice
 from aiortc import RTCConfiguration, RTCIceServer
 
-from appliance.config import WebRtcConfig
+from appliance.server.webrtc.config import WebRtcConfig
 
 IPAddress = IPv4Address | IPv6Address
 AIOICE_HOST_ADDRESSES = aioice.ice.get_host_addresses  # aioice's own rule, kept to restore

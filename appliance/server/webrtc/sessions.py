@@ -21,9 +21,9 @@ from typing import Any
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 
-from appliance.config import WebRtcConfig
 from appliance.errors import LimitError, UnknownStreamError
 from appliance.runtime.runtime import Runtime
+from appliance.server.webrtc.config import WebRtcConfig
 from appliance.server.webrtc.feed import Entry, StreamFeed, frame_message
 from appliance.server.webrtc.ice import (
     host_addresses_for,
