@@ -67,13 +67,18 @@ def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
     """--log-level, -v and -q. Given before and after the command, the last one wins:
     defaults are SUPPRESS, so a subcommand's parser does not reset what came before."""
     parser.add_argument(
-        "--log-level", choices=LOG_LEVELS, default=default,
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default,
         help="DEBUG, INFO, WARNING or ERROR (default: INFO for serve, else WARNING)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "-v", "--verbose", action="count", default=default,
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
         help="more log lines: one level lower each time (-v: INFO, -vv: DEBUG)",
-    )  # fmt: skip
+    )
     parser.add_argument("-q", "--quiet", action="store_true", default=default, help="errors only")
 
 
@@ -230,9 +235,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         on_command, take_commands = worker_commands(worker.index, args.gateway, config, os.environ)
     index = None if worker is None else worker.index
     runtime = Runtime(
-        config, config_path=args.config, shard=shard, worker=index,
-        on_command=on_command, take_commands=take_commands,
-    )  # fmt: skip
+        config,
+        config_path=args.config,
+        shard=shard,
+        worker=index,
+        on_command=on_command,
+        take_commands=take_commands,
+    )
     if shard is not None:
         log.info("shard %s: streams %s", shard, [s.id for s in runtime.config.streams])
     clean = asyncio.run(

@@ -286,8 +286,10 @@ class ModelPool:
         self._notify(old.model_id)  # compilations bound to the old batcher: stale
         log.info(
             "model %r: loaded anew (%s changed); the old one serves its %d leases",
-            old.model_id, new.where, old.users,
-        )  # fmt: skip
+            old.model_id,
+            new.where,
+            old.users,
+        )
         if old.users or self._holds:
             return []
         return [self._release_retired(old)]

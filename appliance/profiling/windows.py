@@ -59,9 +59,14 @@ class Window:
 
     def status(self) -> WindowStatus:
         return WindowStatus(
-            self.id, self.state, f"/v1/profiling/{self.id}/trace", self.duration_s,
-            None if self.streams is None else list(self.streams), self.ort_operators, self.error,
-        )  # fmt: skip
+            self.id,
+            self.state,
+            f"/v1/profiling/{self.id}/trace",
+            self.duration_s,
+            None if self.streams is None else list(self.streams),
+            self.ort_operators,
+            self.error,
+        )
 
 
 # A batcher switched to its model's profiled twin for a window: the sampling, and the folder
@@ -117,8 +122,9 @@ class ProfilingWindows:
             expired = self._expire()
         for path in expired:
             path.unlink(missing_ok=True)
-        threading.Thread(target=self._run, args=(window,), name=f"profile:{window.id}",
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._run, args=(window,), name=f"profile:{window.id}", daemon=True
+        ).start()
         return window.status()
 
     def _expire(self) -> list[Path]:

@@ -105,9 +105,13 @@ class Runtime:
         self.outputs.subscribe(self._block_latency)
         # The regression watch: each result and batch against its baseline (appliance/watch).
         self.watch = build_watch(
-            prof.watch, trace_dir, self.files, self.metrics, self.profiler,
+            prof.watch,
+            trace_dir,
+            self.files,
+            self.metrics,
+            self.profiler,
             self.outputs.publish_event,
-        )  # fmt: skip
+        )
         self.outputs.subscribe(self.watch)
         self.pool = ModelPool(
             self.metrics,

@@ -74,10 +74,21 @@ class WebRtcAnswer(BaseModel):
 class ErrorDetail(BaseModel):
     # server/errors.py's CODES values (a test keeps the two equal).
     code: Literal[
-        "bad_request", "unauthorized", "forbidden", "not_found", "method_not_allowed",
-        "request_timeout", "conflict", "payload_too_large", "unsupported_media_type",
-        "invalid", "too_many_requests", "internal", "not_implemented", "unavailable",
-    ]  # fmt: skip
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "request_timeout",
+        "conflict",
+        "payload_too_large",
+        "unsupported_media_type",
+        "invalid",
+        "too_many_requests",
+        "internal",
+        "not_implemented",
+        "unavailable",
+    ]
     message: str
     details: list[str] = Field(description="every problem as `location: message`")
 
@@ -180,15 +191,21 @@ class TuneRequest(_Request):
         "fps", description="`fps`: most processed fps under the SLO; `latency`: lowest p99"
     )
     slo_ms: float | None = Field(
-        None, gt=0, le=60000, allow_inf_nan=False,
+        None,
+        gt=0,
+        le=60000,
+        allow_inf_nan=False,
         description="frame-age p99 limit of `fps`; default two frame intervals of the cameras",
-    )  # fmt: skip
-    budget_s: float = Field(600, ge=10, le=3600, allow_inf_nan=False,
-                            description="the whole tune's time limit, seconds")  # fmt: skip
-    window_s: float = Field(5, ge=1, le=60, allow_inf_nan=False,
-                            description="seconds of each measuring window")  # fmt: skip
-    settle_s: float = Field(2, ge=0, le=30, allow_inf_nan=False,
-                            description="seconds waited after each change")  # fmt: skip
+    )
+    budget_s: float = Field(
+        600, ge=10, le=3600, allow_inf_nan=False, description="the whole tune's time limit, seconds"
+    )
+    window_s: float = Field(
+        5, ge=1, le=60, allow_inf_nan=False, description="seconds of each measuring window"
+    )
+    settle_s: float = Field(
+        2, ge=0, le=30, allow_inf_nan=False, description="seconds waited after each change"
+    )
     knobs: Annotated[dict[KnobName, KnobValues | None], Field(max_length=32)] | None = Field(
         None,
         description="knob name (`max_batch_size`) or key (`faces.max_batch_size`) -> the "

@@ -22,11 +22,23 @@ from appliance.workers.procs import WorkerSet
 
 # Not forwarded either way: they describe one connection, not the message (RFC 9110 7.6.1),
 # or are set anew (Authorization: ours; Content-Length: aiohttp's).
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-    "trailer", "transfer-encoding", "upgrade", "host", "authorization", "content-length",
-    "server", "date",
-})  # fmt: skip
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "authorization",
+        "content-length",
+        "server",
+        "date",
+    }
+)
 MARGIN_S = 2.0  # over the workers' own request timeout: their answer, not our cut, wins
 
 
@@ -84,9 +96,13 @@ class WorkerClients:
             raise WorkerUnavailableError(index, _why(exc)) from None
 
     async def fan_out(
-        self, method: str, path: str, body: Any = None, indices: Iterable[int] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        indices: Iterable[int] | None = None,
         timeout_s: float | None = None,
-    ) -> dict[int, tuple[int, Any]]:  # fmt: skip
+    ) -> dict[int, tuple[int, Any]]:
         """The same call to several workers at once; those not answering are left out."""
         chosen = list(range(self.count) if indices is None else indices)
         calls = [self.call(i, method, path, body, timeout_s) for i in chosen]
@@ -108,10 +124,13 @@ class WorkerClients:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
             upstream = await self._sessions[index].request(
-                request.method, self._url(request.path_qs), data=data or None,
-                headers={**headers, **self._auth}, allow_redirects=False,
+                request.method,
+                self._url(request.path_qs),
+                data=data or None,
+                headers={**headers, **self._auth},
+                allow_redirects=False,
                 timeout=self._streaming if streaming else self._timeout,
-            )  # fmt: skip
+            )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise WorkerUnavailableError(index, _why(exc)) from None
         async with upstream:

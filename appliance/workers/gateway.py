@@ -79,10 +79,15 @@ class Gateway:
 
     def workers_view(self) -> list[dict[str, Any]]:
         return [
-            {"index": w.index, "state": w.state, "pid": w.pid, "restarts": w.restarts,
-             "last_exit": w.last_exit}
+            {
+                "index": w.index,
+                "state": w.state,
+                "pid": w.pid,
+                "restarts": w.restarts,
+                "last_exit": w.last_exit,
+            }
             for w in self.clients.workers.workers
-        ]  # fmt: skip
+        ]
 
     async def refresh_owners(self) -> dict[int, tuple[int, Any]]:
         answers = await self.clients.fan_out("GET", "/v1/streams", timeout_s=PROBE_TIMEOUT_S)
@@ -154,10 +159,14 @@ async def metrics(request: web.Request) -> web.Response:
     gw = gateway_of(request)
     answers = await gw.clients.fan_out("GET", "/metrics", timeout_s=PROBE_TIMEOUT_S)
     texts = {i: body for i, (status, body) in answers.items() if status == 200}
-    up = GaugeMetricFamily("appliance_worker_up", "1 while the worker process answers.",
-                           labels=["worker"])  # fmt: skip
-    restarts = CounterMetricFamily("appliance_worker_restarts", "Worker processes started "
-                                   "again after they died.", labels=["worker"])  # fmt: skip
+    up = GaugeMetricFamily(
+        "appliance_worker_up", "1 while the worker process answers.", labels=["worker"]
+    )
+    restarts = CounterMetricFamily(
+        "appliance_worker_restarts",
+        "Worker processes started again after they died.",
+        labels=["worker"],
+    )
     for w in gw.clients.workers.workers:
         up.add_metric([str(w.index)], 1.0 if w.index in texts else 0.0)
         restarts.add_metric([str(w.index)], float(w.restarts))

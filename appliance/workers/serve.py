@@ -55,6 +55,7 @@ class WorkerOptions:
         self, index: int, socket: Path, shard: Shard | None, gateway: str | None = None
     ) -> list[str]:
         """Worker `index`'s argv; worker 0 gets the `gateway` URL for MQTT commands."""
+        # Kept as written (fmt: skip): each option beside its value, as on a command line.
         argv = [
             sys.executable, "-m", "appliance", "--log-level", self.log_level, "serve",
             "--config", str(self.config_path), "--worker", f"{index}/{self.count}",

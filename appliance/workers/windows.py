@@ -124,7 +124,11 @@ class WindowFanOut:
     def _body(self, window_id: str, state: str, error: str | None) -> dict[str, Any]:
         request, _ = self._windows[window_id]
         return {
-            "id": window_id, "state": state, "trace": f"/v1/profiling/{window_id}/trace",
-            "duration_s": request.duration_s, "streams": request.streams,
-            "ort_operators": request.ort_operators, "error": error,
-        }  # fmt: skip
+            "id": window_id,
+            "state": state,
+            "trace": f"/v1/profiling/{window_id}/trace",
+            "duration_s": request.duration_s,
+            "streams": request.streams,
+            "ort_operators": request.ort_operators,
+            "error": error,
+        }

@@ -20,6 +20,7 @@ HexColor = Annotated[str, Field(pattern=r"^#[0-9A-Fa-f]{6}$")]
 BGR = tuple[int, int, int]
 
 # Tableau 10: ten colours that stay distinct on video and for most colour-blind viewers.
+# Kept as written (fmt: skip): two rows of five read as the palette's own layout.
 PALETTE_HEX = (
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F",
     "#EDC948", "#B07AA1", "#FF9DA7", "#9C755F", "#BAB0AC",

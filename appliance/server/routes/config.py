@@ -41,10 +41,20 @@ FLAGS = {"true": True, "false": False}
 
 
 ROUTES = (
-    Route("POST", "/v1/config/reload", reload, "Reload the config file",
-          (Reply(200, "applied (or, with dry_run, what would be)", Reloaded),),
-          errors=(403, 409, 413, 422), tag="config",
-          query={"dry_run": ({"type": "boolean", "default": False},
-                             "`true`: check and answer the plan, change nothing "
-                              "(`true` or `false`, given once)")}, workers=Fanout.MERGE),
-)  # fmt: skip
+    Route(
+        "POST",
+        "/v1/config/reload",
+        reload,
+        "Reload the config file",
+        (Reply(200, "applied (or, with dry_run, what would be)", Reloaded),),
+        errors=(403, 409, 413, 422),
+        tag="config",
+        query={
+            "dry_run": (
+                {"type": "boolean", "default": False},
+                "`true`: check and answer the plan, change nothing (`true` or `false`, given once)",
+            )
+        },
+        workers=Fanout.MERGE,
+    ),
+)

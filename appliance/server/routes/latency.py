@@ -30,8 +30,20 @@ async def get_scene(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("GET", "/v1/streams/{id}/latency", get_latency, "Get a stream's per-block latency",
-          (Reply(200, "recent latency per block", StreamLatency),), workers=Fanout.OWNER),
-    Route("GET", "/v1/streams/{id}/scene", get_scene, "Get a stream's lines and zones",
-          (Reply(200, "what its workflow counts against", Scene),), workers=Fanout.OWNER),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/v1/streams/{id}/latency",
+        get_latency,
+        "Get a stream's per-block latency",
+        (Reply(200, "recent latency per block", StreamLatency),),
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        "/v1/streams/{id}/scene",
+        get_scene,
+        "Get a stream's lines and zones",
+        (Reply(200, "what its workflow counts against", Scene),),
+        workers=Fanout.OWNER,
+    ),
+)

@@ -64,10 +64,24 @@ def render_docs(document: dict[str, Any]) -> str:
 
 
 ROUTES = (
-    Route("GET", "/openapi.json", openapi_json, "OpenAPI document",
-          (Reply(200, "OpenAPI 3.1", {"type": "object"}),), probe=True, tag="meta",
-          workers=Fanout.ANY),
-    Route("GET", "/docs", docs, "API documentation page",
-          (Reply(200, "HTML", {"type": "string"}, "text/html"),), probe=True, tag="meta",
-          workers=Fanout.ANY),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/openapi.json",
+        openapi_json,
+        "OpenAPI document",
+        (Reply(200, "OpenAPI 3.1", {"type": "object"}),),
+        probe=True,
+        tag="meta",
+        workers=Fanout.ANY,
+    ),
+    Route(
+        "GET",
+        "/docs",
+        docs,
+        "API documentation page",
+        (Reply(200, "HTML", {"type": "string"}, "text/html"),),
+        probe=True,
+        tag="meta",
+        workers=Fanout.ANY,
+    ),
+)

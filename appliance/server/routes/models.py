@@ -23,6 +23,13 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("GET", "/v1/models", list_models, "List models",
-          (Reply(200, "every loaded model", ModelList),), tag="models", workers=Fanout.MERGE),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/v1/models",
+        list_models,
+        "List models",
+        (Reply(200, "every loaded model", ModelList),),
+        tag="models",
+        workers=Fanout.MERGE,
+    ),
+)

@@ -52,14 +52,37 @@ async def metrics(request: web.Request) -> web.Response:
 
 TEXT = CONTENT_TYPE_LATEST.split(";")[0]
 ROUTES = (
-    Route("GET", "/health", health, "Liveness",
-          (Reply(200, "alive", Health), Reply(503, "the runtime cannot work", Health)),
-          probe=True, tag="probes", workers=Fanout.GATEWAY),
-    Route("GET", "/ready", ready, "Readiness",
-          (Reply(200, "ready", Readiness),
-           Reply(503, "streams starting or stalled, or the runtime down", Readiness)),
-          probe=True, tag="probes", workers=Fanout.MERGE),
-    Route("GET", "/metrics", metrics, "Prometheus metrics",
-          (Reply(200, "Prometheus text exposition", {"type": "string"}, TEXT),),
-          probe=True, tag="probes", workers=Fanout.MERGE),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/health",
+        health,
+        "Liveness",
+        (Reply(200, "alive", Health), Reply(503, "the runtime cannot work", Health)),
+        probe=True,
+        tag="probes",
+        workers=Fanout.GATEWAY,
+    ),
+    Route(
+        "GET",
+        "/ready",
+        ready,
+        "Readiness",
+        (
+            Reply(200, "ready", Readiness),
+            Reply(503, "streams starting or stalled, or the runtime down", Readiness),
+        ),
+        probe=True,
+        tag="probes",
+        workers=Fanout.MERGE,
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        metrics,
+        "Prometheus metrics",
+        (Reply(200, "Prometheus text exposition", {"type": "string"}, TEXT),),
+        probe=True,
+        tag="probes",
+        workers=Fanout.MERGE,
+    ),
+)

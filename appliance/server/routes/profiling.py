@@ -41,13 +41,34 @@ async def get_profiling_trace(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("POST", "/v1/profiling", start_profiling, "Start a profiling window",
-          (Reply(202, "started", WindowStatus),), errors=(409,),
-          body={"application/json": ProfilingRequest}, tag="profiling", workers=Fanout.MERGE),
-    Route("GET", "/v1/profiling/{id}", get_profiling, "Get a profiling window",
-          (Reply(200, "the window's status", WindowStatus),), tag="profiling",
-          workers=Fanout.MERGE),
-    Route("GET", "/v1/profiling/{id}/trace", get_profiling_trace, "Get a window's trace",
-          (Reply(200, "the Chrome trace", CHROME_TRACE),), errors=(409,), tag="profiling",
-          workers=Fanout.MERGE),
-)  # fmt: skip
+    Route(
+        "POST",
+        "/v1/profiling",
+        start_profiling,
+        "Start a profiling window",
+        (Reply(202, "started", WindowStatus),),
+        errors=(409,),
+        body={"application/json": ProfilingRequest},
+        tag="profiling",
+        workers=Fanout.MERGE,
+    ),
+    Route(
+        "GET",
+        "/v1/profiling/{id}",
+        get_profiling,
+        "Get a profiling window",
+        (Reply(200, "the window's status", WindowStatus),),
+        tag="profiling",
+        workers=Fanout.MERGE,
+    ),
+    Route(
+        "GET",
+        "/v1/profiling/{id}/trace",
+        get_profiling_trace,
+        "Get a window's trace",
+        (Reply(200, "the Chrome trace", CHROME_TRACE),),
+        errors=(409,),
+        tag="profiling",
+        workers=Fanout.MERGE,
+    ),
+)

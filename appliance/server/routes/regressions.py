@@ -40,9 +40,22 @@ async def rebaseline(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("GET", "/v1/regressions", get_regressions, "List regressions",
-          (Reply(200, "the watch's regressions", WatchReport),), tag="profiling",
-          workers=Fanout.MERGE),
-    Route("POST", "/v1/streams/{id}/baseline", rebaseline, "Learn a stream's baseline again",
-          (Reply(202, "learning from now", Rebaselined),), tag="profiling", workers=Fanout.OWNER),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/v1/regressions",
+        get_regressions,
+        "List regressions",
+        (Reply(200, "the watch's regressions", WatchReport),),
+        tag="profiling",
+        workers=Fanout.MERGE,
+    ),
+    Route(
+        "POST",
+        "/v1/streams/{id}/baseline",
+        rebaseline,
+        "Learn a stream's baseline again",
+        (Reply(202, "learning from now", Rebaselined),),
+        tag="profiling",
+        workers=Fanout.OWNER,
+    ),
+)

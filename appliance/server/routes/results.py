@@ -75,8 +75,9 @@ async def result_events(request: web.Request) -> web.StreamResponse:
     rt = runtime_of(request)
     with request.app[WATCHERS].slot():
         _count(request, "events")
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-store"})  # fmt: skip
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+        )
         await response.prepare(request)
         _small_buffers(request)
         with contextlib.suppress(ConnectionResetError):  # the client left: nothing to say
@@ -167,15 +168,44 @@ def _max_fps(request: web.Request) -> float:
 SSE: dict[str, Any] = {"type": "string", "description": "text/event-stream: `event: result`"}
 MJPEG: dict[str, Any] = {"type": "string", "format": "binary"}
 ROUTES = (
-    Route("GET", "/v1/streams/{id}/latest", latest_result, "The newest result",
-          (Reply(200, "the newest result's outputs", LatestResult),), tag="results",
-          workers=Fanout.OWNER),
-    Route("GET", "/v1/streams/{id}/snapshot.jpg", snapshot, "The newest frame as JPEG",
-          (Reply(200, "a JPEG image", MJPEG, "image/jpeg"),), tag="results", workers=Fanout.OWNER),
-    Route("GET", "/v1/streams/{id}/events", result_events, "Results as server-sent events",
-          (Reply(200, "an event stream", SSE, "text/event-stream"),), errors=(429,),
-          tag="results", streaming=True, workers=Fanout.OWNER),
-    Route("GET", "/v1/streams/{id}/video.mjpeg", video_mjpeg, "The video as MJPEG",
-          (Reply(200, "an MJPEG stream", MJPEG, MJPEG_TYPE),),
-          errors=(422, 429), tag="results", streaming=True, workers=Fanout.OWNER),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/v1/streams/{id}/latest",
+        latest_result,
+        "The newest result",
+        (Reply(200, "the newest result's outputs", LatestResult),),
+        tag="results",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        "/v1/streams/{id}/snapshot.jpg",
+        snapshot,
+        "The newest frame as JPEG",
+        (Reply(200, "a JPEG image", MJPEG, "image/jpeg"),),
+        tag="results",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        "/v1/streams/{id}/events",
+        result_events,
+        "Results as server-sent events",
+        (Reply(200, "an event stream", SSE, "text/event-stream"),),
+        errors=(429,),
+        tag="results",
+        streaming=True,
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        "/v1/streams/{id}/video.mjpeg",
+        video_mjpeg,
+        "The video as MJPEG",
+        (Reply(200, "an MJPEG stream", MJPEG, MJPEG_TYPE),),
+        errors=(422, 429),
+        tag="results",
+        streaming=True,
+        workers=Fanout.OWNER,
+    ),
+)

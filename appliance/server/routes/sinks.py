@@ -26,12 +26,21 @@ def _shown_files(config: AppConfig, status: SinkStatus) -> SinkStatus:
     """The absolute paths among a sink's details (a webhook's dead-letter file, kept in
     the traces folder) named as the config names that folder, not by the host's layout."""
     named = config.profiling.dir
-    extra = {k: shown_path(config, v, named) if isinstance(v, str) and os.path.isabs(v) else v
-             for k, v in status.extra.items()}  # fmt: skip
+    extra = {
+        k: shown_path(config, v, named) if isinstance(v, str) and os.path.isabs(v) else v
+        for k, v in status.extra.items()
+    }
     return dataclasses.replace(status, extra=extra)
 
 
 ROUTES = (
-    Route("GET", "/v1/sinks", list_sinks, "List sinks",
-          (Reply(200, "every sink", SinkList),), tag="sinks", workers=Fanout.MERGE),
-)  # fmt: skip
+    Route(
+        "GET",
+        "/v1/sinks",
+        list_sinks,
+        "List sinks",
+        (Reply(200, "every sink", SinkList),),
+        tag="sinks",
+        workers=Fanout.MERGE,
+    ),
+)

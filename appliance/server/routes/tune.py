@@ -16,8 +16,10 @@ from appliance.tune.job import TuneConflictError, TuneJob, TuneParams, TuneReque
 
 TUNE = web.AppKey("tune", TuneJob)
 LOCATION = {"Location": "/v1/tune"}
-PER_PROCESS = ("tuning runs per process: run `appliance tune --config FILE` with one "
-               "process (this appliance serves with --workers)")  # fmt: skip
+PER_PROCESS = (
+    "tuning runs per process: run `appliance tune --config FILE` with one "
+    "process (this appliance serves with --workers)"
+)
 
 
 class TuneConflictApiError(ApiError):
@@ -67,13 +69,35 @@ async def tune_per_process(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("POST", "/v1/tune", start_tune, "Start a tune",
-          (Reply(202, "started", TuneStatus),), errors=(409, 501),
-          body={"application/json": TuneRequest}, tag="tuning", workers=Fanout.PER_PROCESS),
-    Route("GET", "/v1/tune", get_tune, "Get the tune",
-          (Reply(200, "the running or last tune", TuneStatus),), errors=(501,), tag="tuning",
-          workers=Fanout.PER_PROCESS),
-    Route("DELETE", "/v1/tune", cancel_tune, "Cancel the tune",
-          (Reply(202, "cancelling: the starting settings are being restored", TuneStatus),),
-          errors=(409, 501), tag="tuning", workers=Fanout.PER_PROCESS),
-)  # fmt: skip
+    Route(
+        "POST",
+        "/v1/tune",
+        start_tune,
+        "Start a tune",
+        (Reply(202, "started", TuneStatus),),
+        errors=(409, 501),
+        body={"application/json": TuneRequest},
+        tag="tuning",
+        workers=Fanout.PER_PROCESS,
+    ),
+    Route(
+        "GET",
+        "/v1/tune",
+        get_tune,
+        "Get the tune",
+        (Reply(200, "the running or last tune", TuneStatus),),
+        errors=(501,),
+        tag="tuning",
+        workers=Fanout.PER_PROCESS,
+    ),
+    Route(
+        "DELETE",
+        "/v1/tune",
+        cancel_tune,
+        "Cancel the tune",
+        (Reply(202, "cancelling: the starting settings are being restored", TuneStatus),),
+        errors=(409, 501),
+        tag="tuning",
+        workers=Fanout.PER_PROCESS,
+    ),
+)

@@ -71,12 +71,30 @@ def _asset_handler(path: str, name: str, content_type: str) -> Handler:
 
 _HTML = (Reply(200, "the viewer page", {"type": "string"}, "text/html"),)
 ROUTES = (
-    Route("GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer",
-          workers=Fanout.ANY),
-    Route("GET", "/streams/{id}", viewer_stream_page, "Web viewer on one stream", _HTML,
-          public=True, tag="viewer", workers=Fanout.ANY),
-    *(Route("GET", path, _asset_handler(path, name, kind), f"Web viewer asset {name}",
-            (Reply(200, name, {"type": "string"}, kind),), public=True, tag="viewer",
-            workers=Fanout.ANY)
-      for path, (name, kind) in ASSETS.items()),
-)  # fmt: skip
+    Route(
+        "GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer", workers=Fanout.ANY
+    ),
+    Route(
+        "GET",
+        "/streams/{id}",
+        viewer_stream_page,
+        "Web viewer on one stream",
+        _HTML,
+        public=True,
+        tag="viewer",
+        workers=Fanout.ANY,
+    ),
+    *(
+        Route(
+            "GET",
+            path,
+            _asset_handler(path, name, kind),
+            f"Web viewer asset {name}",
+            (Reply(200, name, {"type": "string"}, kind),),
+            public=True,
+            tag="viewer",
+            workers=Fanout.ANY,
+        )
+        for path, (name, kind) in ASSETS.items()
+    ),
+)

@@ -44,9 +44,24 @@ async def close_webrtc(request: web.Request) -> web.Response:
 
 
 ROUTES = (
-    Route("POST", "/v1/streams/{id}/webrtc", open_webrtc, "Watch a stream over WebRTC",
-          (Reply(201, "the answer", WebRtcAnswer),), errors=(429,),
-          body={"application/json": WebRtcOffer}, tag="webrtc", workers=Fanout.OWNER),
-    Route("DELETE", "/v1/webrtc/{session_id}", close_webrtc, "End a WebRTC session",
-          (Reply(204, "closed"),), tag="webrtc", workers=Fanout.HOLDER),
-)  # fmt: skip
+    Route(
+        "POST",
+        "/v1/streams/{id}/webrtc",
+        open_webrtc,
+        "Watch a stream over WebRTC",
+        (Reply(201, "the answer", WebRtcAnswer),),
+        errors=(429,),
+        body={"application/json": WebRtcOffer},
+        tag="webrtc",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "DELETE",
+        "/v1/webrtc/{session_id}",
+        close_webrtc,
+        "End a WebRTC session",
+        (Reply(204, "closed"),),
+        tag="webrtc",
+        workers=Fanout.HOLDER,
+    ),
+)

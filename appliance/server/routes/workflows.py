@@ -70,8 +70,11 @@ def _form_input(parts: dict[str, bytes]) -> RunInput:
     problems = [f"{name}: unknown part" for name in parts if name not in _FORM_PARTS]
     problems += [f"{name}: required" for name in ("image", "workflow") if name not in parts]
     flags = {name: _text(parts, name, "false") for name in ("profile", "video")}
-    problems += [f"{name}: expected true or false (got {value!r})"
-                 for name, value in flags.items() if value not in ("true", "false")]  # fmt: skip
+    problems += [
+        f"{name}: expected true or false (got {value!r})"
+        for name, value in flags.items()
+        if value not in ("true", "false")
+    ]
     if problems:
         raise InvalidError("invalid multipart form", problems)
     text = _text(parts, "workflow", "").strip()
@@ -112,20 +115,41 @@ FORM_SCHEMA = {
     "required": ["image", "workflow"],
     "additionalProperties": False,
     "properties": {
-        "image": {"type": "string", "contentMediaType": "application/octet-stream",
-                  "description": "the image file (JPEG, PNG, ...)"},
-        "workflow": {"type": "string",
-                     "description": "an inline workflow as JSON text, or a workflow file path"},
+        "image": {
+            "type": "string",
+            "contentMediaType": "application/octet-stream",
+            "description": "the image file (JPEG, PNG, ...)",
+        },
+        "workflow": {
+            "type": "string",
+            "description": "an inline workflow as JSON text, or a workflow file path",
+        },
         "profile": {"type": "string", "enum": ["true", "false"], "default": "false"},
         "video": {"type": "string", "enum": ["true", "false"], "default": "false"},
     },
-}  # fmt: skip
+}
 
 ROUTES = (
-    Route("POST", "/v1/workflows/run", run_workflow, "Run a workflow on one image",
-          (Reply(200, "the workflow's outputs", RunResult),), errors=(403, 409, 415, 429),
-          body={JSON: RunRequest, FORM: FORM_SCHEMA}, tag="workflows", workers=Fanout.ANY),
-    Route("POST", "/v1/workflows/validate", validate_workflow, "Validate a workflow",
-          (Reply(200, "the workflow compiles", Validated),), errors=(403, 409, 429),
-          body={JSON: ValidateRequest}, tag="workflows", workers=Fanout.ANY),
-)  # fmt: skip
+    Route(
+        "POST",
+        "/v1/workflows/run",
+        run_workflow,
+        "Run a workflow on one image",
+        (Reply(200, "the workflow's outputs", RunResult),),
+        errors=(403, 409, 415, 429),
+        body={JSON: RunRequest, FORM: FORM_SCHEMA},
+        tag="workflows",
+        workers=Fanout.ANY,
+    ),
+    Route(
+        "POST",
+        "/v1/workflows/validate",
+        validate_workflow,
+        "Validate a workflow",
+        (Reply(200, "the workflow compiles", Validated),),
+        errors=(403, 409, 429),
+        body={JSON: ValidateRequest},
+        tag="workflows",
+        workers=Fanout.ANY,
+    ),
+)
