@@ -70,12 +70,23 @@ class TuneParams:
     apply: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        knobs = None if self.knobs is None else {
-            name: None if values is None else list(values) for name, values in self.knobs.items()
-        }  # fmt: skip
-        return {"objective": self.objective, "slo_ms": self.slo_ms, "budget_s": self.budget_s,
-                "window_s": self.window_s, "settle_s": self.settle_s, "knobs": knobs,
-                "apply": self.apply}  # fmt: skip
+        knobs = (
+            None
+            if self.knobs is None
+            else {
+                name: None if values is None else list(values)
+                for name, values in self.knobs.items()
+            }
+        )
+        return {
+            "objective": self.objective,
+            "slo_ms": self.slo_ms,
+            "budget_s": self.budget_s,
+            "window_s": self.window_s,
+            "settle_s": self.settle_s,
+            "knobs": knobs,
+            "apply": self.apply,
+        }
 
 
 class _Run:
@@ -139,8 +150,16 @@ def _state(outcome: Outcome | None, ended_by: State | None) -> State:
     return "failed"
 
 
-IDLE: dict[str, Any] = {"state": "idle", "request": None, "started_at": None, "ended_at": None,
-                        "progress": None, "result": None, "error": None, "note": None}  # fmt: skip
+IDLE: dict[str, Any] = {
+    "state": "idle",
+    "request": None,
+    "started_at": None,
+    "ended_at": None,
+    "progress": None,
+    "result": None,
+    "error": None,
+    "note": None,
+}
 
 
 class TuneJob:
@@ -214,10 +233,18 @@ class TuneJob:
         p = run.params
         try:
             result = tune(
-                self.rt, objective=p.objective, slo_ms=p.slo_ms, budget_s=p.budget_s,
-                window_s=p.window_s, settle_s=p.settle_s, only=run.only, apply=p.apply,
-                stop=run.stop, on_progress=run.on_progress, hardware=hardware,
-            )  # fmt: skip
+                self.rt,
+                objective=p.objective,
+                slo_ms=p.slo_ms,
+                budget_s=p.budget_s,
+                window_s=p.window_s,
+                settle_s=p.settle_s,
+                only=run.only,
+                apply=p.apply,
+                stop=run.stop,
+                on_progress=run.on_progress,
+                hardware=hardware,
+            )
         except Exception as exc:  # the settings are back (tune's finally); say why it ended
             log.exception("tune failed")
             run.finish(None, None, f"{type(exc).__name__}: {exc}")
@@ -266,9 +293,11 @@ def _unmatched(name: str, running: list[str]) -> str:
     scope = name.rsplit(".", 1)[0] if "." in name else None
     if scope is not None and scope != SOURCES and scope not in running:
         return f"knobs.{name}: model {scope!r} is not running (running: {', '.join(running)})"
-    return (f"knobs.{name}: not in this workload's search space (a source setting on a "
-            "model, or a setting with one possible value here: threads on a GPU, the "
-            "reader with no RTSP camera, a batch size the model's input fixes)")  # fmt: skip
+    return (
+        f"knobs.{name}: not in this workload's search space (a source setting on a "
+        "model, or a setting with one possible value here: threads on a GPU, the "
+        "reader with no RTSP camera, a batch size the model's input fixes)"
+    )
 
 
 def _values(

@@ -75,8 +75,10 @@ class Meter:
             ids = dict(self._ids)
         inside = (done >= start) & (done < end)
         seconds = max(end - start, 1e-9)
-        rates = {s: float(np.count_nonzero(inside & (sid == ids[s]))) / seconds
-                 if s in ids else 0.0 for s in streams}  # fmt: skip
+        rates = {
+            s: float(np.count_nonzero(inside & (sid == ids[s]))) / seconds if s in ids else 0.0
+            for s in streams
+        }
         ages = age[inside] * 1000.0
         p50, p99 = np.percentile(ages, (50, 99)) if ages.size else (float("inf"),) * 2
         return Window(

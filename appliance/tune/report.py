@@ -34,13 +34,17 @@ def table(result: Mapping[str, Any]) -> str:
     met_title = "SLO met" if objective["kind"] == "fps" else "kept up"
     rows = [["candidate", "verdict", "ratio", "interval", "fps", "p99 ms", met_title]]
     for c in result["candidates"]:
-        rows.append([
-            f"{c['knob']}={_value(c['value'])}",
-            c["verdict"],
-            "-" if c["ratio"] is None else f"{c['ratio']:.3f}",
-            "-" if c["interval"] is None else f"[{c['interval'][0]:.3f}–{c['interval'][1]:.3f}]",
-            *_figures(c["windows"], c["met"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"{c['knob']}={_value(c['value'])}",
+                c["verdict"],
+                "-" if c["ratio"] is None else f"{c['ratio']:.3f}",
+                "-"
+                if c["interval"] is None
+                else f"[{c['interval'][0]:.3f}–{c['interval'][1]:.3f}]",
+                *_figures(c["windows"], c["met"]),
+            ]
+        )
     start = [r for r in result["reference"] if r["settings"] == result["start"]]
     if start:
         windows = f"{len(start)} window{'s' * (len(start) != 1)}"
@@ -77,8 +81,12 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 
 
 def _winner(result: Mapping[str, Any]) -> list[str]:
-    outcome = {"done": "done", "budget": "stopped at the budget", "interrupted": "interrupted",
-               "failed": "failed"}.get(result["outcome"], result["outcome"])  # fmt: skip
+    outcome = {
+        "done": "done",
+        "budget": "stopped at the budget",
+        "interrupted": "interrupted",
+        "failed": "failed",
+    }.get(result["outcome"], result["outcome"])
     lines = [f"outcome: {outcome} after {result['elapsed_s']:g} s, {result['windows']} windows"]
     if result.get("problem"):
         lines.append(f"problem: {result['problem']}")
@@ -86,9 +94,12 @@ def _winner(result: Mapping[str, Any]) -> list[str]:
     title = "winner" if result["outcome"] in ("done", "budget") else "best so far (not applied)"
     changed = result["changed"]
     if changed:
-        lines.append(f"{title}: " + ", ".join(
-            f"{k} {_value(result['start'].get(k))} → {_value(v)}" for k, v in changed.items()
-        ))  # fmt: skip
+        lines.append(
+            f"{title}: "
+            + ", ".join(
+                f"{k} {_value(result['start'].get(k))} → {_value(v)}" for k, v in changed.items()
+            )
+        )
     else:
         lines.append(f"{title}: the starting settings (no knob changed)")
     keys = [k["key"] for k in result["knobs"]]
@@ -113,10 +124,11 @@ def pareto(points: Sequence[Point]) -> list[int]:
         i
         for i, (fps, p99) in enumerate(points)
         if not any(
-            f >= fps and p <= p99 and (f > fps or p < p99) for j, (f, p) in enumerate(points)
+            f >= fps and p <= p99 and (f > fps or p < p99)
+            for j, (f, p) in enumerate(points)
             if j != i
         )
-    ]  # fmt: skip
+    ]
     return sorted(front, key=lambda i: (points[i][0], points[i][1]))
 
 
@@ -140,25 +152,43 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
     FigureCanvasAgg(fig)  # the Agg canvas, without pyplot's global state
     ax = fig.add_subplot()
     if start:
-        ax.scatter(*_xy(start), marker="s", s=14, color="0.7",
-                   label="starting settings' windows")  # fmt: skip
+        ax.scatter(*_xy(start), marker="s", s=14, color="0.7", label="starting settings' windows")
     if points:
-        ax.scatter(*_xy(points), color="tab:blue",
-                   label="candidates and start (median of their windows)")  # fmt: skip
+        ax.scatter(
+            *_xy(points), color="tab:blue", label="candidates and start (median of their windows)"
+        )
         for label, (x, y) in zip(labels, points, strict=True):
             ax.annotate(label, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
     front = [points[i] for i in pareto(points)]
     if front:
-        ax.plot(*_xy(front), color="tab:orange", marker="o", mfc="none",
-                markersize=10, label="Pareto front (more fps, lower p99)")  # fmt: skip
+        ax.plot(
+            *_xy(front),
+            color="tab:orange",
+            marker="o",
+            mfc="none",
+            markersize=10,
+            label="Pareto front (more fps, lower p99)",
+        )
     winner = _point(_windows_of(result, result["best"]))
     if winner is not None:
-        ax.scatter([winner[0]], [winner[1]], s=260, facecolors="none", edgecolors="tab:red",
-                   linewidths=2, label="winner")  # fmt: skip
+        ax.scatter(
+            [winner[0]],
+            [winner[1]],
+            s=260,
+            facecolors="none",
+            edgecolors="tab:red",
+            linewidths=2,
+            label="winner",
+        )
     objective = result["objective"]
     if objective["kind"] == "fps":
-        ax.axhline(objective["slo_ms"], color="tab:red", linestyle="--", linewidth=1,
-                   label=f"SLO {objective['slo_ms']:g} ms")  # fmt: skip
+        ax.axhline(
+            objective["slo_ms"],
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"SLO {objective['slo_ms']:g} ms",
+        )
     ax.set_xlabel("processed fps (all streams)")
     ax.set_ylabel("frame age p99 (ms)")
     ax.set_title(f"appliance tune: {objective['description']}", fontsize=9)

@@ -157,9 +157,18 @@ class Tuner:
             if candidates and candidates[-1].verdict == "pending":
                 candidates[-1].verdict = "failed" if outcome == "failed" else "pending"
         return TuneResult(
-            self.objective, list(self.knobs), start, best, candidates, self._reference,
-            reasons, outcome, problem, time.monotonic() - self._t0, self._windows,
-        )  # fmt: skip
+            self.objective,
+            list(self.knobs),
+            start,
+            best,
+            candidates,
+            self._reference,
+            reasons,
+            outcome,
+            problem,
+            time.monotonic() - self._t0,
+            self._windows,
+        )
 
     def _descend(self, knob: Knob, best: Settings, tried: list[Candidate]) -> None:
         """Each other value of the knob against `best`, alternating: A B A C A ...; each

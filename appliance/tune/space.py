@@ -34,8 +34,13 @@ GRAPH_LEVELS = ("basic", "all")
 # ORT's inter-op pool runs only in its parallel execution mode, which the appliance does
 # not enable (sessions run their graph sequentially): inter_op_threads changes nothing,
 # so it is not searched.
-MODEL_KNOBS = ("max_batch_size", "max_queue_delay_ms", "intra_op_threads", "allow_spinning",
-               "graph_optimization")  # fmt: skip
+MODEL_KNOBS = (
+    "max_batch_size",
+    "max_queue_delay_ms",
+    "intra_op_threads",
+    "allow_spinning",
+    "graph_optimization",
+)
 SOURCE_KNOBS = ("reader", "decoder_threads")
 SETTINGS = (*MODEL_KNOBS, *SOURCE_KNOBS)  # every setting a knob may turn
 
