@@ -19,10 +19,12 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from appliance.policy.masking import mask_url
@@ -41,6 +43,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_BUDGET = "10m"
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 INTERRUPTED = "interrupted: the starting settings are back; nothing written"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl+C; a service manager's stop
+WATCHER_JOIN_S = 1.0  # the signal watcher ends at once when its socket closes
 
 
 def add_tune_command(sub: Any) -> None:
@@ -155,7 +159,7 @@ def _run_local(args: argparse.Namespace) -> int:
         print(f"error: {mask_url(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     stop, show = threading.Event(), ProgressLine(sys.stderr)
-    with _stopped_by_signals(stop):
+    with stopped_by_signals(stop):
         rt = Runtime(config, config_path=args.config)
         try:
             if (problem := _start(rt) or _warm_up(rt, args.warmup, stop)) is not None:
@@ -245,7 +249,7 @@ def _run_remote(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     stop, show = threading.Event(), ProgressLine(sys.stderr)
     token = args.token or os.environ.get(TOKEN_ENV)
-    with _stopped_by_signals(stop):
+    with stopped_by_signals(stop):
         try:
             final = run_remote(args.url, token, request, show, stop)
         finally:
@@ -351,13 +355,40 @@ def _clock(seconds: float) -> str:
 
 
 @contextlib.contextmanager
-def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
+def stopped_by_signals(stop: threading.Event) -> Iterator[None]:
     """SIGINT and SIGTERM set `stop` (the tune ends at its next step and restores);
-    the previous handlers are back afterwards."""
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    the previous handlers are back afterwards.
+
+    The handlers themselves set nothing: Python runs a handler on the main thread between
+    two bytecodes, possibly inside `stop.wait()` while that holds the Event's lock, where
+    `stop.set()` would wait for itself forever (the tune hung, its streams running on).
+    The signal's number goes to a socket instead (signal.set_wakeup_fd: written by the
+    C-level handler, even while the main thread is busy in C), and a thread sets `stop`."""
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)  # set_wakeup_fd's rule: the handler must never block
+    watcher = threading.Thread(
+        target=_stop_on_signal, args=(reader, stop), name="tune-signals", daemon=True
+    )
+    watcher.start()
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_fd)
+        writer.close()  # the watcher reads the end of the stream, and ends
+        watcher.join(WATCHER_JOIN_S)
+        reader.close()
+
+
+def _noted(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler: nothing (the wakeup socket has the signal already)."""
+
+
+def _stop_on_signal(reader: socket.socket, stop: threading.Event) -> None:
+    """The watcher thread: `stop` set at the first SIGINT or SIGTERM the socket gets."""
+    while data := reader.recv(64):  # a byte per signal: its number
+        if any(sig in data for sig in STOP_SIGNALS):
+            stop.set()

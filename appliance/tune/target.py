@@ -39,14 +39,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("appliance.tune")
 
 RESTART_WAIT_S = 15.0  # a restarted stream's first result: RTSP session, decoder, warm-up
+RESTART_POLL_S = 0.1  # how often that wait looks
 LOST = (StreamState.STOPPED, StreamState.FAILED, StreamState.STALLED)
 
 
 class LiveTarget:
     """The runtime's own streams, models and outputs, measured from their results."""
 
-    def __init__(self, rt: Runtime, knobs: list[Knob], base: TuningConfig) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        knobs: list[Knob],
+        base: TuningConfig,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.rt, self.knobs, self.base = rt, knobs, base
+        self.stop = stop or threading.Event()  # ends a wait for restarted streams early
         self.streams = list(rt.streams)  # every one must still run at each window's end
         self.meter = Meter()
         self._unsubscribe = rt.outputs.subscribe(self.meter)
@@ -88,12 +96,13 @@ class LiveTarget:
         self._unsubscribe()
 
     def _wait_for_results(self, streams: list[str]) -> None:
+        """Until each restarted stream has a result; at once on `stop` (the tuner sees it
+        next and ends: a Ctrl+C must not wait out RESTART_WAIT_S)."""
         mark, deadline = Meter.now(), time.monotonic() + RESTART_WAIT_S
         while time.monotonic() < deadline:
             window = self.meter.window(mark, Meter.now(), streams, 0.0)
-            if window.slowest_fps > 0:
+            if window.slowest_fps > 0 or self.stop.wait(RESTART_POLL_S):
                 return
-            time.sleep(0.1)
         raise RuntimeError(f"streams {streams} had no result {RESTART_WAIT_S:g} s after restart")
 
 
@@ -133,11 +142,12 @@ def tune(
     the winner with `apply` (only after a search that was not interrupted or failed)."""
     base = rt.config.tuning
     knobs = search_space(rt, hardware or Hardware.here(), only)
-    target = LiveTarget(rt, knobs, base)
+    stop = stop or threading.Event()
+    target = LiveTarget(rt, knobs, base, stop)
     slo = slo_ms or default_slo_ms(list(target.camera_fps().values()))
     tuner = Tuner(
         target, knobs, Objective(objective, slo), window_s, settle_s, budget_s,
-        stop=stop or threading.Event(), on_progress=on_progress,
+        stop=stop, on_progress=on_progress,
     )  # fmt: skip
     result: TuneResult | None = None
     try:

@@ -64,12 +64,21 @@ def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveFact
         server.stop()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    """A fresh Chromium (Debian's, driven by Playwright: tests/server/chromium.py)."""
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's Chromium, driven by Playwright (tests/server/chromium.py): one a module."""
     from tests.server.chromium import launch
 
-    yield from launch(tmp_path / "chromium-profile")
+    yield from launch(tmp_path_factory.mktemp("chromium") / "profile")
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    """The module's Chromium, for one test: the tabs it opened are closed after it (a
+    page of one test must not play on into the next; a tab's session storage is its own)."""
+    yield chromium
+    for tab in chromium.pages:
+        tab.close()
 
 
 @pytest.fixture(scope="module")

@@ -112,8 +112,8 @@ def test_the_viewer_lists_streams_shows_latency_and_profiles(
         assert 0 <= float(p50) <= float(p99), cells
     assert "frames" in page.text("#latency-summary")
 
-    # A 1 s profiling window from the page, followed to its trace.
-    page.tab.get_by_label("Duration (s)").fill("1")
+    # A 0.5 s profiling window from the page (seven frames), followed to its trace.
+    page.tab.get_by_label("Duration (s)").fill("0.5")
     page.tab.get_by_role("button", name="Profile").click()
     link = page.tab.get_by_role("link", name="Download trace")
     link.wait_for(state="visible")
@@ -210,6 +210,9 @@ def test_the_viewer_marks_a_block_in_regression(
     live_server: LiveFactory, browser: Any, tmp_path: Path
 ) -> None:
     live = watched_server(live_server, tmp_path, probe_us=[])
+    # The page opened once the watch has raised it: it shows what it finds when it opens
+    # (it looks again only every 5 s; that it follows a change is seen at the end).
+    wait_for(lambda: live.get_json("/v1/regressions")["active"], WAIT_S, "the regression")
     page = Page(browser, token=True)
     page.tab.goto(live.url + "/streams/cam")
 
@@ -256,6 +259,7 @@ def test_the_viewer_says_when_the_host_is_slower(
     live_server: LiveFactory, browser: Any, tmp_path: Path
 ) -> None:
     live = watched_server(live_server, tmp_path, probe_us=[10] * 30)  # a 100x faster host
+    wait_for(lambda: live.get_json("/v1/regressions")["host"], WAIT_S, "the host's slowdown")
     page = Page(browser, token=True)
     page.tab.goto(live.url + "/streams/cam")
 

@@ -112,7 +112,8 @@ def line_colour(frame: Any, line_y: float) -> np.ndarray:
     h, w = image.shape[:2]
     y = round(line_y * h)
     band = image[y - 2 : y + 3, round(0.2 * w) : round(0.8 * w)]
-    return band.reshape(-1, 3).mean(axis=0)
+    colour: np.ndarray = band.reshape(-1, 3).mean(axis=0)
+    return colour
 
 
 def test_video_shows_the_annotation_and_predictions_arrive_in_order(
@@ -291,9 +292,10 @@ def test_a_viewer_that_vanishes_is_closed_and_leaves_nothing(
     rtc_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A viewer killed mid-stream (no DTLS close, no DELETE): ICE consent checks fail
-    (aioice: 6 checks, ~5 s apart; 1 s here, read by its loop each time) and the session
-    is closed with what it held."""
-    monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", 1)
+    (aioice: 6 in a row, ~5 s apart; 2, 0.5 s apart here, read by its loop each time)
+    and the session is closed with what it held."""
+    monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", 0.5)
+    monkeypatch.setattr(aioice.ice, "CONSENT_FAILURES", 2)
     threads = own_threads()
     tasks = rtc_server.call_in_loop(lambda: len(asyncio.all_tasks()))
     with viewer_process(rtc_server, "door", "-"):

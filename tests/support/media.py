@@ -150,3 +150,19 @@ def keyless_clip(make_clip: MakeClip, tmp_path_factory: pytest.TempPathFactory) 
                 packet.stream = video_out
                 out.mux(packet)
     return path
+
+
+def retimed(source: Path, path: Path, speed: int) -> Path:
+    """`source`'s video, its packets copied with their timestamps divided by `speed`: the
+    same pictures, played `speed` times as fast (a 15 fps clip at 30 fps)."""
+    with av.open(str(source)) as src, av.open(str(path), "w") as out:
+        video_in = src.streams.video[0]
+        video_out = out.add_stream_from_template(video_in)
+        for packet in src.demux(video_in):
+            if packet.dts is None:  # the demuxer's empty packet at the end
+                continue
+            packet.dts //= speed
+            packet.pts = None if packet.pts is None else packet.pts // speed
+            packet.stream = video_out
+            out.mux(packet)
+    return path

@@ -43,7 +43,7 @@ def quick(path: Path, **kwargs: Any) -> BenchResult:
 
 
 def test_person_ssdlite_batch_two(person_model_path: Path) -> None:
-    result = quick(person_model_path, batch=2, shape=(300, 300, 3), duration_s=1.0)
+    result = quick(person_model_path, batch=2, shape=(300, 300, 3), duration_s=0.4)
     assert result.shape == (2, 300, 300, 3)
     assert result.dtype == "uint8"
     assert result.runs > 0
@@ -111,7 +111,13 @@ def test_progress_lines(
     monkeypatch.setattr(model_bench, "PROGRESS_EVERY_S", 0.05)
     lines: list[str] = []
     trace_file = tmp_path / "trace.json"
-    quick(person_model_path, shape=(96, 96, 3), profile_path=trace_file, progress=lines.append)
+    quick(
+        person_model_path,
+        shape=(96, 96, 3),
+        profile_path=trace_file,
+        progress=lines.append,
+        duration_s=0.2,
+    )
     assert lines[0].startswith("input image_tensor:0 uint8 [1, 96, 96, 3]: --shape")
     assert any(line.endswith(" ms") and " runs, p50 " in line for line in lines)
     assert lines[-1].startswith("profile: ") and " MB written in " in lines[-1]
@@ -130,7 +136,8 @@ def test_fixed_batch_rejects_another(yolov8_fixed_batch_model: Path) -> None:
 
 def test_profile_nests_operators_in_runs(person_model_path: Path, tmp_path: Path) -> None:
     trace_file = tmp_path / "trace.json"
-    result = quick(person_model_path, shape=(1, 96, 96, 3), profile_path=trace_file)
+    # 0.1 s: hundreds of runs, each of its operators checked against every run's span.
+    result = quick(person_model_path, shape=(1, 96, 96, 3), profile_path=trace_file, duration_s=0.1)
     trace = json.loads(trace_file.read_text())
     events = trace["traceEvents"]
     spans = [e for e in events if e["name"] == "session.run"]

@@ -101,18 +101,27 @@ def tune_setup(tmp_path: Path) -> TuneSetup:
     return TuneSetup(tmp_path)
 
 
+def started(setup: TuneSetup) -> Runtime:
+    """A runtime on the setup's config file, started, every stream processing."""
+    rt = Runtime(load_config(setup.config), config_path=setup.config)
+    try:
+        rt.start()
+        all_processing(rt, setup.streams)
+    except BaseException:
+        rt.stop()
+        raise
+    return rt
+
+
 @pytest.fixture
 def start_runtime() -> Iterator[StartRuntime]:
     """Start a runtime on a setup's config file, every stream processing; stopped after."""
-    started: list[Runtime] = []
+    runtimes: list[Runtime] = []
 
     def start(setup: TuneSetup) -> Runtime:
-        rt = Runtime(load_config(setup.config), config_path=setup.config)
-        started.append(rt)
-        rt.start()
-        all_processing(rt, setup.streams)
-        return rt
+        runtimes.append(started(setup))
+        return runtimes[-1]
 
     yield start
-    for rt in started:
+    for rt in runtimes:
         rt.stop()

@@ -4,7 +4,8 @@ and by the server's shutdown, with the starting settings back each time; refused
 requests named field by field; `client_tune.run_remote` against it; and the 501 the
 `serve --workers` gateway answers.
 
-The tunes are tiny: one knob of two values, windows of 1-2 s, so each runs in seconds.
+The tunes are tiny: one knob of two values, windows of 1 s (the least allowed) and
+0.2 s to settle, so each runs in seconds.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from tests.server.live import LiveServer, Reply, wait_for, write_yaml
 
 WAIT_S = 30.0
 # allow_spinning: true or false, each window 1 s; the budget (the least allowed) ends it.
-TINY = {"knobs": {"allow_spinning": None}, "window_s": 1, "settle_s": 0.5, "budget_s": 10}
+TINY = {"knobs": {"allow_spinning": None}, "window_s": 1, "settle_s": 0.2, "budget_s": 10}
 # The batch size from the config's 4 to 1 and back: GET /v1/models shows which runs.
-BATCH = {"knobs": {"max_batch_size": [1]}, "window_s": 2, "settle_s": 0.5, "budget_s": 60}
+BATCH = {"knobs": {"max_batch_size": [1]}, "window_s": 1, "settle_s": 0.2, "budget_s": 60}
 FINAL = {"done", "cancelled", "interrupted", "failed"}
 
 

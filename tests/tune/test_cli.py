@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,26 @@ from appliance.tune import report
 from tests.server.conftest import TOKEN, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
 from tests.support.appliance import APPLIANCE, clean_env
+from tests.support.warm_cli import run_appliance
 from tests.tune.conftest import TuneSetup
 
-# One model's knob of two values: 3 to 7 windows of 1.5 s.
-QUICK = ["--knob", "person.allow_spinning", "--window", "0.7", "--settle", "0.3", "--warmup", "1.5"]
+# One model's knob of two values: 3 to 7 windows of 0.5 s, 0.2 s to settle after a change.
+QUICK = ["--knob", "person.allow_spinning", "--window", "0.5", "--settle", "0.2", "--warmup", "1.5"]
 SPINNING = "person.allow_spinning"
 
 
 def tune(config: Path, *args: str) -> subprocess.Popen[str]:
+    """`appliance tune` in a process of its own, followed as it runs."""
     return subprocess.Popen(
         [*APPLIANCE, "tune", "--config", str(config), *QUICK, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
     )  # fmt: skip
+
+
+def run_tune(config: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`appliance tune` run to its end, forked from the warm CLI (tests/support/warm_cli.py)."""
+    command = ["tune", "--config", str(config), *QUICK, *args]
+    return run_appliance(command, env=clean_env(), timeout=timeout)
 
 
 @pytest.mark.slow
@@ -40,9 +49,9 @@ def tune(config: Path, *args: str) -> subprocess.Popen[str]:
 def test_a_tune_reports_and_writes_its_winner(tune_setup: TuneSetup, tmp_path: Path) -> None:
     patch, result, png = tmp_path / "patch.yaml", tmp_path / "tune.json", tmp_path / "tune.png"
     args = ["--budget", "30s", "--write", str(patch), "--json", str(result), "--plot", str(png)]
-    proc = tune(tune_setup.config, *args)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    done = run_tune(tune_setup.config, *args, timeout=120)
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
     assert "warming up 1.5 s" in err and "tune: best so far  0/" in err  # progress, a line each
 
     doc: dict[str, Any] = yaml.safe_load(result.read_text(encoding="utf-8"))
@@ -84,7 +93,34 @@ def test_ctrl_c_mid_tune_restores_and_writes_nothing(tune_setup: TuneSetup, tmp_
     assert tune_setup.config.read_bytes() == before  # --apply wrote nothing
 
 
-@pytest.mark.timeout(60)
+# Ctrl+C (or SIGTERM) while the main thread is inside stop.wait(), the tune's every wait,
+# holding the Event's lock: a handler that set `stop` there waited for itself forever, and
+# the tune hung with its streams running. Rounds of signals at such moments, in a process
+# of their own (the signals are its own; a hang is its timeout).
+SIGNAL_IN_WAIT = """
+import os, signal, threading
+from appliance.cli.tune import stopped_by_signals
+before = signal.getsignal(signal.SIGINT)  # Python's, or SIG_IGN when started in the background
+for i in range(40):
+    stop = threading.Event()
+    with stopped_by_signals(stop):
+        sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
+        threading.Timer(0.002, os.kill, (os.getpid(), sig)).start()
+        while not stop.wait(0):  # as often as can be
+            pass
+print(signal.getsignal(signal.SIGINT) is before, signal.set_wakeup_fd(-1))
+"""
+
+
+def test_a_signal_while_the_tune_waits_on_its_stop_flag_stops_it() -> None:
+    command = [sys.executable, "-c", SIGNAL_IN_WAIT]
+    done = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=20, env=clean_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "-1"]  # the handler before it back, no wakeup socket
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_running_appliance_is_tuned_with_the_same_report(
@@ -96,7 +132,7 @@ def test_a_running_appliance_is_tuned_with_the_same_report(
     try:
         wait_for(lambda: live.stream("cam")["frames_processed"] > 0, 30.0, "cam processing")
         remote = ["tune", "--url", live.url, "--knob", "allow_spinning", "--window", "1",
-                  "--settle", "0.5", "--budget", "10s"]  # fmt: skip
+                  "--settle", "0.2", "--budget", "10s"]  # fmt: skip
         assert main([*remote, "--token", "wrong"]) == 1  # refused: said, with what to do
         assert "hint: the token given with --token was refused" in capsys.readouterr().err
         done = main([*remote, "--token", TOKEN, "--json", str(result), "--write", str(patch)])
@@ -118,11 +154,12 @@ def test_a_stream_without_results_after_the_warm_up_is_named(
     doc["streams"] = [{"id": "nowhere", "workflow": "blur.yaml",
                        "source": {"url": "rtsp://127.0.0.1:9/none"}}]  # fmt: skip
     tune_setup.config.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    proc = tune(tune_setup.config, "--warmup", "1", "--write", str(tmp_path / "p.yaml"))
-    _, err = proc.communicate(timeout=50)
-    assert proc.returncode == 1, err
+    patch = tmp_path / "p.yaml"
+    done = run_tune(tune_setup.config, "--warmup", "1", "--write", str(patch), timeout=50)
+    err = done.stderr
+    assert done.returncode == 1, err
     assert "stream 'nowhere' had no result in the 1 s warm-up" in err
-    assert not (tmp_path / "p.yaml").exists()
+    assert not patch.exists()
 
 
 def test_an_invalid_config_is_named_with_exit_2(

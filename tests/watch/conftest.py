@@ -1,12 +1,16 @@
 """A runtime with a fast regression watch (1 s intervals, 4 s of learning) on the bundled
 clip, its sinks a real mosquitto and a real HTTP receiver, and a real cause of slowness:
-the CenterFace model's input size, changed in the workflow file and reloaded."""
+the CenterFace model's input size, changed in the workflow file and reloaded. `learned`:
+one such runtime a module, its baselines learned (about 6 s), shared by the tests that
+need one."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +18,14 @@ import pytest
 import yaml
 
 from appliance.config import load_config
+from appliance.observe.status import as_json
 from appliance.runtime.runtime import Runtime
-from tests.faults.conftest import broker  # noqa: F401  (a fixture: a real mosquitto)
-from tests.sinks.conftest import Broker, Subscriber, subscriber  # noqa: F401
+from tests.sinks.conftest import Broker, Subscriber
 from tests.sinks.receiver import Receiver
 from tests.support.appliance import DEMO_CLIP, MODELS, ROOT
+from tests.support.processes import free_port
 
+LEARNED_S = 40.0  # warm-up and learning (5 s) on a busy 2-core box, with room
 BLUR = ROOT / "configs" / "workflows" / "privacy_blur.yaml"
 SMALL, LARGE = [320, 192], [960, 544]  # CenterFace input: about 8 times the pixels
 FAST_WATCH = {  # a frame every 40 ms: 25 samples an interval, 100 to learn from
@@ -86,10 +92,47 @@ def events(sub: Subscriber, topic: str = "t/faces-cam/events") -> list[dict[str,
     return [d for d in docs if "regression" in d]
 
 
-@pytest.fixture
-def watched(tmp_path: Path, broker: Broker) -> Iterator[tuple[WatchSetup, Receiver]]:  # noqa: F811
-    with Receiver() as hook:
-        yield WatchSetup(tmp_path, broker.port, hook.url), hook
+def watching(rt: Runtime, stream_id: str = "faces-cam") -> bool:
+    """The stream's watch has its baselines: it compares (it no longer learns)."""
+    watch = as_json(rt.stream_status(stream_id)).get("watch")
+    return isinstance(watch, dict) and watch["state"] == "watching"
+
+
+@dataclass
+class Learned:
+    """A runtime whose watch has learned its baselines, its events on `sub` (since it
+    started: a test reads those after the ones it found there) and `hook`."""
+
+    setup: WatchSetup
+    hook: Receiver
+    sub: Subscriber
+    rt: Runtime
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learned]:
+    """One runtime a module, learned once: each test leaves it running, as it found it
+    (no regression active), except one that stops it, last."""
+    if shutil.which("mosquitto") is None:
+        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
+    folder = tmp_path_factory.mktemp("watched")
+    broker = Broker(free_port(), folder / "broker")
+    broker.folder.mkdir()
+    broker.start()
+    try:
+        with Receiver() as hook:
+            setup = WatchSetup(folder, broker.port, hook.url)
+            sub = Subscriber(broker, ["t/#"])
+            rt = setup.runtime()
+            try:
+                rt.start()
+                wait_until(lambda: watching(rt), LEARNED_S, "learning")
+                yield Learned(setup, hook, sub, rt)
+            finally:
+                rt.stop(5.0)
+                sub.close()
+    finally:
+        broker.stop()
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
-"""The regression watch on a running appliance: it learns a baseline, finds a block made
-slower for real (a reload onto a larger model input), says so on a real mosquitto and a
-real HTTP receiver with the profiling window it opened itself, and sees the recovery; the
-baseline outlives the runtime; re-baselining starts over; a shared baseline is read
-through the file policy."""
+"""The regression watch on a running appliance: it learns a baseline, tells a noisy
+neighbour (the host slower) from a slower block, finds a block made slower for real (a
+reload onto a larger model input), says so on a real mosquitto and a real HTTP receiver
+with the profiling window it opened itself, and sees the recovery; the baseline outlives
+the runtime; re-baselining starts over; a shared baseline is read through the file policy.
+
+The first three share the module's learned runtime (conftest.py), in this order: each
+leaves it as it found it, but the last, which stops it.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,53 +23,57 @@ from appliance.config import ConfigError
 from appliance.observe.status import as_json
 from appliance.runtime.runtime import Runtime
 from appliance.tools.trace_file import load_events
-from tests.sinks.conftest import Broker, Subscriber
-from tests.sinks.receiver import Receiver
-from tests.watch.conftest import LARGE, SMALL, WatchSetup, events, wait_until
+from tests.watch.conftest import (
+    LARGE,
+    SMALL,
+    Learned,
+    WatchSetup,
+    events,
+    wait_until,
+    watching,
+)
 
-LEARNED_S = 40.0  # warm-up and learning (5 s) on a busy 2-core box, with room
 FOUND_S = 40.0  # a few 1 s intervals after the reload's warm-up
 
 
-def watching(rt_stream: dict[str, object]) -> bool:
-    watch = rt_stream.get("watch")
-    return isinstance(watch, dict) and watch["state"] == "watching"
+SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-@dataclass
-class Learned:
-    """A runtime whose watch has learned its baselines, its events on `sub`."""
-
-    setup: WatchSetup
-    hook: Receiver
-    sub: Subscriber
-    rt: Runtime
-
-
-@pytest.fixture
-def learned(
-    watched: tuple[WatchSetup, Receiver],
-    broker: Broker,
-    subscriber: Callable[..., Subscriber],
-    runtimes: list[Runtime],
-) -> Learned:
-    setup, hook = watched
-    sub = subscriber(broker, "t/#")
-    rt = setup.runtime()
-    runtimes.append(rt)
-    rt.start()
-    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
-    return Learned(setup, hook, sub, rt)
+def test_a_noisy_neighbour_is_the_host_not_every_block(learned: Learned) -> None:
+    sub, rt = learned.sub, learned.rt
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(c)]) for c in cores]
+    try:
+        host = wait_until(
+            lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_started"],
+            FOUND_S, "host_slowdown_started on t/events",
+        )  # fmt: skip
+        time.sleep(2)  # two more intervals of the neighbour
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    slowdown = host[0]["regression"]
+    assert slowdown["kind"] == "host" and slowdown["stream"] is None
+    assert slowdown["probe_ratio"] > 1.1 and slowdown["common_ratio"] > 1.0
+    blocks = [e["regression"]["name"] for e in events(sub) if e["type"] == "regression_started"]
+    assert blocks == []  # not a regression of every block: of none
+    wait_until(
+        lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_ended"],
+        FOUND_S, "host_slowdown_ended",
+    )  # fmt: skip
+    assert rt.metrics.host_slowdown._value.get() == 0
 
 
 def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(learned: Learned) -> None:
     setup, hook, sub, rt = learned.setup, learned.hook, learned.sub, learned.rt
     assert not rt.regressions().active  # the steady stream raised nothing
+    seen = len(events(sub))  # those of the module's earlier tests
 
     setup.faces(LARGE)
     rt.reload()  # the faces model loads anew at 960 x 544: the block is much heavier
     started = wait_until(
-        lambda: [e for e in events(sub) if e["type"] == "regression_started"], FOUND_S,
+        lambda: [e for e in events(sub)[seen:] if e["type"] == "regression_started"], FOUND_S,
         "regression_started on MQTT",
     )  # fmt: skip
     regressions = {e["regression"]["name"]: e["regression"] for e in started}
@@ -100,7 +106,7 @@ def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(learned: Lea
     setup.faces(SMALL)
     rt.reload()  # the cause removed
     ended = wait_until(
-        lambda: [e for e in events(sub) if e["type"] == "regression_ended"
+        lambda: [e for e in events(sub)[seen:] if e["type"] == "regression_ended"
                  and e["regression"]["name"] == "faces-cam/faces"],
         FOUND_S, "regression_ended",
     )  # fmt: skip
@@ -112,14 +118,10 @@ def test_a_slower_block_is_found_with_its_evidence_and_its_recovery(learned: Lea
 
 
 def test_a_baseline_outlives_the_runtime_and_starts_over_on_request(
-    tmp_path: Path, runtimes: list[Runtime]
+    learned: Learned, runtimes: list[Runtime]
 ) -> None:
-    setup = WatchSetup(tmp_path, None, None)
-    rt = setup.runtime()
-    runtimes.append(rt)
-    rt.start()
-    wait_until(lambda: watching(as_json(rt.stream_status("faces-cam"))), LEARNED_S, "learning")
-    store = tmp_path / "traces" / "watch" / "baselines.json"
+    setup, rt = learned.setup, learned.rt  # the module's: it has learned (and is stopped here)
+    store = setup.folder / "traces" / "watch" / "baselines.json"
     wanted = {"faces-cam/faces", "model:faces", "age:faces-cam"}  # a model's learning: its own
     wait_until(lambda: wanted <= set(json.loads(store.read_text())["rows"]), 20, "the store")
     rt.stop(5.0)
@@ -127,7 +129,7 @@ def test_a_baseline_outlives_the_runtime_and_starts_over_on_request(
     again = setup.runtime()  # the same config, restarted: nothing to learn
     runtimes.append(again)
     again.start()
-    wait_until(lambda: watching(as_json(again.stream_status("faces-cam"))), 20, "watching")
+    wait_until(lambda: watching(again), 20, "watching")
     assert again.watch.store.get("faces-cam/faces") is not None
 
     keys = again.rebaseline("faces-cam")
@@ -135,7 +137,7 @@ def test_a_baseline_outlives_the_runtime_and_starts_over_on_request(
     status = as_json(again.stream_status("faces-cam"))
     assert status["watch"]["state"] == "learning"  # learning is the first's, tested above
     assert again.watch.store.get("faces-cam/faces") is None
-    stored = json.loads((tmp_path / "traces" / "watch" / "baselines.json").read_text())["rows"]
+    stored = json.loads(store.read_text())["rows"]
     assert "faces-cam/faces" not in stored and "model:faces" not in stored  # forgotten on disk
 
 
@@ -151,32 +153,3 @@ def test_a_shared_baseline_goes_through_the_file_policy(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             setup.runtime()
         assert problem in str(info.value) and value in str(info.value)
-
-
-SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
-
-
-def test_a_noisy_neighbour_is_the_host_not_every_block(learned: Learned) -> None:
-    sub, rt = learned.sub, learned.rt
-    cores = sorted(os.sched_getaffinity(0))[:2]
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(c)]) for c in cores]
-    try:
-        host = wait_until(
-            lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_started"],
-            FOUND_S, "host_slowdown_started on t/events",
-        )  # fmt: skip
-        time.sleep(2)  # two more intervals of the neighbour
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
-    slowdown = host[0]["regression"]
-    assert slowdown["kind"] == "host" and slowdown["stream"] is None
-    assert slowdown["probe_ratio"] > 1.1 and slowdown["common_ratio"] > 1.0
-    blocks = [e["regression"]["name"] for e in events(sub) if e["type"] == "regression_started"]
-    assert blocks == []  # not a regression of every block: of none
-    wait_until(
-        lambda: [e for e in events(sub, "t/events") if e["type"] == "host_slowdown_ended"],
-        FOUND_S, "host_slowdown_ended",
-    )  # fmt: skip
-    assert rt.metrics.host_slowdown._value.get() == 0
