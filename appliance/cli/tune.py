@@ -13,20 +13,17 @@ SIGTERM): the starting settings are back, and nothing is written.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import re
-import signal
-import socket
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from appliance.cli.signals import stopped_by_signals
 from appliance.policy.masking import mask_url
 from appliance.runtime.checking import BAD_INPUT
 from appliance.tune import report
@@ -43,8 +40,6 @@ EXIT_INTERRUPTED = 130
 DEFAULT_BUDGET = "10m"
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 INTERRUPTED = "interrupted: the starting settings are back; nothing written"
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl+C; a service manager's stop
-WATCHER_JOIN_S = 1.0  # the signal watcher ends at once when its socket closes
 
 
 def add_tune_command(sub: Any) -> None:
@@ -59,35 +54,70 @@ def add_tune_command(sub: Any) -> None:
     p.add_argument(
         "--config", type=Path, metavar="FILE", help="the config to tune (required without --url)"
     )
-    p.add_argument("--objective", choices=("fps", "latency"), default="fps",
-                   help="fps: the most processed fps with frame-age p99 under the SLO "
-                        "(default); latency: the lowest p99 at the cameras' own fps")  # fmt: skip
-    p.add_argument("--slo-ms", type=_positive, metavar="MS",
-                   help="the fps objective's frame-age p99 bound (default: two frame "
-                        "intervals of the slowest camera)")  # fmt: skip
-    p.add_argument("--budget", type=parse_duration, default=DEFAULT_BUDGET, metavar="TIME",
-                   help="the most the search may take: 90s, 10m, 1h or seconds "
-                        f"(default {DEFAULT_BUDGET})")  # fmt: skip
-    p.add_argument("--window", type=_positive, default=5.0, metavar="S",
-                   help="seconds measured per window (default 5)")  # fmt: skip
-    p.add_argument("--settle", type=_not_negative, default=2.0, metavar="S",
-                   help="seconds waited after a change before measuring (default 2)")  # fmt: skip
-    p.add_argument("--warmup", type=_not_negative, default=10.0, metavar="S",
-                   help="seconds the streams run before the search; each must have "
-                        "results by then (default 10)")  # fmt: skip
-    p.add_argument("--knob", type=_knob, action="append", metavar="NAME[=V1,V2]",
-                   help="search only this knob (a setting, e.g. max_batch_size, or one "
-                        "model's, faces.max_batch_size), with these values if given; "
-                        "repeatable (default: every knob)")  # fmt: skip
+    p.add_argument(
+        "--objective",
+        choices=("fps", "latency"),
+        default="fps",
+        help="fps: the most processed fps with frame-age p99 under the SLO "
+        "(default); latency: the lowest p99 at the cameras' own fps",
+    )
+    p.add_argument(
+        "--slo-ms",
+        type=_positive,
+        metavar="MS",
+        help="the fps objective's frame-age p99 bound (default: two frame "
+        "intervals of the slowest camera)",
+    )
+    p.add_argument(
+        "--budget",
+        type=parse_duration,
+        default=DEFAULT_BUDGET,
+        metavar="TIME",
+        help=f"the most the search may take: 90s, 10m, 1h or seconds (default {DEFAULT_BUDGET})",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive,
+        default=5.0,
+        metavar="S",
+        help="seconds measured per window (default 5)",
+    )
+    p.add_argument(
+        "--settle",
+        type=_not_negative,
+        default=2.0,
+        metavar="S",
+        help="seconds waited after a change before measuring (default 2)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_not_negative,
+        default=10.0,
+        metavar="S",
+        help="seconds the streams run before the search; each must have "
+        "results by then (default 10)",
+    )
+    p.add_argument(
+        "--knob",
+        type=_knob,
+        action="append",
+        metavar="NAME[=V1,V2]",
+        help="search only this knob (a setting, e.g. max_batch_size, or one "
+        "model's, faces.max_batch_size), with these values if given; "
+        "repeatable (default: every knob)",
+    )
     p.add_argument(
         "--write",
         type=Path,
         metavar="PATH",
         help="write the winner as a YAML patch (the config's tuning: section)",
     )
-    p.add_argument("--apply", action="store_true",
-                   help="put the winner in the config file's tuning: section (--url: the "
-                        "running appliance keeps it)")  # fmt: skip
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="put the winner in the config file's tuning: section (--url: the "
+        "running appliance keeps it)",
+    )
     p.add_argument("--plot", type=Path, metavar="PATH", help="a PNG of fps against p99")
     p.add_argument("--json", type=Path, metavar="PATH", help="the whole result as JSON")
     p.add_argument("--url", help="tune a running appliance instead (POST /v1/tune)")
@@ -140,8 +170,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         return _guarded(_run_remote)(args)
     if args.config is None:
-        print("error: --config FILE is required (or --url to tune a running appliance)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "error: --config FILE is required (or --url to tune a running appliance)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     return _run_local(args)
 
@@ -165,10 +197,16 @@ def _run_local(args: argparse.Namespace) -> int:
             if (problem := _start(rt) or _warm_up(rt, args.warmup, stop)) is not None:
                 return problem
             result = tune(
-                rt, objective=args.objective, slo_ms=args.slo_ms, budget_s=args.budget,
-                window_s=args.window, settle_s=args.settle, only=_only(args), stop=stop,
+                rt,
+                objective=args.objective,
+                slo_ms=args.slo_ms,
+                budget_s=args.budget,
+                window_s=args.window,
+                settle_s=args.settle,
+                only=_only(args),
+                stop=stop,
                 on_progress=lambda p: show(progress_json(p)),
-            )  # fmt: skip
+            )
         except Exception as exc:  # a restore that failed: said, not a traceback
             log.debug("tune failed", exc_info=True)
             print(f"error: the tune failed: {mask_url(str(exc))}", file=sys.stderr)
@@ -207,8 +245,10 @@ def _warm_up(rt: Runtime, seconds: float, stop: threading.Event) -> int | None:
     for sid in silent:
         stream = rt.streams[sid]
         why = f"{stream.state.value}" + (f": {stream.last_error}" if stream.last_error else "")
-        print(f"error: stream {sid!r} had no result in the {seconds:g} s warm-up ({why})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: stream {sid!r} had no result in the {seconds:g} s warm-up ({why})",
+            file=sys.stderr,
+        )
     if silent:
         print("nothing was tuned; a longer --warmup may help", file=sys.stderr)
         return EXIT_FAILED
@@ -281,8 +321,10 @@ def _report(
         return EXIT_INTERRUPTED
     if outcome == "failed":
         problem = mask_url(str(result.get("problem") or "?"))
-        print(f"error: the tune failed: {problem}; the starting settings are back; "
-              "nothing written", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: the tune failed: {problem}; the starting settings are back; nothing written",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if outcome == "budget":
         print("budget reached: the winner is the best found within it", file=sys.stderr)
@@ -352,43 +394,3 @@ class ProgressLine:
 def _clock(seconds: float) -> str:
     whole = int(seconds)
     return f"{whole // 60}:{whole % 60:02d}"
-
-
-@contextlib.contextmanager
-def stopped_by_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM set `stop` (the tune ends at its next step and restores);
-    the previous handlers are back afterwards.
-
-    The handlers themselves set nothing: Python runs a handler on the main thread between
-    two bytecodes, possibly inside `stop.wait()` while that holds the Event's lock, where
-    `stop.set()` would wait for itself forever (the tune hung, its streams running on).
-    The signal's number goes to a socket instead (signal.set_wakeup_fd: written by the
-    C-level handler, even while the main thread is busy in C), and a thread sets `stop`."""
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)  # set_wakeup_fd's rule: the handler must never block
-    watcher = threading.Thread(
-        target=_stop_on_signal, args=(reader, stop), name="tune-signals", daemon=True
-    )
-    watcher.start()
-    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    previous = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(previous_fd)
-        writer.close()  # the watcher reads the end of the stream, and ends
-        watcher.join(WATCHER_JOIN_S)
-        reader.close()
-
-
-def _noted(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: nothing (the wakeup socket has the signal already)."""
-
-
-def _stop_on_signal(reader: socket.socket, stop: threading.Event) -> None:
-    """The watcher thread: `stop` set at the first SIGINT or SIGTERM the socket gets."""
-    while data := reader.recv(64):  # a byte per signal: its number
-        if any(sig in data for sig in STOP_SIGNALS):
-            stop.set()

@@ -146,9 +146,15 @@ def tune(
     target = LiveTarget(rt, knobs, base, stop)
     slo = slo_ms or default_slo_ms(list(target.camera_fps().values()))
     tuner = Tuner(
-        target, knobs, Objective(objective, slo), window_s, settle_s, budget_s,
-        stop=stop, on_progress=on_progress,
-    )  # fmt: skip
+        target,
+        knobs,
+        Objective(objective, slo),
+        window_s,
+        settle_s,
+        budget_s,
+        stop=stop,
+        on_progress=on_progress,
+    )
     result: TuneResult | None = None
     try:
         with rt.watch.still():  # the windows are the candidates', not the workload's

@@ -99,7 +99,7 @@ def test_ctrl_c_mid_tune_restores_and_writes_nothing(tune_setup: TuneSetup, tmp_
 # of their own (the signals are its own; a hang is its timeout).
 SIGNAL_IN_WAIT = """
 import os, signal, threading
-from appliance.cli.tune import stopped_by_signals
+from appliance.cli.signals import stopped_by_signals
 before = signal.getsignal(signal.SIGINT)  # Python's, or SIG_IGN when started in the background
 for i in range(40):
     stop = threading.Event()
