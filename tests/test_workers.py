@@ -49,7 +49,10 @@ def config_doc(tmp_path: Path, **server: Any) -> dict[str, Any]:
     return {
         "server": {"drain_timeout_s": 3, "file_roots": [str(tmp_path), str(DEMO_CLIP.parent)],
                    **server},
-        "profiling": {"dir": str(tmp_path / "traces")},
+        # Every 4th batch on the profiled session (default 16): a 1.5 s window then samples
+        # several batches of the one-stream worker, not only its first, which may run
+        # before the window's span begins (its operators then have no span to go in).
+        "profiling": {"dir": str(tmp_path / "traces"), "ort_sample_every_n_batches": 4},
         "models": {"person": person_model()},
         "webrtc": {"host_addresses": ["127.0.0.1"]},  # loopback ICE (TESTBED.md)
         "streams": [
