@@ -65,6 +65,7 @@ class FileKind(StrEnum):
     CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key
     SECRET = "secret"  # a password read from a file (a mounted secret)
     BASELINE = "baseline"  # profiling.watch.baseline: `appliance trace fingerprint`'s
+    STATE = "state"  # a document under server.state_dir (appliance/runtime/statefile.py)
 
 
 def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
@@ -73,6 +74,7 @@ def size_caps(limits: LimitsConfig) -> dict[FileKind, int]:
         FileKind.LABELS: limits.max_labels_bytes,
         FileKind.MODEL: limits.max_model_bytes,
         FileKind.BASELINE: limits.max_baseline_bytes,
+        FileKind.STATE: limits.max_state_bytes,
         FileKind.CERTIFICATE: CERTIFICATE_BYTES,
         FileKind.SECRET: SECRET_BYTES,
     }

@@ -35,6 +35,8 @@ class LimitsConfig(Strict):
     # A watch baseline: about 8 bytes of JSON per sample, 1000 samples per row.
     max_baseline_bytes: Annotated[int, Field(ge=1)] = 16 * MiB
     max_model_bytes: Annotated[int, Field(ge=1)] = 2048 * MiB  # protobuf's own cap is 2 GiB
+    # A state document (server.state_dir): about 1 KB of JSON per stream added over the API.
+    max_state_bytes: Annotated[int, Field(ge=1)] = 16 * MiB
     # A labels file has one class name a line: COCO has 80, ImageNet 1000, Open Images
     # about 20 000 boxes' classes at most; a name is a few words.
     max_labels: Annotated[int, Field(ge=1)] = 20_000
