@@ -133,6 +133,13 @@ def _add_commands(sub: Any) -> None:
         f"auto/COUNT takes INDEX from the hostname's -N; default: ${ENV}",
     )
     serve.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="overrides server.state_dir: where streams added or removed over the API are "
+        "kept across restarts",
+    )
+    serve.add_argument(
         "--workers",
         type=_positive_int,
         default=1,
@@ -217,6 +224,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError([str(exc)], ENV) from None
     config = load_whole_config(args.config)
+    if args.state_dir is not None:  # as if written in the file: relative to the working dir
+        server = config.server.model_copy(update={"state_dir": args.state_dir.resolve()})
+        config = config.model_copy(update={"server": server})
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     if args.workers > 1:

@@ -29,6 +29,12 @@ class ServerConfig(Strict):
     # symlinks are followed; relative to the config file. None: the folders of the files
     # the config names itself (appliance/policy/request_files.py), not the config's folder.
     file_roots: list[Path] | None = None
+    # Where what a user changes at runtime is kept across restarts (streams added or
+    # removed over the API, the watch's baselines; docs/deploy.md, "Durable runtime
+    # changes"): a folder of this process's own, relative to the config file; the chart
+    # mounts a volume per replica there. None: runtime changes last until the process
+    # ends. `serve --state-dir` overrides it.
+    state_dir: Path | None = None
     # On SIGTERM/SIGINT, in-flight requests get this long before they are cancelled.
     drain_timeout_s: Annotated[float, Field(gt=0, le=300)] = 5.0
     # The hosts a stream's source may name (host names, IP addresses or CIDR networks such
