@@ -118,3 +118,17 @@ class NoResultError(ApplianceError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class StateSaveError(ApplianceError):
+    """A change over the API that could not be kept in `server.state_dir` (a folder not
+    writable, a full disk): it was undone, and the request fails (HTTP 503)."""
+
+    def __init__(self, folder: str, error: OSError) -> None:
+        reason = error.strerror or str(error)
+        super().__init__(
+            f"state folder {folder}: cannot save the change ({reason}, errno {error.errno}); "
+            "it was undone"
+        )
+        self.folder = folder
+        self.reason = reason

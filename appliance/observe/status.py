@@ -23,11 +23,13 @@ __all__ = [
     "Batching",
     "Latency",
     "ModelStatus",
+    "Origin",
     "ProfilingStatus",
     "Readiness",
     "RuntimeStatus",
     "SinkStatus",
     "StateName",
+    "StateStatus",
     "StreamStatus",
     "Tensor",
     "Transition",
@@ -38,6 +40,7 @@ __all__ = [
 
 # appliance.sources.StreamState's values (a test keeps the two equal).
 StateName = Literal["starting", "running", "reconnecting", "stopped", "failed", "stalled"]
+Origin = Literal["config", "api"]
 WindowState = Literal["running", "done", "failed"]
 
 
@@ -94,6 +97,9 @@ class StreamStatus:
     """Oldest first, the last few."""
     watch: StreamWatch | None = None
     """The regression watch: its state, each row's latest verdict, active regressions."""
+    origin: Origin = "config"
+    """`api`: added over the API (also when restored from server.state_dir at start);
+    `config`: the config file's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,21 @@ class WindowStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class StateStatus:
+    """Where this process keeps the changes made over the API (server.state_dir)."""
+
+    dir: str
+    """The state folder (relative to the config file's folder when it lies there)."""
+    file: str
+    """This process's streams document in it."""
+    problem: str | None
+    """Why the document found at start was refused (it was set aside, named here, and the
+    process started from the config alone); null when none. Kept until a restart."""
+    streams: int
+    """Its entries: streams added, replaced or removed over the API."""
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeStatus:
     """Everything at once: what /ready, `appliance status` and the stats log read."""
 
@@ -168,6 +189,8 @@ class RuntimeStatus:
     """Stream id -> why, until its restarted stream processes."""
     shard: str | None = None
     """`INDEX/COUNT` when serving one shard of the config's streams (--shard)."""
+    state: StateStatus | None = None
+    """server.state_dir and what the start found there; None without one."""
 
     @property
     def waiting(self) -> list[str]:
@@ -203,6 +226,9 @@ class Readiness:
     worker's start); null before."""
     uptime_s: float | None = None
     """Seconds since `started_at`."""
+    state: StateStatus | None = None
+    """server.state_dir: its folder, this process's document, a refusal at start and its
+    entries; null without a state folder."""
 
     @classmethod
     def of(cls, status: RuntimeStatus, insecure: bool) -> Readiness:
@@ -218,6 +244,7 @@ class Readiness:
             shard=status.shard,
             started_at=None if started is None else iso_utc(started),
             uptime_s=None if started is None else round(time.time() - started, 1),
+            state=status.state,
         )
 
 
@@ -232,6 +259,7 @@ for _cls in (
     ModelStatus,
     ProfilingStatus,
     WindowStatus,
+    StateStatus,
     RuntimeStatus,
     Readiness,
 ):

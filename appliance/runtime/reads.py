@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Collection
 
 from prometheus_client import generate_latest
 
 from appliance.models.pool import ModelPool
 from appliance.observe.metrics import Metrics
-from appliance.observe.status import RuntimeStatus, SinkStatus, StreamStatus
+from appliance.observe.status import (
+    Origin,
+    RuntimeStatus,
+    SinkStatus,
+    StateStatus,
+    StreamStatus,
+)
 from appliance.profiling.profiler import Profiler
 from appliance.runtime.outputs import Outputs
 from appliance.runtime.running import RunningStreams
@@ -42,6 +49,8 @@ class RuntimeReads:
         supervisor: Supervisor,
         stopping: threading.Event,
         shard: Shard | None,
+        requested: Collection[str] = (),
+        state: Callable[[], StateStatus | None] = lambda: None,
     ) -> None:
         self._streams = streams  # the runtime's table: it starts and stops, we read
         self._outputs = outputs
@@ -52,6 +61,8 @@ class RuntimeReads:
         self._supervisor = supervisor
         self._stopping = stopping  # set when the runtime's stop begins
         self._shard = shard
+        self._requested = requested  # the runtime's ids of streams added over the API
+        self._state = state
 
     # -- everything at once ------------------------------------------------------------
     def status(self, started_at: float) -> RuntimeStatus:
@@ -66,6 +77,7 @@ class RuntimeReads:
             profiling=self._profiler.status(),
             stalled=self._streams.stalled(),
             shard=None if self._shard is None else str(self._shard),
+            state=self._state(),
         )
 
     # -- streams -----------------------------------------------------------------------
@@ -85,7 +97,10 @@ class RuntimeReads:
             m: list(models[m].info.providers) for m in stream.workflow.models if m in models
         }
         status = stream.status(providers, sinks)
-        return dataclasses.replace(status, watch=self._watch.stream_status(stream.id))
+        origin: Origin = "api" if stream.id in self._requested else "config"
+        return dataclasses.replace(
+            status, watch=self._watch.stream_status(stream.id), origin=origin
+        )
 
     # -- liveness and metrics ----------------------------------------------------------
     def liveness_problem(self) -> str | None:

@@ -2,7 +2,8 @@
 (config, models, workflows), then streams stopped, restarted and started. A model declared
 anew loads beside the old one (appliance/models/pool.py, `hold`), so a refused or dry run
 goes back to the old one untouched. `Runtime.reload` calls it under its control lock, with
-itself as the `Reloadable`.
+itself as the `Reloadable`. A change made over the API holds against the file's entry it was
+made over until that entry changes (appliance/runtime/state.py): the plan leaves it alone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from appliance.runtime.checking import Problems
 from appliance.runtime.reload import ReloadPlan, plan_file_reload
 from appliance.runtime.retuning import Tunable, retune_running
 from appliance.runtime.sharding import Shard
+from appliance.runtime.state import StreamsState
 from appliance.watch.watch import Watch
 from pipelines.executor import CompiledWorkflow
 
@@ -47,6 +49,9 @@ class Reloadable(Tunable, Protocol):
     @property
     def watch(self) -> Watch: ...
 
+    @property
+    def state(self) -> StreamsState: ...
+
     def load_models(self, problems: Problems, pin: bool = True) -> frozenset[str]: ...
 
     def compile_stream_workflow(
@@ -70,6 +75,7 @@ def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
     digests = {i: s.workflow.digest for i, s in running}
     uses = {i: s.workflow.models for i, s in running}  # a changed config model restarts them
     new, plan = plan_file_reload(rt.config_path, rt.config, rt.files, digests, rt.shard, uses)
+    rt.state.hold(plan, plan.source or new)  # the API's changes the file has not overruled
     old_config, rt.config = rt.config, new
     compiled: dict[str, CompiledWorkflow] = {}
     problems = Problems(str(rt.config_path))  # every problem of the new config at once
@@ -93,9 +99,11 @@ def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
         return plan
     try:
         for sid in plan.removed:
-            rt.remove_stream(sid)
+            if sid in rt.streams:  # else removed over the API: nothing runs
+                rt.remove_stream(sid)
         for cfg in plan.changed:
-            rt.remove_stream(cfg.id)
+            if cfg.id in rt.streams:
+                rt.remove_stream(cfg.id)
             rt.streams.start(cfg, compiled[cfg.id])
         for cfg in plan.added:
             rt.streams.start(cfg, compiled[cfg.id])
@@ -106,6 +114,7 @@ def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
         retune_running(rt, old_config.tuning, skip=started)
     # The API's roots follow the new file's models, workflows and videos.
     rt.request_files = request_policy(plan.source or new, rt.config_path)
+    rt.state.reloaded(plan.source or new)  # the API's changes the file now overrules: gone
     log.info("config reloaded: %s", plan.summary())
     done = (f"{k} {', '.join(v)}" for k, v in plan.summary().items() if v and k != "unchanged")
     rt.watch.changed("reload", "; ".join(done) or "nothing changed")

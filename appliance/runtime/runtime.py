@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from appliance.config import AppConfig, ConfigError, StreamConfig, TuningConfig, sink_configs
-from appliance.errors import UnknownStreamError
+from appliance.errors import StateSaveError, UnknownStreamError
 from appliance.models import ModelBatcher
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
@@ -44,6 +44,7 @@ from appliance.runtime.reloading import apply_reload
 from appliance.runtime.retuning import Retuned, apply_tuning
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.sharding import Shard
+from appliance.runtime.state import StreamsState
 from appliance.runtime.streams import Stream, stop_all
 from appliance.runtime.supervisor import Supervisor, restart_stalled
 from appliance.runtime.workflows import WorkflowCache, WorkflowRef
@@ -89,6 +90,8 @@ class Runtime:
         self.hosts = SourceHosts.of(config.server.allowed_source_hosts)  # sources may reach
         self.files = FilePolicy.owner(config)  # the config's own paths: the owner's
         self.request_files = request_policy(config, config_path)  # the API's: roots
+        # What the API changed, kept across restarts (server.state_dir; runtime/state.py).
+        self.state = StreamsState.of(config, None if worker is None else shard, self.files)
         # Sinks and in-process subscribers; dead letters go beside the traces.
         self.outputs = Outputs(
             sink_configs(config),
@@ -111,6 +114,7 @@ class Runtime:
             self.metrics,
             self.profiler,
             self.outputs.publish_event,
+            self.state.baselines(),
         )
         self.outputs.subscribe(self.watch)
         self.pool = ModelPool(
@@ -157,11 +161,13 @@ class Runtime:
             supervisor=self.supervisor,
             stopping=self._stopping,
             shard=self.shard,
+            requested=self._requested,
+            state=self.state.status,
         )
 
     # -- start-up --------------------------------------------------------------------
     def prepare(
-        self, problems: Problems | None = None
+        self, problems: Problems | None = None, skip: frozenset[str] = frozenset()
     ) -> list[tuple[StreamConfig, CompiledWorkflow]]:
         """Load every model and compile every stream's workflow; start nothing yet.
 
@@ -169,7 +175,7 @@ class Runtime:
         failure is raised as itself (ModelLoadError, WorkflowError, ...), several as a
         ConfigError listing them all, with those `problems` held already (the config's).
         Models already loaded are stopped again, so a failed prepare leaves no thread
-        behind.
+        behind. `skip`: ids of the config's streams not to prepare (the state's).
         """
         for name, problem in DEFAULT_REGISTRY.load_plugins().items():
             log.error("block plugin %r left out: %s", name, problem)
@@ -179,6 +185,8 @@ class Runtime:
         try:
             failed = self.load_models(problems)
             for i, s in enumerate(self.config.streams):
+                if s.id in skip:
+                    continue
                 with problems.check():
                     workflow = self.compile_stream_workflow(s, f"streams[{i}]", unavailable=failed)
                     prepared.append((s, workflow))
@@ -191,12 +199,15 @@ class Runtime:
             raise
 
     def start(self) -> None:
-        """Prepare, then start every stream (and the rolling trace writer)."""
+        """Prepare, then start every stream (and the rolling trace writer): the config's,
+        less those the state holds, then the state's (appliance/runtime/state.py)."""
         self.started_at = time.time()
-        prepared = self.prepare()
+        restore = self.state.open([s.id for s in self.config.streams])
+        prepared = self.prepare(skip=restore.skip)
         self.outputs.start()  # before the streams: their first results have somewhere to go
         for cfg, workflow in prepared:
             self.streams.start(cfg, workflow)
+        restore.start_each(lambda cfg: self._start_stream(cfg, True), str(self.state.path))
         self.profiler.start()
         self.watch.changed("start", "the appliance started")
         self.watch.start()
@@ -245,7 +256,18 @@ class Runtime:
     def add_stream(self, cfg: StreamConfig, *, requested: bool = False) -> Stream:
         """Compile the stream's workflow and start it; StreamExistsError if the id runs,
         LimitError past limits.max_streams. A `requested` stream (over the API) has its
-        files checked by the request policy, now and whenever it restarts."""
+        files checked by the request policy, now and whenever it restarts, and is kept in
+        the state: StateSaveError (it is stopped again) when it cannot be."""
+        stream = self._start_stream(cfg, requested)
+        if requested:
+            try:
+                self.state.added(cfg)
+            except StateSaveError:
+                self.remove_stream(cfg.id)
+                raise
+        return stream
+
+    def _start_stream(self, cfg: StreamConfig, requested: bool) -> Stream:
         self.streams.check_room(cfg.id)
         self.outputs.check(cfg.outputs)
         if problem := self.hosts.refusal(cfg.source.url):  # no look-up: nothing to learn
@@ -266,8 +288,14 @@ class Runtime:
         return self.request_files if requested else self.files
 
     @one_change_at_a_time
-    def remove_stream(self, stream_id: str, timeout: float = 3.0) -> bool:
-        """Stop a stream, join its threads and drop its metrics; True if they ended."""
+    def remove_stream(
+        self, stream_id: str, timeout: float = 3.0, *, requested: bool = False
+    ) -> bool:
+        """Stop a stream, join its threads and drop its metrics; True if they ended. A
+        `requested` removal (over the API) is kept in the state first: StateSaveError
+        (nothing stopped) when it cannot be."""
+        if requested and not self.state.removed(stream_id, stream_id in self.streams):
+            return True  # a stream of the state that could not start: forgotten
         ended = self.streams.stop(stream_id, timeout)
         self._requested.discard(stream_id)
         self.latest.forget(stream_id)

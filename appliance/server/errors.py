@@ -23,6 +23,7 @@ from appliance.errors import (
     LimitError,
     NoResultError,
     ReloadError,
+    StateSaveError,
     StreamExistsError,
     UnknownSessionError,
     UnknownStreamError,
@@ -110,6 +111,7 @@ _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (NoResultError, 404),
     (StreamExistsError, 409),
     (ReloadError, 409),
+    (StateSaveError, 503),  # the change was undone: retry once the folder is fixed
     (UnknownWindowError, 404),
     (UnknownSessionError, 404),
     (WindowBusyError, 409),

@@ -30,6 +30,8 @@ ERRORS = {
     422: "the body parses but does not validate; `details` lists every problem",
     429: "limits.max_concurrent_runs workflow requests at work; retry after Retry-After",
     501: "`serve --workers` only: tuning runs per process (`appliance tune --config FILE`)",
+    503: "the change could not be kept in server.state_dir (the folder named, the OS error); "
+    "it was undone",
 }
 BEARER = {"type": "http", "scheme": "bearer", "description": "server.token or APPLIANCE_API_TOKEN"}
 

@@ -45,10 +45,12 @@ def build_watch(
     metrics: Metrics,
     profiler: Profiler,
     publish: Callable[[list[str] | None, dict[str, Any]], None],
+    store_path: Path | None = None,
 ) -> Watch:
-    """The watch (not started); its store at `<trace_dir>/watch/baselines.json`."""
+    """The watch (not started); its store at `store_path` (the state folder's, when there
+    is one), else at `<trace_dir>/watch/baselines.json`."""
     shared = shared_baseline(config, files)
-    store = BaselineStore.open(trace_dir / STORE, shared)
+    store = BaselineStore.open(store_path or trace_dir / STORE, shared)
     watch: Watch
 
     def open_window(duration_s: float, streams: list[str] | None, ort: bool) -> str:

@@ -52,9 +52,16 @@ class WorkerOptions:
     stats_interval_s: float = 5.0
 
     def command(
-        self, index: int, socket: Path, shard: Shard | None, gateway: str | None = None
+        self,
+        index: int,
+        socket: Path,
+        shard: Shard | None,
+        gateway: str | None = None,
+        state_dir: Path | None = None,
     ) -> list[str]:
-        """Worker `index`'s argv; worker 0 gets the `gateway` URL for MQTT commands."""
+        """Worker `index`'s argv; worker 0 gets the `gateway` URL for MQTT commands. Each
+        gets `state_dir` (absolute): it re-reads the file, which may not name the folder
+        a `--state-dir` gave the gateway."""
         # Kept as written (fmt: skip): each option beside its value, as on a command line.
         argv = [
             sys.executable, "-m", "appliance", "--log-level", self.log_level, "serve",
@@ -63,6 +70,8 @@ class WorkerOptions:
         ]  # fmt: skip
         if index == 0 and gateway is not None:
             argv += ["--gateway", gateway]
+        if state_dir is not None:
+            argv += ["--state-dir", str(state_dir)]
         return argv if shard is None else [*argv, "--shard", str(shard)]
 
 
@@ -105,9 +114,12 @@ class Supervisor:
         self._socket_dir = Path(tempfile.mkdtemp(prefix="appliance-"))  # 0700: only we connect
         self._bound: str | None = None  # the gateway's URL once it listens (port 0 till then)
 
+        named = config.server.state_dir
+        state_dir = None if named is None else config.resolve(named)
+
         def command(i: int) -> list[str]:
             socket = self._socket_dir / f"w{i}.sock"
-            argv = options.command(i, socket, shard, self._bound)
+            argv = options.command(i, socket, shard, self._bound, state_dir)
             return [*argv, "--host", host]  # where viewers reach it: its WebRTC host candidate
 
         self.workers = WorkerSet(command, options.count, self._socket_dir)

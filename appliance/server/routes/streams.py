@@ -1,7 +1,9 @@
 """Streams at runtime: list, inspect, add, remove, restart.
 
 Adding compiles the workflow (maybe loading its models) and starts two threads; removing
-joins them: both run off the loop, one change at a time (the runtime's control lock).
+joins them: both run off the loop, one change at a time (the runtime's control lock). With
+`server.state_dir`, both are kept there before they are answered, and restored at start
+(appliance/runtime/state.py); a change that cannot be kept is undone and answered 503.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ async def add_stream(request: web.Request) -> web.Response:
 async def remove_stream(request: web.Request) -> web.Response:
     """Stop a stream and join its threads (3 s at most); its metrics go with it."""
     stream_id = request.match_info["id"]
-    joined = await in_thread(runtime_of(request).remove_stream, stream_id)
+    joined = await in_thread(runtime_of(request).remove_stream, stream_id, requested=True)
     return web.json_response({"id": stream_id, "removed": True, "threads_joined": joined})
 
 
@@ -69,7 +71,7 @@ ROUTES = (
         add_stream,
         "Add a stream",
         (Reply(201, "started", StreamStatus),),
-        errors=(403, 409),
+        errors=(403, 409, 503),
         body={"application/json": StreamConfig},
         workers=Fanout.PLACE,
     ),
@@ -87,6 +89,7 @@ ROUTES = (
         remove_stream,
         "Remove a stream",
         (Reply(200, "stopped and removed", Removed),),
+        errors=(503,),
         workers=Fanout.OWNER,
     ),
     Route(
