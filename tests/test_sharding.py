@@ -17,7 +17,16 @@ import yaml
 from appliance.cli.main import main
 from appliance.config import load_config
 from appliance.runtime.runtime import Runtime
-from appliance.runtime.sharding import ENV, Shard, assign, shard_from_env, shard_of, streams_for
+from appliance.runtime.sharding import (
+    ENV,
+    Shard,
+    assign,
+    owner_of,
+    shard_from_env,
+    shard_of,
+    streams_for,
+    weight,
+)
 from tests.support.appliance import DEMO_CLIP, Served, clean_env
 
 IDS = [f"cam-{i:04d}" for i in range(1000)]
@@ -73,6 +82,52 @@ def test_the_same_assignment_in_another_process() -> None:
         env=env,
     )
     assert json.loads(out.stdout) == assign(IDS, 7)
+
+
+# -- owner_of: where the gateway places a stream added at runtime ------------------------
+def test_owner_of_is_the_highest_weight_and_stable_across_processes() -> None:
+    for count in (1, 2, 3, 7):
+        for stream_id in IDS[:50]:
+            owner = owner_of(stream_id, count)
+            assert weight(owner, stream_id) == max(weight(i, stream_id) for i in range(count))
+    code = (
+        "import json, sys; from appliance.runtime.sharding import owner_of; "
+        "print(json.dumps([owner_of(s, 3) for s in json.load(sys.stdin)]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(IDS[:200]),
+        text=True,
+        capture_output=True,
+        check=True,
+        env=clean_env(PYTHONHASHSEED="7"),
+    )
+    assert json.loads(out.stdout) == [owner_of(s, 3) for s in IDS[:200]]
+
+
+@pytest.mark.parametrize("count", [2, 3, 7])
+@pytest.mark.parametrize("ids", [IDS, URL_IDS], ids=["cam", "url"])
+def test_owner_of_is_balanced_enough(ids: list[str], count: int) -> None:
+    """Plain rendezvous over 1000 ids: each shard within 20% of its even share (the
+    binomial spread at these sizes is a few percent; 20% only fails a broken hash)."""
+    loads = [0] * count
+    for stream_id in ids:
+        loads[owner_of(stream_id, count)] += 1
+    share = len(ids) / count
+    assert all(abs(load - share) < 0.2 * share for load in loads), loads
+
+
+def test_owner_of_depends_on_the_id_alone_and_moves_only_to_a_new_shard() -> None:
+    """Other streams never move a stream (the bounded `assign` may); a shard added moves
+    a stream only onto the new shard, never between the old ones."""
+    alone = {s: owner_of(s, 3) for s in IDS[:100]}
+    assert {s: owner_of(s, 3) for s in reversed(IDS[:100])} == alone
+    for count in (2, 3, 4):
+        for stream_id in IDS:
+            before, after = owner_of(stream_id, count), owner_of(stream_id, count + 1)
+            assert after in (before, count)
+    with pytest.raises(ValueError, match="at least 1"):
+        owner_of("cam", 0)
 
 
 @pytest.mark.parametrize(

@@ -173,6 +173,10 @@ def _add_commands(sub: Any) -> None:
 
     add_tune_command(sub)  # tune: the best batching and threading, on the live workload
 
+    from appliance.cli.gateway import add_gateway_command
+
+    add_gateway_command(sub)  # gateway: one API in front of N replicas
+
     blocks = sub.add_parser("blocks", help="list the block types, plugins included")
     blocks.add_argument("--json", action="store_true")
     blocks.set_defaults(func=cmd_blocks)

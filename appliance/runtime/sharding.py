@@ -15,6 +15,9 @@ computes it alone and they agree; a replica restart moves nothing. Adding a shar
 about 1/(count+1) of the streams, like plain rendezvous hashing, plus a few that the
 tighter bound shuffles (tests/test_sharding.py measures it). The price of the balance:
 adding or removing a stream may also move a few others.
+
+Streams added through `appliance gateway` (not in the config) go by `owner_of` instead:
+plain rendezvous, the highest weight, which needs no list of the other streams.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from dataclasses import dataclass
 
 from appliance.config import AppConfig
 
-__all__ = ["ENV", "Shard", "assign", "shard_from_env", "shard_of", "streams_for", "weight"]
+__all__ = [
+    "ENV",
+    "Shard",
+    "assign",
+    "owner_of",
+    "shard_from_env",
+    "shard_of",
+    "streams_for",
+    "weight",
+]
 
 ENV = "APPLIANCE_SHARD"  # `INDEX/COUNT`, or `auto/COUNT`: INDEX from the hostname's `-N`
 _ORDINAL = re.compile(r"-(\d+)$")  # a StatefulSet pod's name: `<set>-<ordinal>`
@@ -57,6 +69,16 @@ def assign(stream_ids: Iterable[str], count: int) -> dict[str, int]:
                 placed[s] = i
                 break
     return placed
+
+
+def owner_of(stream_id: str, count: int) -> int:
+    """The shard of a stream added at runtime through `appliance gateway`: plain
+    rendezvous, the shard with the highest `weight` for this id. A pure function of the
+    id and `count` alone (other streams do not move it, unlike `assign`'s bounded loads),
+    so every replica, the gateway and a restarted gateway agree on it without a list."""
+    if count < 1:
+        raise ValueError(f"shard count must be at least 1, got {count}")
+    return max(range(count), key=lambda i: weight(i, stream_id))
 
 
 def shard_of(stream_id: str, stream_ids: Iterable[str], count: int) -> int:

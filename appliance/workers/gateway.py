@@ -12,10 +12,11 @@
 - GATEWAY, `/health`: the gateway itself (its supervisor is alive);
 - PER_PROCESS, `/v1/tune`: 501, a tune runs in one process (`appliance tune --config`).
 
-`plan` checks this module against the declarations: a route the gateway cannot answer,
-or a handler here that no route asks for, fails the build, named. Auth is checked here,
-by the same policy as a single process's, before anything is forwarded; errors leave in
-the same JSON shape.
+`appliance gateway --replicas` (fleet.py) is this gateway over replicas: its rules are
+`Gateway`'s hooks overridden and its own tables, which `plan` checks against the
+declarations as it checks these: a route the gateway cannot answer, or a handler that no
+route asks for, fails the build, named. Auth is checked here, by the same policy as a
+single process's, before anything is forwarded; errors leave in the same JSON shape.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -40,7 +41,7 @@ from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.routes.config import dry_run
 from appliance.server.routes.tune import tune_per_process
 from appliance.server.routing import Fanout, Route
-from appliance.workers.clients import WorkerClients, WorkerUnavailableError
+from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import (
     merge_lists,
     merge_metrics,
@@ -56,11 +57,12 @@ PROBE_TIMEOUT_S = 5.0  # a worker slower than this to say it is alive is left ou
 
 
 class Gateway:
-    """What the handlers share: the worker clients, who runs which stream, the windows."""
+    """What the handlers share: the member clients, who runs which stream, the windows.
+    Its hooks (`placement`, `placed`, `removed`) are the rules a fleet changes."""
 
     def __init__(
         self,
-        clients: WorkerClients,
+        clients: MemberClients,
         policy: AuthPolicy,
         shard: str | None,
         owners: dict[str, int] | None = None,
@@ -77,17 +79,8 @@ class Gateway:
         self.connection_hits: Mapping[str, int] = {} if connection_hits is None else connection_hits
         self._turn = itertools.count()
 
-    def workers_view(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "index": w.index,
-                "state": w.state,
-                "pid": w.pid,
-                "restarts": w.restarts,
-                "last_exit": w.last_exit,
-            }
-            for w in self.clients.workers.workers
-        ]
+    def members_view(self) -> list[dict[str, Any]]:
+        return [member.view() for member in self.clients.members]
 
     async def refresh_owners(self) -> dict[int, tuple[int, Any]]:
         answers = await self.clients.fan_out("GET", "/v1/streams", timeout_s=PROBE_TIMEOUT_S)
@@ -114,12 +107,12 @@ class Gateway:
         return self.owners[stream_id]
 
     def any_worker(self) -> int:
-        """The next worker that is up, in turn (worker 0 when none is: its 503 says so)."""
-        workers = self.clients.workers.workers
-        for _ in range(len(workers)):
-            worker = workers[next(self._turn) % len(workers)]
-            if worker.state == "up":
-                return worker.index
+        """The next member that is up, in turn (member 0 when none is: its 503 says so)."""
+        members = self.clients.members
+        for _ in range(len(members)):
+            member = members[next(self._turn) % len(members)]
+            if member.state == "up":
+                return member.index
         return 0
 
     def placement(self, stream_id: str) -> int:
@@ -129,6 +122,14 @@ class Gateway:
             loads[index] += 1
         return min(range(self.clients.count), key=lambda i: (loads[i], -weight(i, stream_id)))
 
+    async def placed(self, stream_id: str, index: int, body: bytes) -> None:
+        """Member `index` accepted the new stream `body` (201)."""
+        self.owners[stream_id] = index
+
+    async def removed(self, stream_id: str, index: int) -> None:
+        """Member `index` removed the stream (DELETE answered 200)."""
+        self.owners.pop(stream_id, None)
+
 
 def gateway_of(request: web.Request) -> Gateway:
     return request.app[GATEWAY]
@@ -136,22 +137,29 @@ def gateway_of(request: web.Request) -> Gateway:
 
 # -- handlers ---------------------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    """Alive while the supervisor watches its workers (a dead worker is restarted)."""
+    """Alive while the supervisor watches its workers (a dead worker is restarted); a
+    fleet's gateway, while its probe of the replicas runs."""
     gw = gateway_of(request)
-    workers = gw.workers_view()
-    problem = gw.clients.workers.fatal
-    if problem is None and not gw.clients.workers.monitoring:
-        problem = "the worker supervisor stopped"
+    group, body = gw.clients.group, {f"{gw.clients.noun}s": gw.members_view()}
+    problem = group.fatal
+    if problem is None and not group.monitoring:
+        problem = f"the {gw.clients.noun} supervisor stopped"
     if problem is None:
-        return web.json_response({"status": "ok", "workers": workers})
-    return web.json_response({"status": "down", "reason": problem, "workers": workers}, status=503)
+        return web.json_response({"status": "ok", **body})
+    return web.json_response({"status": "down", "reason": problem, **body}, status=503)
 
 
 async def ready(request: web.Request) -> web.Response:
     gw = gateway_of(request)
     answers = await gw.clients.fan_out("GET", "/ready", timeout_s=PROBE_TIMEOUT_S)
     bodies = {i: body for i, (_, body) in answers.items() if isinstance(body, dict)}
-    merged = merge_readiness(bodies, gw.workers_view(), insecure=gw.policy.insecure, shard=gw.shard)
+    merged = merge_readiness(
+        bodies,
+        gw.members_view(),
+        insecure=gw.policy.insecure,
+        shard=gw.shard,
+        noun=gw.clients.noun,
+    )
     return web.json_response(merged, status=200 if merged["ready"] else 503)
 
 
@@ -167,9 +175,9 @@ async def metrics(request: web.Request) -> web.Response:
         "Worker processes started again after they died.",
         labels=["worker"],
     )
-    for w in gw.clients.workers.workers:
-        up.add_metric([str(w.index)], 1.0 if w.index in texts else 0.0)
-        restarts.add_metric([str(w.index)], float(w.restarts))
+    for w in gw.members_view():
+        up.add_metric([str(w["index"])], 1.0 if w["index"] in texts else 0.0)
+        restarts.add_metric([str(w["index"])], float(w["restarts"]))
     # The gateway's own connection refusals, beside the workers' request refusals.
     hits = CounterMetricFamily("appliance_limit_hits", LIMIT_HITS_HELP, labels=["limit", "worker"])
     for limit, count in sorted(gw.connection_hits.items()):
@@ -184,16 +192,15 @@ def merged_list(key: str, path: str) -> Handler:
         answers = await (
             gw.refresh_owners() if key == "streams" else gw.clients.fan_out("GET", path)
         )
-        return web.json_response(
-            merge_lists(key, {i: b for i, (s, b) in answers.items() if s == 200})
-        )
+        listed = {i: b for i, (s, b) in answers.items() if s == 200}
+        return web.json_response(merge_lists(key, listed, gw.clients.noun))
 
     return handler
 
 
 def placed(route: Route) -> Handler:
-    """PLACE: a new stream, on the least loaded worker (`Gateway.placement`); one rule
-    for every such route, never a streaming answer."""
+    """PLACE: a new stream, where `Gateway.placement` says (the least loaded worker; a
+    fleet's rule); one rule for every such route, never a streaming answer."""
     return add_stream
 
 
@@ -211,7 +218,7 @@ async def add_stream(request: web.Request) -> web.StreamResponse:
     index = gw.placement(stream_id) if index is None else index
     response = await gw.clients.forward(index, request, streaming=False, body=body)
     if response.status == 201:
-        gw.owners[stream_id] = index
+        await gw.placed(stream_id, index, body)
     return response
 
 
@@ -230,7 +237,7 @@ def by_stream(route: Route) -> Handler:
             index = gw.owners[stream_id]
             response = await gw.clients.forward(index, request, streaming=streaming, body=body)
         if request.method == "DELETE" and response.status == 200:
-            gw.owners.pop(stream_id, None)
+            await gw.removed(stream_id, index)
         return response
 
     return handler
@@ -246,12 +253,12 @@ def by_holder(route: Route) -> Handler:
         for index in range(gw.clients.count):
             try:
                 response = await gw.clients.forward(index, request, streaming=streaming)
-            except WorkerUnavailableError:
+            except MemberUnavailableError:
                 continue
             if response.status != 404:
                 return response
         if response is None:
-            raise WorkerUnavailableError(0, "no worker answers")
+            raise gw.clients.unavailable(0, f"no {gw.clients.noun} answers")
         return response
 
     return handler
@@ -283,7 +290,7 @@ async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
         answers = await gw.clients.fan_out("POST", path)
         missing = [i for i in range(gw.clients.count) if i not in answers]
         if missing:
-            raise WorkerUnavailableError(missing[0], "during the reload")
+            raise gw.clients.unavailable(missing[0], "during the reload")
         refused = [answers[i] for i in sorted(answers) if answers[i][0] != 200]
         if refused:
             return refused[0]
@@ -306,8 +313,10 @@ async def get_window_trace(request: web.Request) -> web.Response:
 
 
 async def regressions(request: web.Request) -> web.Response:
-    answers = await gateway_of(request).clients.fan_out("GET", "/v1/regressions")
-    return web.json_response(merge_regressions({i: b for i, (s, b) in answers.items() if s == 200}))
+    clients = gateway_of(request).clients
+    answers = await clients.fan_out("GET", "/v1/regressions")
+    listed = {i: b for i, (s, b) in answers.items() if s == 200}
+    return web.json_response(merge_regressions(listed, clients.noun))
 
 
 # The routes the gateway answers itself (MERGE, GATEWAY, PER_PROCESS), by operation id
@@ -343,39 +352,47 @@ class GatewayPlanError(LookupError):
     error, found when the gateway is built (and by tests/server/test_route_fanout.py)."""
 
 
-def plan(routes: Iterable[Route] = ROUTES) -> list[tuple[Route, Handler]]:
-    """Each route with the gateway's handler for it, as it declares (`Route.workers`).
-    GatewayPlanError naming every route the gateway cannot answer and every handler in
-    OWN that no route asks for."""
+def plan(
+    routes: Iterable[Route] = ROUTES,
+    own: Mapping[str, Handler] = OWN,
+    forwards: Mapping[Fanout, Callable[[Route], Handler]] = FORWARD,
+) -> list[tuple[Route, Handler]]:
+    """Each route with the gateway's handler for it, as it declares (`Route.workers`):
+    a rule of `forwards` for its kind, else its own handler in `own` (a fleet passes its
+    own tables). GatewayPlanError naming every route the gateway cannot answer and every
+    handler in `own` that no route asks for."""
     planned: list[tuple[Route, Handler]] = []
     problems: list[str] = []
     used: set[str] = set()
     for route in routes:
-        forward = FORWARD.get(route.workers)
+        forward = forwards.get(route.workers)
         if forward is not None:
             planned.append((route, forward(route)))
-        elif route.operation_id in OWN:
+        elif route.operation_id in own:
             used.add(route.operation_id)
-            planned.append((route, OWN[route.operation_id]))
+            planned.append((route, own[route.operation_id]))
         else:
             problems.append(
                 f"{route.method} {route.path} is declared {route.workers.name} but the "
                 f"gateway has no handler for it: add {route.operation_id!r} to OWN ({__name__})"
             )
-    problems += [f"OWN[{op!r}]: no route declared to be answered here" for op in set(OWN) - used]
+    problems += [f"OWN[{op!r}]: no route declared to be answered here" for op in set(own) - used]
     if problems:
         raise GatewayPlanError("\n".join(sorted(problems)))
     return planned
 
 
-def build_gateway(gateway: Gateway, max_body: int) -> web.Application:
+def build_gateway(
+    gateway: Gateway, max_body: int, planned: Sequence[tuple[Route, Handler]] | None = None
+) -> web.Application:
     """The app over `gateway`, behind the same error and auth middlewares as a single
-    process's (server/app.py); request bodies up to `max_body` bytes."""
+    process's (server/app.py); request bodies up to `max_body` bytes; the routes as
+    `planned` (default: `plan()`, the workers' tables)."""
     policy = dataclasses.replace(gateway.policy, open_paths=PROBES, public_paths=PUBLIC)
     app = web.Application(
         client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
     )
     app[GATEWAY] = gateway
-    for route, handler in plan():
+    for route, handler in plan() if planned is None else planned:
         app.router.add_route(route.method, route.path, handler, name=route.operation_id)
     return app

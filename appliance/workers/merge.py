@@ -1,4 +1,6 @@
 """One answer from N workers' answers: /metrics, /ready, lists and profiling traces.
+The same merges serve `appliance gateway --replicas` (its members are replicas, named by
+a `replica` label where a worker's answers have `worker`); it merges no metrics.
 
 Metrics: every worker's series with a `worker` label added, one family per name. Each
 stream and sink runs in exactly one worker, so no series is counted twice and every
@@ -52,10 +54,13 @@ def merge_metrics(texts: Mapping[int, str], own: Iterable[Metric] = ()) -> bytes
     return generate_latest(registry)
 
 
-def merge_lists(key: str, answers: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """`{"streams": [...]}` from each worker as one list, each item with its `worker`."""
+def merge_lists(
+    key: str, answers: Mapping[int, Mapping[str, Any]], label: str = WORKER_LABEL
+) -> dict[str, Any]:
+    """`{"streams": [...]}` from each member as one list, each item with its index under
+    `label` (`worker`, or `replica`)."""
     items = [
-        {**item, WORKER_LABEL: index}
+        {**item, label: index}
         for index, answer in sorted(answers.items())
         for item in answer.get(key, [])
     ]
@@ -68,9 +73,11 @@ def merge_readiness(
     *,
     insecure: bool,
     shard: str | None,
+    noun: str = "worker",
 ) -> dict[str, Any]:
-    """GET /ready's shape over all workers: ready when every worker is up and ready.
-    `workers` is the supervisor's view of each (state, pid, restarts)."""
+    """GET /ready's shape over all members: ready when every member is up and ready.
+    `workers` is the gateway's view of each (a worker's state, pid and restarts; a
+    replica's address and state), shown under `workers` or `replicas` (`noun`)."""
     ready = len(answers) == len(workers) and all(a.get("ready") for a in answers.values())
     sinks: dict[str, set[str]] = {}
     for answer in answers.values():
@@ -92,7 +99,11 @@ def merge_readiness(
         "shard": shard,
         "started_at": starts[0] if starts else None,
         "uptime_s": max(uptimes, default=None),
-        "workers": list(workers),
+        # No one state folder behind a gateway: each member's `state` (its own document,
+        # its problem at start, its entries; appliance/runtime/state.py), by index.
+        "state": None,
+        "states": {str(i): answers[i].get("state") for i in sorted(answers)},
+        f"{noun}s": list(workers),
     }
 
 
@@ -110,34 +121,36 @@ def merge_reloads(answers: Sequence[Mapping[str, list[str]]]) -> dict[str, list[
     }
 
 
-def merge_traces(traces: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """Worker index -> its window's Chrome trace, as one trace: each worker's process
-    track named `appliance worker I`, all on one timeline."""
+def merge_traces(traces: Mapping[int, Mapping[str, Any]], noun: str = "worker") -> dict[str, Any]:
+    """Member index -> its window's Chrome trace, as one trace: each member's process
+    track named `appliance worker I` (`appliance replica I`), all on one timeline."""
     events: list[dict[str, Any]] = []
     pids: dict[str, int] = {}
     for index, trace in sorted(traces.items()):
         for event in trace.get("traceEvents", []):
             if event.get("ph") == "M" and event.get("name") == "process_name":
                 pids[str(index)] = int(event.get("pid", 0))
-                events.append({**event, "args": {"name": f"appliance worker {index}"}})
+                events.append({**event, "args": {"name": f"appliance {noun} {index}"}})
             else:
                 events.append(event)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"source": "appliance profiling window", "worker_pids": pids},
+        "otherData": {"source": "appliance profiling window", f"{noun}_pids": pids},
     }
 
 
-def merge_regressions(answers: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """GET /v1/regressions over all workers: each watches its own streams and models (and
-    its own view of the host); every regression carries its `worker`."""
+def merge_regressions(
+    answers: Mapping[int, Mapping[str, Any]], label: str = WORKER_LABEL
+) -> dict[str, Any]:
+    """GET /v1/regressions over all members: each watches its own streams and models (and
+    its own view of the host); every regression carries its `worker` (`label`)."""
     docs = [({**a}, i) for i, a in sorted(answers.items())]
 
     def tagged(key: str) -> list[dict[str, Any]]:
-        return [{**r, WORKER_LABEL: i} for a, i in docs for r in a.get(key) or []]
+        return [{**r, label: i} for a, i in docs for r in a.get(key) or []]
 
-    hosts = [{**a["host"], WORKER_LABEL: i} for a, i in docs if a.get("host")]
+    hosts = [{**a["host"], label: i} for a, i in docs if a.get("host")]
     factors = [a["host_ratio"] for a, _ in docs if a.get("host_ratio") is not None]
     history = sorted(tagged("history"), key=lambda r: r.get("ended_at") or "", reverse=True)
     return {

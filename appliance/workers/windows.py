@@ -1,6 +1,7 @@
-"""Profiling windows across `serve --workers N`: one window asked of the gateway is one
-window in each worker that runs a traced stream, under one id; its trace is theirs
-merged (merge.merge_traces: a process track per worker, one timeline).
+"""Profiling windows across `serve --workers N` (and `appliance gateway --replicas`: a
+replica where this says worker): one window asked of the gateway is one window in each
+worker that runs a traced stream, under one id; its trace is theirs merged
+(merge.merge_traces: a process track per worker, one timeline).
 
 A worker that restarts during a window loses its part: the window then ends `failed`,
 saying which worker. Workers refuse or accept each on their own; when one refuses (a
@@ -24,7 +25,7 @@ from appliance.errors import UnknownWindowError, WindowNotReadyError, WindowRequ
 from appliance.profiling.windows import KEEP_WINDOWS
 from appliance.server.context import in_thread
 from appliance.server.schemas import ProfilingRequest
-from appliance.workers.clients import WorkerClients, WorkerUnavailableError
+from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import merge_traces
 
 # () -> stream id -> the index of the worker that runs it, as the workers list them now.
@@ -34,7 +35,7 @@ Owners = Callable[[], Awaitable[Mapping[str, int]]]
 class WindowFanOut:
     """The gateway's profiling windows: each one a window in every worker it needs."""
 
-    def __init__(self, clients: WorkerClients, owners: Owners) -> None:
+    def __init__(self, clients: MemberClients, owners: Owners) -> None:
         self._clients = clients
         self._owners = owners
         # gateway window id -> (its request, worker index -> that worker's window id)
@@ -76,8 +77,9 @@ class WindowFanOut:
     async def status(self, window_id: str) -> dict[str, Any]:
         _, parts = self._lookup(window_id)
         states = await self._states(parts)
+        noun = self._clients.noun
         failed = [
-            f"worker {i}: {error}" for i, (state, error) in states.items() if state == "failed"
+            f"{noun} {i}: {error}" for i, (state, error) in states.items() if state == "failed"
         ]
         if failed:
             return self._body(window_id, "failed", "; ".join(failed))
@@ -97,9 +99,11 @@ class WindowFanOut:
                 index, "GET", f"/v1/profiling/{worker_window}/trace"
             )
             if code != 200:
-                raise WindowNotReadyError(f"window {window_id}: worker {index} answered {code}")
+                noun = self._clients.noun
+                raise WindowNotReadyError(f"window {window_id}: {noun} {index} answered {code}")
             traces[index] = body
-        return (await in_thread(json.dumps, merge_traces(traces))).encode()
+        merged = merge_traces(traces, self._clients.noun)
+        return (await in_thread(json.dumps, merged)).encode()
 
     async def _states(self, parts: dict[int, str]) -> dict[int, tuple[str, str | None]]:
         async def one(index: int, worker_window: str) -> tuple[str, str | None]:
@@ -107,7 +111,7 @@ class WindowFanOut:
                 code, body = await self._clients.call(
                     index, "GET", f"/v1/profiling/{worker_window}"
                 )
-            except WorkerUnavailableError:
+            except MemberUnavailableError:
                 return "failed", "not answering"
             if code == 404:
                 return "failed", "restarted during the window: its part is lost"
