@@ -160,3 +160,29 @@ def test_the_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
     done = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def owned_by_the_user(path: Path) -> set[str]:
+    """The folders a Dockerfile's RUN steps hand to uid 10001 (`chown 10001:10001 ...`)."""
+    owned: set[str] = set()
+    for word, rest in instructions(path):
+        for step in rest.split("&&") if word == "RUN" else []:
+            command = step.split()
+            if command[:2] == ["chown", "10001:10001"]:
+                owned.update(command[2:])
+    return owned
+
+
+def test_the_compose_appliance_keeps_its_state_on_a_volume() -> None:
+    """Its server.state_dir is a named volume, and the images make that folder the
+    appliance user's: a fresh named volume takes the owner of the folder it is mounted on,
+    and the root filesystem is read-only."""
+    text = (COMPOSE.parent / "appliance.yaml").read_text()
+    text = text.replace("/opt/appliance/configs", str(ROOT / "configs"))
+    state_dir = str(parse_config(yaml.safe_load(text), COMPOSE.parent).server.state_dir)
+    doc = compose()
+    volumes = [v.split(":") for v in doc["services"]["appliance"]["volumes"]]
+    (name,) = [source for source, target, *_ in volumes if target == state_dir]
+    assert name in doc["volumes"], f"{name}: not a named volume"
+    for path in DOCKERFILES:
+        assert state_dir in owned_by_the_user(path), f"{path.name}: {state_dir} is root's"

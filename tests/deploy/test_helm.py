@@ -40,10 +40,10 @@ def helm() -> str:
     return str(HELM)
 
 
-def render(tmp_path: Path, *sets: str) -> list[dict[str, Any]]:
+def render(tmp_path: Path, *sets: str, namespace: str = "default") -> list[dict[str, Any]]:
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(VALUES))
-    args = [helm(), "template", "cams", str(CHART), "-f", str(values)]
+    args = [helm(), "template", "cams", str(CHART), "-f", str(values), "--namespace", namespace]
     for item in sets:
         args += ["--set", item]
     done = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -68,8 +68,8 @@ def test_rendered_manifests_are_valid_kubernetes(tmp_path: Path, replicas: int) 
     for doc in docs:  # raises ValidationError naming the field (strict: no unknown fields)
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Secret", "Service", "Service",
-                     "StatefulSet"]  # fmt: skip
+    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service",
+                     "Service", "StatefulSet"]  # fmt: skip
     sts = one(docs, "StatefulSet")
     assert sts["spec"]["replicas"] == replicas
     env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -19,6 +19,74 @@ app.kubernetes.io/name: {{ include "appliance.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The StatefulSet's pods (each runs its shard of the cameras), and the gateway's: the
+component keeps the two sets apart, so no Service, controller or budget selects both. */}}
+{{- define "appliance.replicaSelector" -}}
+{{ include "appliance.selector" . }}
+app.kubernetes.io/component: replica
+{{- end -}}
+
+{{- define "appliance.gatewaySelector" -}}
+{{ include "appliance.selector" . }}
+app.kubernetes.io/component: gateway
+{{- end -}}
+
+{{/* The headless Service that names each replica: <fullname>-N.<this>.<namespace>.svc */}}
+{{- define "appliance.replicasService" -}}
+{{- printf "%s-replicas" (include "appliance.fullname" .) -}}
+{{- end -}}
+
+{{/* The gateway's --replicas: replica I is the I-th address, so the gateway's placement
+agrees with each pod's APPLIANCE_SHARD=auto/<replicaCount> (its ordinal out of the count). */}}
+{{- define "appliance.replicaAddresses" -}}
+{{- $fullname := include "appliance.fullname" . -}}
+{{- $service := include "appliance.replicasService" . -}}
+{{- $addresses := list -}}
+{{- range $i := until (int .Values.replicaCount) -}}
+{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc:8080" $fullname $i $service $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $addresses -}}
+{{- end -}}
+
 {{- define "appliance.secretName" -}}
 {{- default (include "appliance.fullname" .) .Values.token.existingSecret -}}
 {{- end -}}
+
+{{/* The same token for the replicas and the gateway (the gateway sends it on to them). */}}
+{{- define "appliance.tokenEnv" -}}
+{{- if or .Values.token.existingSecret .Values.token.value -}}
+- name: APPLIANCE_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "appliance.secretName" . }}
+      key: token
+{{- end -}}
+{{- end -}}
+
+{{/* Non-root, no privilege, a read-only root: the writes go to mounted volumes only. */}}
+{{- define "appliance.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "appliance.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: ["ALL"]}
+{{- end -}}
+
+{{/* The appliance's config (and workflows) from the ConfigMap, at /etc/appliance. */}}
+{{- define "appliance.configVolume" -}}
+- name: config
+  configMap:
+    name: {{ include "appliance.fullname" . }}
+    items:
+      - {key: appliance.yaml, path: appliance.yaml}
+      {{- range $name, $_ := .Values.workflows }}
+      - {key: "workflow-{{ $name }}", path: "workflows/{{ $name }}"}
+      {{- end }}
+{{- end -}}
+
