@@ -82,11 +82,14 @@ def test_a_slow_workflow_takes_the_newest_frame_and_counts_drops(
     assert stream.slot.dropped > 0
     # The newest-frame property: a frame waits in the slot at most about one frame
     # interval (17 ms) before a worker takes it, however long the workflow runs. A queue
-    # would add one whole run per frame. So every wait stays below the workflow's own
-    # run time, which scales with the machine's load as the waits do.
+    # would add one whole run per frame, so the waits would grow by a run each result. So
+    # the typical wait stays below the workflow's own run time (which scales with the
+    # machine's load as the waits do), and none reaches two runs (one scheduler hiccup on
+    # a loaded 2-core host may exceed one run; a queue passes two by its third frame).
     run_s = statistics.median(r.done_mono - r.start_mono for r in got.results)
-    for r in got.results[2:]:  # after warm-up
-        assert r.start_mono - r.capture_mono < run_s, (r.seq, run_s)
+    waits = [r.start_mono - r.capture_mono for r in got.results[2:]]  # after warm-up
+    assert statistics.median(waits) < run_s, (waits, run_s)
+    assert max(waits) < 2 * run_s, (waits, run_s)
     seqs = [r.seq for r in got.results]
     assert seqs == sorted(seqs)
     assert any(b - a > 1 for a, b in itertools.pairwise(seqs))  # frames skipped

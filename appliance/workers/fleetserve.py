@@ -23,10 +23,10 @@ from appliance.policy.files import FilePolicy
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
 from appliance.server.lifecycle import Listener, bind_policy, run
-from appliance.workers.clients import MemberClients, MemberUnavailableError
+from appliance.workers.clients import MemberClients
 from appliance.workers.fleet import RECONCILE_EVERY_S, Fleet, build_fleet
 from appliance.workers.fleetstore import FleetStore
-from appliance.workers.gateway import reload_all
+from appliance.workers.reloads import reload_logged
 from appliance.workers.replicas import Address, ReplicaSet
 
 log = logging.getLogger("appliance.fleet")
@@ -119,20 +119,9 @@ class FleetProcess:
         return True
 
     async def reload_logged(self, why: str) -> None:
-        """Every replica re-reads its config (two phases, as `POST /v1/config/reload`);
-        the outcome goes to the log only."""
-        try:
-            status, body = await reload_all(self.fleet)
-        except MemberUnavailableError as exc:
-            log.error("config reload (%s) refused, nothing changed: %s", why, exc.message)
-            return
-        except Exception:  # a reload must never take the gateway down
-            log.exception("config reload (%s) failed", why)
-            return
-        if status == 200:
-            log.info("config reloaded (%s): %s", why, body)
-        else:
-            log.error("config reload (%s) refused, nothing changed: %s", why, body)
+        """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
+        the outcome goes to the log only (appliance/workers/reloads.py)."""
+        await reload_logged(self.fleet, why, log)
 
     async def _reconcile_forever(self) -> None:
         """A pass at once, then every RECONCILE_EVERY_S; a pass that fails is logged and

@@ -47,8 +47,8 @@ from appliance.workers.merge import (
     merge_metrics,
     merge_readiness,
     merge_regressions,
-    merge_reloads,
 )
+from appliance.workers.reloads import reload_all
 from appliance.workers.windows import WindowFanOut
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -279,23 +279,6 @@ async def reload(request: web.Request) -> web.Response:
     """Every worker re-reads the file; see `reload_all`."""
     status, body = await reload_all(gateway_of(request), dry_run(request))
     return web.json_response(body, status=status)
-
-
-async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
-    """Two phases: every worker checks its share of the file (a dry run), and only when
-    all accept does each apply it, so a refusal changes nothing anywhere. The first
-    refusal is the answer (a worker not answering: 503). Also SIGHUP's path."""
-    phases = ["/v1/config/reload?dry_run=true"] + ([] if dry_run else ["/v1/config/reload"])
-    for path in phases:
-        answers = await gw.clients.fan_out("POST", path)
-        missing = [i for i in range(gw.clients.count) if i not in answers]
-        if missing:
-            raise gw.clients.unavailable(missing[0], "during the reload")
-        refused = [answers[i] for i in sorted(answers) if answers[i][0] != 200]
-        if refused:
-            return refused[0]
-    gw.owners.clear()  # a reload may move streams: ask the workers again
-    return 200, merge_reloads([body for _, body in answers.values()])
 
 
 async def start_window(request: web.Request) -> web.Response:

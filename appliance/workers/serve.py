@@ -33,8 +33,9 @@ from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.serve import EXIT_MARGIN_S
 from appliance.server.shutdown import in_own_thread
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
-from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway, reload_all
+from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway
 from appliance.workers.procs import WorkerSet
+from appliance.workers.reloads import reload_logged
 
 log = logging.getLogger("appliance.workers")
 
@@ -182,23 +183,9 @@ class Supervisor:
         return clean and self.workers.fatal is None
 
     async def reload_logged(self, why: str) -> None:
-        """The two-phase reload of every worker, as `POST /v1/config/reload`; its outcome
-        goes to the log only, in the words of one process's."""
-        try:
-            status, body = await reload_all(self.gateway)
-        except WorkerUnavailableError as exc:
-            log.error("config reload (%s) refused, nothing changed: %s", why, exc.message)
-            return
-        except Exception:  # a reload must never take the gateway down
-            log.exception("config reload (%s) failed", why)
-            return
-        if status == 200:
-            log.info("config reloaded (%s): %s", why, body)
-            return
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        details = "\n  ".join(["", *error.get("details", [])])
-        message = error.get("message", body)
-        log.error("config reload (%s) refused, nothing changed: %s%s", why, message, details)
+        """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
+        the outcome goes to the log only (appliance/workers/reloads.py)."""
+        await reload_logged(self.gateway, why, log)
 
 
 def gateway_url(host: str, port: int) -> str:
