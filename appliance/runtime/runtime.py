@@ -44,8 +44,9 @@ from appliance.runtime.reloading import apply_reload
 from appliance.runtime.retuning import Retuned, apply_tuning
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.sharding import Shard
+from appliance.runtime.shutdown import SINK_DRAIN_S, Shutdown
 from appliance.runtime.state import StreamsState
-from appliance.runtime.streams import Stream, stop_all
+from appliance.runtime.streams import Stream
 from appliance.runtime.supervisor import Supervisor, restart_stalled
 from appliance.runtime.workflows import WorkflowCache, WorkflowRef
 from appliance.watch.report import WatchReport
@@ -56,8 +57,6 @@ from pipelines.registry import DEFAULT_REGISTRY
 from sinks.mqtt.commands import CommandHandler
 
 log = logging.getLogger("appliance.runtime")
-
-SINK_DRAIN_S = 2.0  # at shutdown, after the streams: what the sinks still hold goes out
 
 
 class Runtime:
@@ -140,7 +139,6 @@ class Runtime:
             max_streams=self.limits.max_streams,
             max_frames=max_frames,
         )
-        self._outputs_stopped: bool | None = None  # stop_outputs' outcome, once it ran
         self._requested: set[str] = set()  # ids of streams added over the API
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
         self.started_at = 0.0
@@ -148,9 +146,16 @@ class Runtime:
         self.supervisor = Supervisor(
             self.streams.running, self._on_stalled, config.limits.worker_stall_s
         )
-        self._stopping = threading.Event()  # stop began: no restarts, /health says so
-        self._stop_lock = threading.Lock()
-        self._streams_stopped: bool | None = None  # stop_streams' result, once it ran
+        self._shutdown = Shutdown(
+            self.supervisor,
+            self.profiler,
+            self.watch,
+            self.streams,
+            self.latest,
+            self.outputs,
+            self.pool,
+        )
+        self._stopping = self._shutdown.stopping  # stop began: no restarts, /health says so
         self._reads = RuntimeReads(
             self.streams,
             outputs=self.outputs,
@@ -418,27 +423,20 @@ class Runtime:
         """The finished window's trace file; WindowNotReadyError while it runs."""
         return self.profiler.windows.trace_path(window_id)
 
-    # -- shutdown --------------------------------------------------------------------
+    # -- shutdown (appliance/runtime/shutdown.py) ------------------------------------
     def stop(self, timeout: float = 5.0) -> bool:
-        """Stop streams (in parallel; at once if `stop_streams` already did), then models;
-        True when every thread ended."""
-        deadline = time.monotonic() + timeout
-        streams_ok = self.stop_streams(timeout * 0.6)
-        sinks_ok = self.stop_outputs(min(SINK_DRAIN_S, max(0.1, deadline - time.monotonic())))
-        models_ok = self.pool.stop(max(0.1, deadline - time.monotonic()))
-        models_ok = self.profiler.stop(max(0.1, deadline - time.monotonic())) and models_ok
-        ok = models_ok and streams_ok and sinks_ok
-        # Said when it started; a runtime that only checked a config says nothing.
-        level = logging.INFO if self.started_at or not ok else logging.DEBUG
-        log.log(level, "runtime stopped%s", "" if ok else " (some threads did not end in time)")
-        return ok
+        """Stop streams (in parallel; at once if `stop_streams` already did), the sinks,
+        then models; True when every thread ended."""
+        return self._shutdown.stop(timeout, announce=bool(self.started_at))
 
     def stop_outputs(self, timeout: float = SINK_DRAIN_S) -> bool:
-        """After the streams: the sinks get up to `timeout` to send what they hold, then
-        stop. Once: a later call answers the first's outcome."""
-        if self._outputs_stopped is None:
-            self._outputs_stopped = self.outputs.stop(timeout)
-        return self._outputs_stopped
+        """After the streams: the sinks get up to `timeout` to send what they hold."""
+        return self._shutdown.stop_outputs(timeout)
+
+    def stop_streams(self, timeout: float) -> bool:
+        """Stop supervision, profiling windows and every stream; models go on serving
+        requests until `stop`. Once: a later call returns the first's result."""
+        return self._shutdown.stop_streams(timeout)
 
     @property
     def models(self) -> Mapping[str, ModelBatcher]:
@@ -450,25 +448,6 @@ class Runtime:
         self.watch.models(record)
 
     # -- supervision -------------------------------------------------------------------
-
-    def stop_streams(self, timeout: float) -> bool:
-        """Stop supervision, profiling windows and every stream (in parallel): what runs
-        on its own. Models go on serving requests until `stop`. Runs once: a later call
-        waits for the first and returns its result (True when every thread ended)."""
-        self._stopping.set()
-        self.latest.close()  # readers of results (events, MJPEG) end now
-        with self._stop_lock:
-            if self._streams_stopped is None:
-                self._streams_stopped = self._stop_every_stream(timeout)
-            return self._streams_stopped
-
-    def _stop_every_stream(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        self.supervisor.stop(timeout / 2)  # a restart in progress ends before we look
-        self.profiler.windows.stop()
-        self.watch.stop(timeout / 4)
-        return stop_all(self.streams.running(), max(0.1, deadline - time.monotonic()))
-
     def _on_stalled(self, stream: Stream, reason: str) -> None:
         """On the supervise thread: count the stall, restart the stream (the restart is
         what helps: a fresh worker, maybe a fresh source) and abandon its stuck thread."""
