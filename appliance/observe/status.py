@@ -172,6 +172,12 @@ class StateStatus:
     process started from the config alone); null when none. Kept until a restart."""
     streams: int
     """Its entries: streams added, replaced or removed over the API."""
+    tuning: str | None = None
+    """This process's tuning document when it holds a tuning a tune applied live (`apply`),
+    which runs over the config file's `tuning:` until that section changes; null when none."""
+    tuning_problem: str | None = None
+    """Why the tuning document found at start was refused (set aside, named here; the config
+    file's `tuning:` runs); null when none. Kept until a restart."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 anew loads beside the old one (appliance/models/pool.py, `hold`), so a refused or dry run
 goes back to the old one untouched. `Runtime.reload` calls it under its control lock, with
 itself as the `Reloadable`. A change made over the API holds against the file's entry it was
-made over until that entry changes (appliance/runtime/state.py): the plan leaves it alone.
+made over until that entry changes (appliance/runtime/state.py): the plan leaves it alone;
+a tuning a tune applied holds until the file's `tuning:` changes (runtime/tuningstate.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from appliance.runtime.reload import ReloadPlan, plan_file_reload
 from appliance.runtime.retuning import Tunable, retune_running
 from appliance.runtime.sharding import Shard
 from appliance.runtime.state import StreamsState
+from appliance.runtime.tuningstate import TuningState
 from appliance.watch.watch import Watch
 from pipelines.executor import CompiledWorkflow
 
@@ -52,6 +54,9 @@ class Reloadable(Tunable, Protocol):
     @property
     def state(self) -> StreamsState: ...
 
+    @property
+    def tuned(self) -> TuningState: ...
+
     def load_models(self, problems: Problems, pin: bool = True) -> frozenset[str]: ...
 
     def compile_stream_workflow(
@@ -76,6 +81,8 @@ def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
     uses = {i: s.workflow.models for i, s in running}  # a changed config model restarts them
     new, plan = plan_file_reload(rt.config_path, rt.config, rt.files, digests, rt.shard, uses)
     rt.state.hold(plan, plan.source or new)  # the API's changes the file has not overruled
+    file_tuning = new.tuning
+    new = rt.tuned.over(new)  # a tune's kept tuning, while the file's `tuning:` is unchanged
     old_config, rt.config = rt.config, new
     compiled: dict[str, CompiledWorkflow] = {}
     problems = Problems(str(rt.config_path))  # every problem of the new config at once
@@ -115,6 +122,7 @@ def apply_reload(rt: Reloadable, dry_run: bool) -> ReloadPlan:
     # The API's roots follow the new file's models, workflows and videos.
     rt.request_files = request_policy(plan.source or new, rt.config_path)
     rt.state.reloaded(plan.source or new)  # the API's changes the file now overrules: gone
+    rt.tuned.reloaded(file_tuning)  # the kept tuning too, when the file's section changed
     log.info("config reloaded: %s", plan.summary())
     done = (f"{k} {', '.join(v)}" for k, v in plan.summary().items() if v and k != "unchanged")
     rt.watch.changed("reload", "; ".join(done) or "nothing changed")

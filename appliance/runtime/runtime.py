@@ -48,6 +48,7 @@ from appliance.runtime.shutdown import SINK_DRAIN_S, Shutdown
 from appliance.runtime.state import StreamsState
 from appliance.runtime.streams import Stream
 from appliance.runtime.supervisor import Supervisor, restart_stalled
+from appliance.runtime.tuningstate import TuningState
 from appliance.runtime.workflows import WorkflowCache, WorkflowRef
 from appliance.watch.report import WatchReport
 from appliance.watch.setup import build_watch
@@ -91,6 +92,7 @@ class Runtime:
         self.request_files = request_policy(config, config_path)  # the API's: roots
         # What the API changed, kept across restarts (server.state_dir; runtime/state.py).
         self.state = StreamsState.of(config, None if worker is None else shard, self.files)
+        self.tuned = TuningState.of(config, worker, self.files)  # a tune's, runtime/tuningstate.py
         # Sinks and in-process subscribers; dead letters go beside the traces.
         self.outputs = Outputs(
             sink_configs(config),
@@ -167,7 +169,7 @@ class Runtime:
             stopping=self._stopping,
             shard=self.shard,
             requested=self._requested,
-            state=self.state.status,
+            state=lambda: self.tuned.status(self.state.status()),
         )
 
     # -- start-up --------------------------------------------------------------------
@@ -208,6 +210,9 @@ class Runtime:
         less those the state holds, then the state's (appliance/runtime/state.py)."""
         self.started_at = time.time()
         restore = self.state.open([s.id for s in self.config.streams])
+        # At start, not in __init__: a check (appliance validate) must not drop a document.
+        self.config = self.tuned.open(self.config)  # a tune's kept tuning over the file's
+        self.pool.retune(self.config.tuning.models)  # no model loaded yet: only remembered
         prepared = self.prepare(skip=restore.skip)
         self.outputs.start()  # before the streams: their first results have somewhere to go
         for cfg, workflow in prepared:
@@ -335,6 +340,12 @@ class Runtime:
         """Run with `tuning` (the config's `tuning:`) from now on: models change live,
         streams restart only for a source setting (appliance/runtime/retuning.py)."""
         return apply_tuning(self, tuning)
+
+    @one_change_at_a_time
+    def keep_tuning(self) -> str | None:
+        """Keep the tuning that runs now (a tune applied it) in the state folder, until the
+        file's `tuning:` changes; None, or why it could not be (it runs on meanwhile)."""
+        return self.tuned.keep(self.config.tuning)
 
     # -- reads: each answered by the part that owns it ---------------------------------
     def status(self) -> RuntimeStatus:

@@ -6,7 +6,9 @@ Candidates are applied through `Runtime.retune` (appliance/runtime/retuning.py):
 once, session options on a session opened beside the running one and swapped in, so no
 stream restarts; only a source knob restarts the streams, and the window waits until
 each one has results again. The regression watch holds still meanwhile (the latencies
-it would see are the candidates'), and after an applied change it learns afresh.
+it would see are the candidates'), and after an applied change it learns afresh. An
+applied winner is kept in `server.state_dir` (appliance/runtime/tuningstate.py): a
+restart runs it again, until the config file's `tuning:` changes.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def _finish(rt: Runtime, target: LiveTarget, applied: TuneResult | None) -> None
         except BaseException:
             target.restore()  # neither the start nor the winner must be left half-applied
             raise
+        applied.problem = rt.keep_tuning() or applied.problem  # kept across restarts, or why not
         summary = ", ".join(f"{k}={v}" for k, v in applied.changed.items())
         rt.watch.changed("tune", f"appliance tune applied {summary}")
         for sid in list(rt.streams):  # the new settings are the new normal: learn them
