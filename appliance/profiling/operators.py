@@ -6,7 +6,9 @@ clock, each tagged with its `model`) and the spans our tracer wrote meanwhile. O
 and ours disagree by a little, so each ORT run is matched to the `session.run` span of its
 model that holds it, within SLACK_US at each end, and its operators move with it, rigidly,
 by the least shift that puts the run inside the span: their order and gaps stay as ORT
-measured them. Pure functions over trace events; nothing here touches ORT.
+measured them. Each placed operator names its model in `args.model` (the span's), so a
+trace with several models ties every node to its own. Pure functions over trace events;
+nothing here touches ORT.
 """
 
 from __future__ import annotations
@@ -90,12 +92,13 @@ def _moved(ops: list[Event], run: Event, span: Event, pid: int, stats: Placement
     shift = lo - start if start < lo else min(0, hi - end)
     stats.runs += 1
     stats.max_shift_us = max(stats.max_shift_us, abs(shift))
-    return [_operator(op, pid, span["tid"], op["ts"] + shift) for op in ops]
+    model = span["args"]["model"]
+    return [_operator(op, pid, span["tid"], op["ts"] + shift, model) for op in ops]
 
 
-def _operator(op: Event, pid: int, tid: int, ts: int) -> Event:
-    """One ORT operator as our trace's complete event on track `tid`."""
-    args = dict(op.get("args") or {})
+def _operator(op: Event, pid: int, tid: int, ts: int, model: str) -> Event:
+    """One ORT operator of `model` as our trace's complete event on track `tid`."""
+    args = {**(op.get("args") or {}), "model": model}
     return {
         "name": op["name"],
         "cat": "Node",

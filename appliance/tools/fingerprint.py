@@ -8,13 +8,18 @@ Blocks are keyed `<stream>/<block>`: one block id in two streams (or two workflo
 rows, each with its share of all block time and of its own stream's frame time (its
 `workflow.run` spans). Every table is sorted by time spent, the hottest first; the hot
 block hint is given per workflow.
+
+An operator (node) belongs to the model its `args.model` names (a profiling window writes
+it); without one, to the model of the `session.run` span that holds it on its track (a
+window trace written before operators carried it), else to NO_MODEL.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -30,6 +35,7 @@ TINY_OP_US = 10.0  # median operator below this, with more than TINY_OPS_PER_RUN
 TINY_OPS_PER_RUN = 200
 HOT_BLOCK_SHARE = 50.0  # % of a workflow's block time in a single block
 NO_STREAM = "-"  # a block span without a stream (built by hand, or another tool's)
+NO_MODEL = "-"  # an operator of no known model (ORT's own profile: one model, unnamed)
 
 
 class BlockStats(TypedDict):
@@ -67,7 +73,9 @@ class NodeStats(TypedDict):
 
 
 class Fingerprint(TypedDict):
-    total_ms: float
+    total_ms: float  # wall time from the trace's first event to its last
+    window_s: float | None  # a profiling window's asked length (otherData.duration_s)
+    block_ms: float  # all block spans summed: over streams, so it can exceed the wall time
     blocks: dict[str, BlockStats]
     models: dict[str, ModelStats]
     ops: dict[str, OpStats]
@@ -91,12 +99,15 @@ def fingerprint(events: Sequence[Event], other: dict[str, Any] | None = None) ->
     runs = [e for e in spans if e.get("cat") == "model" and e["name"] == "session.run"]
     frames = [e for e in spans if e["name"] == "workflow.run"]
     ages = [event_args(e)["age_ms"] for e in frames if "age_ms" in event_args(e)]
+    blocks = [e for e in spans if e.get("cat") == "block"]
     fp = Fingerprint(
         total_ms=_total_ms(events),
-        blocks=_blocks([e for e in spans if e.get("cat") == "block"], frames),
+        window_s=_window_s(other or {}),
+        block_ms=round(sum(e["dur"] for e in blocks) / 1000, 3),
+        blocks=_blocks(blocks, frames),
         models=_models(runs),
         ops=_ops(nodes),
-        nodes=_nodes(nodes),
+        nodes=_nodes(nodes, runs),
         batch_sizes=_batch_sizes(runs),
         frame_age_ms=_age(ages),
         providers=_providers(nodes),
@@ -124,6 +135,11 @@ def _total_ms(events: Sequence[Event]) -> float:
         return 0.0
     end = max(e["ts"] + e.get("dur", 0) for e in timed)
     return round(float(end - min(e["ts"] for e in timed)) / 1000, 3)
+
+
+def _window_s(other: dict[str, Any]) -> float | None:
+    duration = other.get("duration_s")
+    return float(duration) if isinstance(duration, int | float) and duration > 0 else None
 
 
 def _group(events: Iterable[Event], key: str | None = None) -> dict[str, list[Event]]:
@@ -195,13 +211,16 @@ def _ops(nodes: list[Event]) -> dict[str, OpStats]:
     }
 
 
-def _nodes(nodes: list[Event]) -> dict[str, NodeStats]:
+def _nodes(nodes: list[Event], runs: list[Event]) -> dict[str, NodeStats]:
+    """Per model and node, hottest first; keyed `<model>/<node>` (the node alone for
+    NO_MODEL)."""
+    model_of = _enclosing_model(runs)
     per_model = Counter[str]()
     out: dict[str, NodeStats] = {}
     for e in nodes:
-        model = str(event_args(e).get("model", "-"))
+        model = str(event_args(e).get("model") or model_of(e))
         name = e["name"].removesuffix(KERNEL_SUFFIX)
-        key = name if model == "-" else f"{model}/{name}"
+        key = name if model == NO_MODEL else f"{model}/{name}"
         stats = out.setdefault(
             key, NodeStats(model=model, op=_op_name(e), total_us=0, count=0, share=0)
         )
@@ -211,6 +230,29 @@ def _nodes(nodes: list[Event]) -> dict[str, NodeStats]:
     for stats in out.values():
         stats["share"] = round(100 * stats["total_us"] / (per_model[stats["model"]] or 1), 2)
     return dict(sorted(out.items(), key=lambda item: -item[1]["total_us"]))
+
+
+def _enclosing_model(runs: list[Event]) -> Callable[[Event], str]:
+    """A node's model from the `session.run` span that holds it on its own track (one
+    batcher runs one batch at a time, so the last span to start before it is the one)."""
+    tracks: dict[tuple[Any, Any], list[Event]] = defaultdict(list)
+    for run in runs:
+        tracks[(run.get("pid"), run.get("tid"))].append(run)
+    starts = {}
+    for key, spans in tracks.items():
+        spans.sort(key=lambda e: e["ts"])
+        starts[key] = [e["ts"] for e in spans]
+
+    def model_of(node: Event) -> str:
+        key = (node.get("pid"), node.get("tid"))
+        i = bisect_right(starts.get(key, []), node["ts"]) - 1
+        if i < 0:
+            return NO_MODEL
+        run = tracks[key][i]
+        inside = node["ts"] + node["dur"] <= run["ts"] + run["dur"]
+        return str(event_args(run).get("model", NO_MODEL)) if inside else NO_MODEL
+
+    return model_of
 
 
 def _batch_sizes(runs: list[Event]) -> dict[str, int]:

@@ -189,11 +189,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(fp, indent=2))
         return 0
-    print(f"{args.file}: {fp['total_ms']:.1f} ms traced")
+    print(f"{args.file}: {summary_line(fp)}")
     _section("blocks (stream/block)", BLOCK_COLUMNS, fp["blocks"], args.top)
     _section("models", MODEL_COLUMNS, fp["models"], args.top)
     _section("op types", OP_COLUMNS, fp["ops"], args.top)
-    _section("nodes", NODE_COLUMNS, fp["nodes"], args.top)
+    _section("nodes (model/node)", NODE_COLUMNS, fp["nodes"], args.top)
     if fp["batch_sizes"]:
         print("\nbatch sizes: " + ", ".join(f"{k}×{v}" for k, v in fp["batch_sizes"].items()))
     if fp["frame_age_ms"]:
@@ -205,6 +205,31 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     for hint in fp["hints"]:
         print(f"  - {hint}")
     return 0
+
+
+def summary_line(fp: Fingerprint) -> str:
+    """What the trace covers, each figure named: its wall length (a window's asked length,
+    else from its first event to its last), then the time summed over streams and models,
+    which can exceed the wall length (streams run side by side)."""
+    if fp["window_s"] is not None:
+        parts = [f"window {fp['window_s']:.1f} s"]
+    else:
+        parts = [f"events over {_wall(fp['total_ms'])}"]
+    streams = {b["stream"] for b in fp["blocks"].values()}
+    if streams:
+        parts.append(f"{fp['block_ms']:.1f} ms of block time over {_count(len(streams), 'stream')}")
+    if fp["models"]:
+        model_ms = sum(m["total_ms"] for m in fp["models"].values())
+        parts.append(f"{model_ms:.1f} ms of session.run over {_count(len(fp['models']), 'model')}")
+    return "; ".join(parts)
+
+
+def _wall(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _section(

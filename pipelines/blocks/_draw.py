@@ -18,6 +18,7 @@ from pipelines.types import Image
 
 HexColor = Annotated[str, Field(pattern=r"^#[0-9A-Fa-f]{6}$")]
 BGR = tuple[int, int, int]
+Rect = tuple[int, int, int, int]  # x1, y1, x2, y2 px, x2 and y2 exclusive
 
 # Tableau 10: ten colours that stay distinct on video and for most colour-blind viewers.
 # Kept as written (fmt: skip): two rows of five read as the palette's own layout.
@@ -28,6 +29,7 @@ PALETTE_HEX = (
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 WHITE: BGR = (255, 255, 255)
 BLACK: BGR = (0, 0, 0)
+LABEL_GAP = 2  # px between a label moved out of the way and what it makes way for
 
 
 def bgr(hex_color: str) -> BGR:
@@ -66,6 +68,43 @@ def label(
     y = max(y, th + base)
     cv2.rectangle(image, (x, y - th - base), (x + tw, y), color, cv2.FILLED)
     cv2.putText(image, text, (x, y - base), FONT, scale, contrast(color), thickness, cv2.LINE_AA)
+
+
+def label_size(text: str, scale: float, thickness: int = 1) -> tuple[int, int]:
+    """The (width, height) in px of `label`'s filled box for `text`."""
+    (tw, th), base = cv2.getTextSize(text, FONT, scale, thickness)
+    return tw, th + base
+
+
+def fit_label(
+    top_left: tuple[int, int], size: tuple[int, int], frame: tuple[int, int], avoid: Rect | None
+) -> tuple[int, int]:
+    """Where a label of `size` (w, h) that wants its top-left corner at `top_left` goes:
+    inside a `frame` of (width, height), and below `avoid` (else beside it, when below
+    would leave the frame) where it would overlap it. Returns `label`'s origin (the
+    box's bottom-left corner)."""
+    (w, h), (fw, fh) = size, frame
+    x = min(max(top_left[0], 0), max(fw - w, 0))
+    y = min(max(top_left[1], 0), max(fh - h, 0))
+    if avoid is not None and _overlap((x, y, x + w, y + h), avoid):
+        if avoid[3] + LABEL_GAP + h <= fh:
+            y = avoid[3] + LABEL_GAP
+        else:
+            x = min(avoid[2] + LABEL_GAP, max(fw - w, 0))
+    return x, y + h
+
+
+def _overlap(a: Rect, b: Rect) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def text_lines_rect(lines: Sequence[str], origin: tuple[int, int], scale: float) -> Rect | None:
+    """The area `text_lines` covers (None for no lines): its boxes' bounding rectangle."""
+    if not lines:
+        return None
+    sizes = [label_size(line, scale) for line in lines]
+    x, y = origin
+    return x, y, x + max(w for w, _ in sizes), y + sum(h for _, h in sizes)
 
 
 def text_lines(image: Image, lines: Sequence[str], origin: tuple[int, int], scale: float) -> None:

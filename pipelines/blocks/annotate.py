@@ -17,7 +17,9 @@
     - {name: till, points: [[100, 80], [400, 80], [400, 300], [100, 300]]}
 ```
 
-The input image is never written to: one copy per frame is drawn on with OpenCV.
+The input image is never written to: one copy per frame is drawn on with OpenCV. A line's
+name sits above its first point; a zone's inside the top-left corner of its bounding box.
+Either is kept inside the frame, and moved below the counts box where it would overlap it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ import cv2
 import numpy as np
 from pydantic import Field
 
-from pipelines.blocks._draw import PALETTE, WHITE, label, palette_index, text_lines
+from pipelines.blocks._draw import (
+    PALETTE,
+    WHITE,
+    Rect,
+    fit_label,
+    label,
+    label_size,
+    palette_index,
+    text_lines,
+    text_lines_rect,
+)
 from pipelines.blocks.base import (
     OPTIONAL,
     BlockParams,
@@ -91,13 +103,13 @@ class AnnotateBlock(BlockType):
                 image: Image, detections: Detections | None, counts: Any, text: Texts | None
             ) -> Image:
                 out = image.copy()
-                shapes.draw(out)
+                lines = [] if counts is None else _count_lines(counts)
+                shapes.draw(out, text_lines_rect(lines, COUNTS_ORIGIN, scale))
                 if detections is not None and len(detections):
                     draw_boxes(out, detections)
                 if text is not None and len(text):
                     _ocr(out, text, thick, scale)
-                if counts is not None:
-                    text_lines(out, _count_lines(counts), COUNTS_ORIGIN, scale)
+                text_lines(out, lines, COUNTS_ORIGIN, scale)
                 return out
 
             return annotate
@@ -167,7 +179,9 @@ def _count_lines(counts: Any) -> list[str]:
 
 class _Shapes:
     """Configured lines and zones of one stream, as int32 polylines for the current
-    frame size (recomputed only when the size changes)."""
+    frame size (recomputed only when the size changes), each with its name: a line's
+    above its first point, a zone's inside its bounding box's top-left corner (a zone's
+    first point may be anywhere on it; its top is where a reader looks for a name)."""
 
     def __init__(self, p: AnnotateParams) -> None:
         shapes = [(s.name, s.points, False) for s in p.lines]
@@ -178,24 +192,35 @@ class _Shapes:
             for i, (name, points, closed) in enumerate(shapes)
         ]
         self._thick, self._scale = p.thickness, p.font_scale
+        self._label_sizes = [label_size(name, self._scale) for name, *_ in self._shapes]
         self._size = (-1, -1)
         self._pixels: list[tuple[np.ndarray[Any, np.dtype[np.int32]], tuple[int, int]]] = []
 
-    def draw(self, out: Image) -> None:
+    def draw(self, out: Image, avoid: Rect | None) -> None:
+        """Draw every shape and its name, no name overlapping `avoid` (the counts box)."""
         if not self._shapes:
             return
         size = (out.shape[1], out.shape[0])
         if size != self._size:
             self._resize(size)
-        for (name, _, closed, color), (pts, origin) in zip(self._shapes, self._pixels, strict=True):
+        for (name, _, closed, color), (pts, top_left), label_wh in zip(
+            self._shapes, self._pixels, self._label_sizes, strict=True
+        ):
             cv2.polylines(out, [pts], closed, color, self._thick, cv2.LINE_AA)
             if name:
-                label(out, name, origin, color, self._scale)
+                label(out, name, fit_label(top_left, label_wh, size, avoid), color, self._scale)
 
     def _resize(self, size: tuple[int, int]) -> None:
-        """Pixel polylines (and the name's place: the first point) for a frame size."""
+        """Pixel polylines, and where each name's top-left corner wants to be, for a
+        frame size."""
         self._pixels = []
-        for _, points, _, _ in self._shapes:
+        for (_, points, closed, _), (_, label_h) in zip(
+            self._shapes, self._label_sizes, strict=True
+        ):
             pts = np.round(points.pixels(*size)).astype(np.int32)
-            self._pixels.append((pts, (int(pts[0, 0]), int(pts[0, 1]))))
+            if closed:  # just inside the outline, clear of its stroke
+                at = int(pts[:, 0].min()) + self._thick, int(pts[:, 1].min()) + self._thick
+            else:
+                at = int(pts[0, 0]), int(pts[0, 1]) - label_h
+            self._pixels.append((pts, at))
         self._size = size
