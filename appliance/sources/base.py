@@ -43,6 +43,12 @@ class SourceError(Exception):
     """A source cannot be opened or read; the message never contains credentials."""
 
 
+class EndOfStreamError(SourceError):
+    """A live source's stream ended (RTCP BYE, the server closed the connection, EOF):
+    the grabber reconnects at once instead of waiting for the stall timeout. The message
+    starts with the masked URL and says `end of stream`, and how the camera ended it."""
+
+
 class VideoSource(Protocol):
     """An opened source. Used by one thread at a time: the one that iterates it."""
 
@@ -76,8 +82,8 @@ class VideoSource(Protocol):
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames as (BGR uint8 HxWx3 image, pts in seconds or None), in order.
 
-        Ends at the end of the stream (or when asked to stop); raises SourceError when
-        reading or decoding fails.
+        Ends at the end of a file (or when asked to stop); raises EndOfStreamError at the end
+        of a live stream, SourceError when reading or decoding fails.
         """
         ...
 

@@ -18,6 +18,7 @@ import av.container
 
 from appliance.sources.base import (
     DecodingSource,
+    EndOfStreamError,
     FrameGenerator,
     SourceError,
     mask_url,
@@ -88,6 +89,11 @@ class PyAVSource(DecodingSource):
         while not self._stop.is_set():
             try:
                 yield from self._decode()
+                if self._live and not self._stop.is_set():
+                    # A live source has no end of its own: FFmpeg read EOF (RTSP: RTCP BYE
+                    # on every track, or the connection closed). Said now, not at the
+                    # stall timeout, so the grabber reconnects at once.
+                    raise EndOfStreamError(f"{self._label}: end of stream")
                 return
             except av.ExitError:  # a read slice ran out with no data
                 self._check_stall()

@@ -29,12 +29,19 @@ from urllib.parse import unquote, urlsplit
 
 import av
 import av.video.codeccontext
+from aiortsp.rtcp.parser import BYE, RTCP
 from aiortsp.rtsp.connection import RTSPConnection
 from aiortsp.rtsp.errors import RTSPConnectionError, RTSPResponseError
 from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
-from appliance.sources.base import DecodingSource, FrameGenerator, SourceError, mask_url
+from appliance.sources.base import (
+    DecodingSource,
+    EndOfStreamError,
+    FrameGenerator,
+    SourceError,
+    mask_url,
+)
 from appliance.sources.config import SourceConfig
 from appliance.sources.depacketize import (
     CODECS,
@@ -93,6 +100,8 @@ class _Receiver(RTPTransportClient):  # type: ignore[misc]
 
     While the reader waits (`waiting`), a packet that ends a frame (the marker bit), or
     the session's end, stops the loop: one loop run per frame, no task or timer per packet.
+    The session ends with an error, or at the end of the stream (`ended`): the camera's
+    RTCP BYE for the video's source, or the RTSP connection closed by the camera.
     """
 
     def __init__(self, payload_type: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -100,21 +109,38 @@ class _Receiver(RTPTransportClient):  # type: ignore[misc]
         # (payload, sequence number, timestamp, marker, arrival perf_counter())
         self.packets: collections.deque[_Packet] = collections.deque()
         self.closed: str | None = None
+        self.ended = False  # `closed` is the end of the stream, not an error
         self.waiting = False
+        self._ssrc: int | None = None  # the video's RTP source, once a packet came
         self._loop = loop
 
     def handle_rtp(self, rtp: Any) -> None:
         """A packet aiortsp has parsed (dpkt): its payload, header fields and arrival."""
         if rtp.pt != self.payload_type:
             return
+        self._ssrc = rtp.ssrc
         payload = strip_payload(rtp.data, rtp.x, rtp.p)
         if payload is not None:
             self.packets.append((payload, rtp.seq, rtp.ts, bool(rtp.m), time.perf_counter()))
         if rtp.m and self.waiting:
             self._loop.stop()
 
+    def handle_rtcp(self, rtcp: RTCP) -> None:
+        """RTCP BYE from the video's source (RFC 3550 6.6): the camera's stream has ended,
+        e.g. a served clip at its end; the session stays open but nothing more comes."""
+        for packet in rtcp.packets:
+            if isinstance(packet, BYE) and (self._ssrc is None or self._ssrc in packet.ssrcs):
+                self._end("the camera sent RTCP BYE", ended=True)
+
     def handle_closed(self, error: Exception | None) -> None:
-        self.closed = describe(error) if error else "the camera closed the session"
+        if error is None:
+            self._end("the camera closed the connection", ended=True)
+        else:
+            self._end(describe(error), ended=False)
+
+    def _end(self, why: str, *, ended: bool) -> None:
+        if self.closed is None:  # the first word stays: a BYE, then the socket's close
+            self.closed, self.ended = why, ended
         if self.waiting:
             self._loop.stop()
 
@@ -214,7 +240,9 @@ class RtpSource(DecodingSource):
         receiver, loop = self._receiver, self._loop
         if receiver.packets:
             return receiver.packets.popleft()
-        if receiver.closed is not None:
+        if receiver.closed is not None:  # every packet before the end was taken
+            if receiver.ended:
+                raise EndOfStreamError(f"{self._label}: end of stream ({receiver.closed})")
             raise SourceError(f"{self._label}: {receiver.closed}")
         timer = loop.call_later(READ_SLICE_S, loop.stop)
         receiver.waiting = True

@@ -4,6 +4,7 @@
     def test_x(rtsp_server):
         server = rtsp_server()               # loops a small H.264 clip
         server = rtsp_server(clip=path)      # or a given clip
+        server = rtsp_server(once=True)      # the clip played once per client, then it ends
         server = rtsp_server(pattern="320x240@15")   # or a live, encoded test pattern
         server.url                           # rtsp://127.0.0.1:PORT/stream
         server.stop(); server.start()        # an outage, then the camera back on the same port
@@ -112,6 +113,7 @@ class RtspServerFactory(Protocol):
         codec: str = "h264",
         path: str = "/stream",
         auth: str | None = None,
+        once: bool = False,
     ) -> RtspServer: ...
 
 
@@ -133,9 +135,10 @@ def rtsp_server(
     _gst_rtsp_available: None, make_clip: MakeClip, tmp_path: Path
 ) -> Iterator[RtspServerFactory]:
     """Factory: rtsp_server(clip=None, *, pattern=None, codec="h264", path="/stream",
-    auth=None) -> RtspServer. `codec` (h264, h265) applies to a pattern.
+    auth=None, once=False) -> RtspServer. `codec` (h264, h265) applies to a pattern.
 
-    Default source: a 2 s 160x120 15 fps clip, looped. `auth="user:pass"` requires Basic auth.
+    Default source: a 2 s 160x120 15 fps clip, looped (`once`: played once per client, each
+    session then ends). `auth="user:pass"` requires Basic auth.
     """
     servers: list[RtspServer] = []
 
@@ -146,11 +149,13 @@ def rtsp_server(
         codec: str = "h264",
         path: str = "/stream",
         auth: str | None = None,
+        once: bool = False,
     ) -> RtspServer:
         if pattern is not None:
             args = ["--pattern", pattern, "--codec", codec]
         else:
             args = ["--clip", str(clip or make_clip(160, 120, fps=15, seconds=2.0))]
+            args += ["--once"] if once else []
         if auth is not None:
             args += ["--auth", auth]
         log_path = tmp_path / f"rtsp-server-{len(servers)}.log"

@@ -6,7 +6,8 @@ Runs with Debian's /usr/bin/python3 (it has `gi`), not the project venv:
     /usr/bin/python3 tests/support/rtsp_server.py --port 8554 --pattern 320x240@15
 
 `--clip` serves an H.264 MP4 as is (no re-encoding, so it costs almost no CPU) and loops
-it with segment seeks, so RTP timestamps keep growing like a live camera's. `--pattern`
+it with segment seeks, so RTP timestamps keep growing like a live camera's; with `--once`
+it plays once per client and ends there (RTCP BYE), like a camera's stream that ends. `--pattern`
 encodes a live videotestsrc. `--auth user:pass` requires Basic authentication.
 Prints `READY <url>` on stdout once the port is listening; the fixture waits for it.
 """
@@ -83,6 +84,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     src.add_argument("--clip", help="H.264 MP4 file to loop")
     src.add_argument("--pattern", help="WxH@FPS of a live test pattern")
     p.add_argument("--codec", choices=sorted(_ENCODERS), default="h264", help="of --pattern")
+    p.add_argument("--once", action="store_true", help="play --clip once, do not loop it")
     p.add_argument("--auth", help="user:pass required from clients (Basic)")
     return p.parse_args(argv)
 
@@ -91,7 +93,8 @@ def _factory(args: argparse.Namespace) -> GstRtspServer.RTSPMediaFactory:
     factory = GstRtspServer.RTSPMediaFactory()
     if args.clip:
         factory.set_launch(_CLIP.format(clip=args.clip))
-        factory.connect("media-configure", _loop_media)
+        if not args.once:
+            factory.connect("media-configure", _loop_media)
         # One pipeline per client: a joining client's PLAY seeks the pipeline it plays.
         factory.set_shared(False)
     else:
