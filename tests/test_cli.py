@@ -260,6 +260,41 @@ def test_validate_accepts_the_demo_and_its_workflows(
         assert f"valid: workflow {name!r}" in flow.stdout
 
 
+def test_validate_lists_the_sinks_with_their_targets_masked(write_config: WriteConfig) -> None:
+    """Issue 30, item 8: the summary names each sink, its type, where it sends (a URL's
+    credentials masked) and the streams whose outputs name it."""
+    draw = {"name": "draw", "blocks": [{"id": "drawn", "type": "annotate"}],
+            "outputs": {"video": "drawn"}}  # fmt: skip
+    hook = "https://ops:hunter2@hooks.example.com/in?token=s3cret&site=7"
+    config = write_config(
+        {
+            "sinks": {
+                "events": {"type": "mqtt", "host": "broker.lan", "port": 8883},
+                "alerts": {"type": "webhook", "url": hook},
+            },
+            "streams": [
+                {
+                    "id": "door",
+                    "source": str(DEMO_CLIP),
+                    "workflow": draw,
+                    "outputs": [{"sink": "alerts"}],
+                },
+            ],
+        }
+    )
+    done = appliance("validate", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("valid config: 0 model(s), 1 stream(s), 2 sink(s)"), lines
+    assert lines[2:] == [  # in the config's order (the YAML written here sorts keys)
+        "  sink alerts (webhook): https://***:***@hooks.example.com/in?token=***&site=7; "
+        "streams: door",
+        "  sink events (mqtt): broker broker.lan:8883, topics appliance/; streams: none "
+        "(no stream's outputs name it)",
+    ]
+    assert "hunter2" not in done.stdout and "s3cret" not in done.stdout
+
+
 def test_a_workflow_using_config_models_validates_with_that_config(
     write_config: WriteConfig, tmp_path: Path
 ) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from appliance.cli.refusals import refusal_hint
 from appliance.cli.regressions import regression_lines, regressions_of
 from appliance.client import (
     TOKEN_ENV,
@@ -107,20 +108,6 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
-def _token_hint(args: argparse.Namespace) -> str:
-    """What to do about a refused token: where this command took one from, if anywhere."""
-    if getattr(args, "token", None):
-        given = "the token given with --token was refused"
-    elif os.environ.get(TOKEN_ENV):
-        given = f"the token in ${TOKEN_ENV} was refused"
-    else:
-        given = "no token was sent"
-    return (
-        f"hint: {given}; pass the appliance's API token with --token TOKEN or ${TOKEN_ENV} "
-        "(its server.token, or the APPLIANCE_API_TOKEN it runs with)"
-    )
-
-
 def _guarded(command: Command) -> Command:
     """Map the client's failures to a message on stderr and the exit code."""
 
@@ -132,8 +119,9 @@ def _guarded(command: Command) -> Command:
             print(f"error: {mask_url(str(exc))}", file=sys.stderr)
             for line in _detail_lines(exc.details):
                 print(f"  {mask_url(line)}", file=sys.stderr)
-            if exc.status in (401, 403):
-                print(_token_hint(args), file=sys.stderr)
+            hint = refusal_hint(exc, args)
+            if hint:
+                print(hint, file=sys.stderr)
             return EXIT_API_ERROR
         except ApplianceConnectionError as exc:
             print(f"error: {mask_url(str(exc))}", file=sys.stderr)
@@ -252,9 +240,26 @@ def _print_streams(streams: Sequence[StreamStatus]) -> None:
     for s in streams:
         print(
             f"{s.id:<{idw}}{s.state:<14}{s.fps:>6.1f}{s.frames_dropped:>9}"
-            f"{_ms(s.latency_ms.p50):>9}  {s.workflow:<{wfw}}"
-            f"{mask_url(s.last_error or '-')}"
+            f"{_ms(s.latency_ms.p50):>9}  {s.workflow:<{wfw}}{_last_error(s)}"
         )
+
+
+def _last_error(s: StreamStatus) -> str:
+    """`-`, or the error with its time and whether it is past: `(12:03:04Z, cleared) why`
+    (an older appliance gives no time: the error alone)."""
+    if not s.last_error:
+        return "-"
+    when = [_clock(s.last_error_at)] if s.last_error_at else []
+    when += ["cleared"] if s.last_error_cleared else []
+    prefix = f"({', '.join(when)}) " if when else ""
+    return prefix + mask_url(s.last_error)
+
+
+def _clock(iso: str) -> str:
+    """An ISO 8601 UTC time as the time of day when it is today (UTC), else whole."""
+    day, _, clock = iso.partition("T")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    return f"{clock.split('.')[0]}Z" if day == today else iso
 
 
 def _print_json(doc: Any) -> None:

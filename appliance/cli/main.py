@@ -33,6 +33,11 @@ EXIT_STREAM_FAILED = 3
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+# WebRTC's libraries log each ICE check and each viewer's unresolvable mDNS candidate at
+# INFO, and aiohttp's access log (appliance/server/lifecycle.py's ACCESS_LOG) every request
+# (a viewer polls every few seconds): chatter at `serve`'s INFO, so only their warnings
+# then; all of it at DEBUG (`serve -v`, `--log-level DEBUG`).
+CHATTY_LOGGERS = ("aioice", "aiortc", "aiohttp.access")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,6 +219,8 @@ def _setup_logging(level: str, worker: Shard | None = None) -> None:
     for handler in logging.getLogger().handlers:
         if handler.formatter is not None:
             handler.formatter.converter = time.gmtime
+    for name in CHATTY_LOGGERS:  # at WARNING and ERROR, the root's level already applies
+        logging.getLogger(name).setLevel(logging.WARNING if level == "INFO" else logging.NOTSET)
     # The last guard: whatever a record carries (a URL in an FFmpeg error, a traceback,
     # an access log line's query) reaches stderr with its credentials masked.
     install(logging.getLogger().handlers)

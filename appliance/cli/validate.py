@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, ConfigError, load_config, parse_config
-from appliance.policy.masking import mask_url
+from pydantic import BaseModel
+
+from appliance.config import AppConfig, ConfigError, load_config, parse_config, sink_configs
+from appliance.policy.masking import mask_one_url, mask_url
 from appliance.runtime.checking import Problems
 from appliance.runtime.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
@@ -36,17 +38,51 @@ def cmd_validate(args: argparse.Namespace) -> int:
     config = load_whole_config(args.config) if args.config else None
     if isinstance(data, dict) and "blocks" in data:
         return _validate_workflow(path, config)
-    runtime = Runtime(config or load_whole_config(path), config_path=path)
+    config = config or load_whole_config(path)
+    runtime = Runtime(config, config_path=path)
     try:
         prepared = runtime.prepare()  # loads models and compiles workflows: the full check
     finally:
         runtime.stop(2.0)
     print(
-        f"{path}: valid config: {len(runtime.models_status())} model(s), {len(prepared)} stream(s)"
+        f"{path}: valid config: {len(runtime.models_status())} model(s), {len(prepared)} "
+        f"stream(s), {len(config.sinks)} sink(s)"
     )
     for cfg, workflow in prepared:
         print(f"  {cfg.id}: {workflow.summary()}")
+    for line in sink_lines(config):
+        print(line)
     return 0
+
+
+def sink_lines(config: AppConfig) -> list[str]:
+    """`  sink events (mqtt): broker 127.0.0.1:1883, topics appliance/; streams: cam1`: each
+    declared sink, where it sends (a URL masked: it may carry credentials) and the streams
+    whose outputs name it. The sinks are valid here (the config loaded)."""
+    users: dict[str, list[str]] = {name: [] for name in config.sinks}
+    for stream in config.streams:
+        for output in stream.outputs:
+            users.setdefault(output.sink, []).append(stream.id)
+    lines = []
+    for name, cfg in sink_configs(config).items():
+        kind = getattr(cfg, "type", "?")
+        streams = ", ".join(dict.fromkeys(users[name])) or "none (no stream's outputs name it)"
+        lines.append(f"  sink {name} ({kind}): {_target(cfg)}; streams: {streams}")
+    return lines
+
+
+def _target(cfg: BaseModel) -> str:
+    """Where a sink sends: its URL (masked), or its broker's host and port and topics."""
+    url = getattr(cfg, "url", None)
+    if isinstance(url, str):
+        return mask_one_url(url)
+    host, port = getattr(cfg, "host", None), getattr(cfg, "port", None)
+    if host is None:
+        return "-"
+    tls = " (TLS)" if getattr(cfg, "tls", None) is not None else ""
+    prefix = getattr(cfg, "topic_prefix", None)
+    topics = f", topics {prefix}/" if prefix else ""
+    return f"broker {host}:{port}{tls}{topics}"
 
 
 def _validate_workflow(path: Path, config: AppConfig | None) -> int:

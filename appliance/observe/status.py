@@ -86,7 +86,8 @@ class StreamStatus:
     detections: int
     reconnects: int
     last_error: str | None
-    """The latest error (credentials masked); kept after the stream recovers."""
+    """The latest error (credentials masked); kept after the stream recovers
+    (`last_error_cleared`)."""
     providers: dict[str, list[str]]
     """Model id -> ONNX Runtime providers it got."""
     outputs: list[str]
@@ -100,6 +101,11 @@ class StreamStatus:
     origin: Origin = "config"
     """`api`: added over the API (also when restored from server.state_dir at start);
     `config`: the config file's."""
+    last_error_at: str | None = None
+    """When `last_error` happened: ISO 8601, UTC, to the millisecond; null with it."""
+    last_error_cleared: bool = False
+    """True once the error is past: the stream has processed a frame since and is not
+    failed, reconnecting or stalled; false while it holds (or with no error)."""
 
 
 @dataclass(frozen=True, slots=True)

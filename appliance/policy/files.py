@@ -53,6 +53,11 @@ UNSAFE_FFMPEG_OPTIONS = frozenset(
 
 CERTIFICATE_BYTES = 1024 * 1024  # a PEM bundle of every public CA is about 200 KB
 SECRET_BYTES = 4096  # a password or a token, with room to spare
+# What to do about a path outside the roots, ending every such refusal's rule.
+OUTSIDE_ROOTS_FIX = (
+    "add its folder to server.file_roots in the config file and reload; a path in the "
+    "config file itself is not limited by the roots"
+)
 
 
 class FileKind(StrEnum):
@@ -196,12 +201,19 @@ class FilePolicy:
         return resolved
 
     def _outside_rule(self) -> str:
+        """The refusal and what to do about it: the roots bind only paths named over the
+        API, so a path the owner means may also go in the config file itself."""
         if not self.roots:
             return (
                 "outside the file roots (there are none: server.file_roots is empty, or "
-                "unset and the config names no models, workflows or video files)"
+                "unset and the config names no models, workflows or video files); "
+                f"{OUTSIDE_ROOTS_FIX}"
             )
-        return f"outside the file roots ({', '.join(self.shown_roots)}; server.file_roots)"
+        roots = ", ".join(self.shown_roots)
+        return (
+            f"outside the file roots ({roots}; server.file_roots); put the file under one "
+            f"of them, or {OUTSIDE_ROOTS_FIX}"
+        )
 
     def _check_not_denied(
         self, info: os.stat_result, name: Path | str, kind: FileKind, where: str

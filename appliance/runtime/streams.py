@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from appliance.config import StreamConfig
@@ -45,6 +45,16 @@ class Transition:
 
     def to_status(self) -> status.Transition:
         return status.Transition(self.time, state_name(self.state), self.reason, iso_utc(self.time))
+
+
+@dataclass(frozen=True, slots=True)
+class LastError:
+    """The stream's latest error: why (credentials masked), when (wall clock, s), and how
+    many frames the stream had processed then: a frame processed since clears it."""
+
+    reason: str
+    time: float
+    frames: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +99,7 @@ class Stream:
         self._state = StreamState.STARTING
         self._state_lock = threading.Lock()
         self.transitions: deque[Transition] = deque(maxlen=history)
-        self.last_error: str | None = None
+        self._error: LastError | None = None  # replaced whole: read without a lock
         self.slot = slot_for(cfg.source)
         self._grabber = Grabber(
             cfg.id, cfg.source, self.slot, self._on_state, resolve_path, hosts=hosts
@@ -144,9 +154,22 @@ class Stream:
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
         return grabbed and worker_ended
 
+    @property
+    def last_error(self) -> str | None:
+        """The latest error (credentials masked), kept after it cleared; None before one."""
+        error = self._error
+        return None if error is None else error.reason
+
+    def _set_error(self, reason: str) -> None:
+        self._error = LastError(reason, time.time(), self.rate.count)
+
+    def _error_cleared(self, error: LastError) -> bool:
+        """Past: the stream processed a frame since, and is in no trouble now."""
+        return self.rate.count > error.frames and self._state not in _TROUBLE
+
     def _on_problem(self, reason: str) -> None:
         """A source problem that changed no state (frames that did not decode)."""
-        self.last_error = reason
+        self._set_error(reason)
 
     def _on_state(self, state: StreamState, reason: str) -> None:
         """Called by the grabber thread (and start/stop) on every state change."""
@@ -160,7 +183,7 @@ class Stream:
             if changed or state == StreamState.RECONNECTING:
                 self.transitions.append(Transition(time.time(), state, reason))
         if state in _TROUBLE:
-            self.last_error = reason
+            self._set_error(reason)
         if state == StreamState.RECONNECTING:
             self.metrics.reconnects.inc()
         self.metrics.up.set(1 if state == StreamState.RUNNING else 0)
@@ -216,17 +239,13 @@ class Stream:
         self.failed_frames += 1
         self.metrics.failed.inc()
         # An exception's text may carry a URL (a block that fetched something): masked.
-        self.last_error = mask_url(f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}")
+        error = mask_url(f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}")
+        self._set_error(error)
         # The first failure with its traceback, then one line per 100 so logs stay readable.
         if self.failed_frames == 1:
-            log.exception("stream %s: %s", self.id, self.last_error)
+            log.exception("stream %s: %s", self.id, error)
         elif self.failed_frames % 100 == 0:
-            log.warning(
-                "stream %s: %d failed frames, last: %s",
-                self.id,
-                self.failed_frames,
-                self.last_error,
-            )
+            log.warning("stream %s: %d failed frames, last: %s", self.id, self.failed_frames, error)
 
     # -- supervision -----------------------------------------------------------------
     def heartbeat(self) -> Heartbeat:
@@ -269,8 +288,9 @@ class Stream:
             self.transitions.extend(history)  # the deque keeps the newest `history` items
             self._stall, self._stall_frames = previous.stall, self.rate.count
         self.stall_streak = (previous.stall_streak if previous.rate.count == 0 else 0) + 1
-        if self.last_error is None:
-            self.last_error = previous.last_error
+        if self._error is None and previous._error is not None:
+            # Its time stays; it clears once this one processes a frame.
+            self._error = replace(previous._error, frames=self.rate.count)
 
     # -- views -----------------------------------------------------------------------
     def sync_metrics(self) -> None:
@@ -291,6 +311,7 @@ class Stream:
         `sinks` every sink to its state."""
         grabber = self._grabber.stats
         latency = self.latency.percentiles_ms(50, 99)
+        error = self._error
         return StreamStatus(
             id=self.id,
             state=state_name(self.state),
@@ -304,7 +325,9 @@ class Stream:
             latency_ms=Latency(latency["p50"], latency["p99"]),
             detections=self.detections,
             reconnects=grabber.reconnects,
-            last_error=self.last_error,
+            last_error=None if error is None else error.reason,
+            last_error_at=None if error is None else iso_utc(error.time),
+            last_error_cleared=error is not None and self._error_cleared(error),
             providers=providers,
             outputs=[o.sink for o in self.cfg.outputs],
             sinks={o.sink: sinks.get(o.sink, "unknown") for o in self.cfg.outputs},

@@ -37,7 +37,9 @@ from appliance.server.shutdown import ExitDeadline, InFlight
 
 CLOSE_GRACE_S = 1.0  # aiohttp's own shutdown_timeout: only idle connections are left
 LINGER_S = 0.5  # after an orderly shutdown, for idle pool threads to end on their own
-ACCESS_LOG = logging.getLogger("aiohttp.access")  # aiohttp's own default
+# aiohttp's own default; `appliance` sets it to WARNING below DEBUG (cli/main.py), so that
+# a line per request shows with `serve -v` or `--log-level DEBUG` only.
+ACCESS_LOG = logging.getLogger("aiohttp.access")
 
 
 class Process(Protocol):

@@ -94,14 +94,20 @@ class Server:
             log.info("serving on %s: watch the streams at %s/, the API at %s/docs", url, url, url)
 
     async def main_loop(self, stop: asyncio.Event) -> None:
-        """Until `stop`: a line per stream every `stats_interval_s`."""
+        """Until `stop`: a line per stream every `stats_interval_s`, its rate over the time
+        since the previous line (a clip that ended shows as 0 fps on the next one)."""
+        previous: dict[str, tuple[StreamStatus, float]] = {}  # id -> status, monotonic s
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.stats_interval_s)
             except TimeoutError:
                 self.runtime.sync_metrics()
+                now, seen = time.monotonic(), previous
+                previous = {}
                 for status in self.runtime.streams_status():
-                    log.info("%s", stream_line(status))
+                    before, at = seen.get(status.id, (None, now))
+                    log.info("%s", stream_line(status, before, now - at))
+                    previous[status.id] = (status, now)
 
     async def shutdown(self) -> bool:
         """No new connections; streams stop at once while the requests in flight get up
@@ -170,12 +176,23 @@ async def serve(
     return await run(server, stop or asyncio.Event(), exit_deadline_s=deadline_s)
 
 
-def stream_line(s: StreamStatus) -> str:
-    """`cam1 running: 14.9 fps (source 15.0), 120 processed, 3 dropped, age p50 41 ms`."""
+def stream_line(s: StreamStatus, before: StreamStatus | None = None, elapsed_s: float = 0.0) -> str:
+    """`cam1 running: 14.0 fps over the last 5.0 s (source 15.0); since start 237 processed,
+    3 dropped; age p50 41 ms`: the rate is the frames processed since `before` (the same
+    stream's status at the previous line, `elapsed_s` seconds ago) over that time; without
+    it (the stream's first line), the mean since the stream started. The counts are the
+    stream's totals, the age the recent window's."""
     p50 = s.latency_ms.p50
     age = "-" if p50 is None else f"{p50:.0f} ms"
     source = "-" if s.source_fps is None else f"{s.source_fps}"
+    if before is None or elapsed_s <= 0:
+        rate = f"{s.fps} fps on average since start"
+    else:
+        frames = s.frames_processed - before.frames_processed
+        if frames < 0:  # replaced after a stall: its count began again within the interval
+            frames = s.frames_processed
+        rate = f"{frames / elapsed_s:.1f} fps over the last {elapsed_s:.1f} s"
     return (
-        f"{s.id} {s.state}: {s.fps} fps (source {source}), "
-        f"{s.frames_processed} processed, {s.frames_dropped} dropped, age p50 {age}"
+        f"{s.id} {s.state}: {rate} (source {source}); since start {s.frames_processed} "
+        f"processed, {s.frames_dropped} dropped; age p50 {age}"
     )

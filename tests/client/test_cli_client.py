@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from tests.client import TOKEN, WORKFLOW, served_appliance
+from tests.client import CONFIGS, TOKEN, WORKFLOW, served_appliance
+from tests.faults.process_helpers import DRAW
 from tests.support.appliance import DEMO_CLIP, ROOT, Served, clean_env
 from tests.support.processes import free_port
+from tests.support.rtsp import RtspServerFactory
 from tests.support.warm_cli import run_appliance
 
 BROKEN = '{"name": "broken", "blocks": [{"id": "a", "type": "no_such_block"}], "outputs": {}}'
@@ -120,6 +124,32 @@ def test_a_wrong_token_exits_1_saying_how_to_pass_one(served: Served) -> None:
     assert "guess-4711" not in done.stderr  # the refused token is not echoed
 
 
+def test_a_file_outside_the_roots_gets_the_roots_hint_not_the_token_one(
+    served: Served, tmp_path: Path
+) -> None:
+    """Issue 30, item 2: a 403 from the file policy says where files may be and how to add
+    a root; the token hint is for a 401 only (here: no token sent at all)."""
+    outside = tmp_path / "mine.yaml"  # not under the served config's folder nor configs/
+    outside.write_text(WORKFLOW.read_text(encoding="utf-8"), encoding="utf-8")
+    done = against(served, "streams", "add", "--id", "mine", "--source", str(DEMO_CLIP),
+                   "--workflow", str(outside))  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: 403 forbidden: "), done.stderr
+    fix = (
+        f"outside the file roots (., {CONFIGS}; server.file_roots); put the file under one "
+        "of them, or add its folder to server.file_roots in the config file and reload"
+    )
+    assert fix in done.stderr, done.stderr
+    assert "a path in the config file itself is not limited by the roots" in done.stderr
+    assert "hint: server.file_roots bind only the files named over the API: " in done.stderr
+    assert "token" not in done.stderr.lower(), done.stderr
+
+    done = appliance("streams", "list", "--url", served.url)  # no token
+    assert done.stderr.startswith("error: 401 unauthorized: ")
+    assert "hint: no token was sent; pass the appliance's API token" in done.stderr
+    assert "file_roots" not in done.stderr
+
+
 def test_an_unreachable_appliance_exits_4_naming_the_url() -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     done = appliance("status", "--url", url)
@@ -159,3 +189,45 @@ def test_streams_watch_prints_results_as_they_come(served: Served) -> None:
     assert " people: " in lines[0] and " detections, crossings: {" in lines[0], lines[0]
     missing = against(served, "streams", "watch", "nope", "--count", "1")
     assert missing.returncode == 1 and missing.stderr.startswith("error: 404 not_found")
+
+
+@pytest.mark.rtsp
+def test_a_cleared_error_shows_as_cleared_with_its_time(
+    served: Served, rtsp_server: RtspServerFactory
+) -> None:
+    """Issue 30, item 5: a camera that was down and came back keeps its last error in
+    `streams list`, marked cleared and dated, not as if it still held."""
+    camera = rtsp_server()
+    camera.stop()  # down when the stream starts: connection refused, retried
+    backoff = {"initial_s": 0.2, "max_s": 0.5, "multiplier": 2.0, "jitter": 0.0}
+    source = json.dumps({"url": camera.url, "backoff": backoff})
+    done = against(served, "streams", "add", "--id", "door", "--source", source,
+                   "--workflow", json.dumps(DRAW))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    try:
+        held = _door_row(served, lambda row: "reconnecting" in row)
+        # `(12:03:04Z) why`: its time, and no "cleared" while it holds.
+        assert re.search(r"\(\d\d:\d\d:\d\dZ\) \S", held) and "cleared" not in held, held
+        camera.start()
+        row = _door_row(served, lambda row: "running" in row and "cleared" in row)
+        assert re.search(r"\(\d\d:\d\d:\d\dZ, cleared\) \S", row), row
+        stream = json.loads(against(served, "streams", "list", "--json").stdout)["streams"]
+        (door,) = [s for s in stream if s["id"] == "door"]
+        assert door["last_error"] and door["last_error_cleared"] is True, door
+        assert datetime.fromisoformat(door["last_error_at"]).utcoffset() == timedelta(0)
+    finally:
+        against(served, "streams", "remove", "door")
+
+
+def _door_row(served: Served, wanted: Callable[[str], bool], timeout_s: float = 20.0) -> str:
+    """`streams list`'s row of the stream `door`, once `wanted` holds for it."""
+    deadline = time.monotonic() + timeout_s
+    row = ""
+    while time.monotonic() < deadline:
+        done = against(served, "streams", "list")
+        rows = [r for r in done.stdout.splitlines() if r.startswith("door ")]
+        row = rows[0] if rows else ""
+        if wanted(row):
+            return row
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for the row of door; last: {row!r}")

@@ -212,7 +212,7 @@ def test_no_log_or_cli_message_holds_the_secret(
     serve: Callable[..., Served], write_config: Callable[[dict[str, Any]], Path]
 ) -> None:
     doc = config_doc(secret_stream("cam", rtsp_url(free_port())), token=SECRET)
-    served = serve(write_config(doc))
+    served = serve(write_config(doc), "-v")  # DEBUG: the access lines as well
     secret_url = served.url.replace("http://", f"http://admin:{SECRET}@")
     client = ApplianceClient(secret_url, token=SECRET, timeout=10)
     served.wait_for(lambda: client.stream("cam").reconnects >= RECONNECTS, WAIT_S, "retries")

@@ -93,6 +93,7 @@ def test_the_viewer_lists_streams_shows_latency_and_profiles(
 ) -> None:
     page = Page(browser)
     page.tab.goto(server.url + "/")
+    page.tab.locator("#token-form").wait_for(state="visible")  # on the first 401
     assert "needs its API token" in page.text("#token-reason")
     enter_token(page)
 
@@ -140,6 +141,34 @@ def test_the_viewer_lists_streams_shows_latency_and_profiles(
     assert "refused this token (401)" in page.text("#token-reason")
     assert page.text("#status") == ""
     assert page.errors == []
+
+
+def test_the_token_button_shows_only_where_a_token_is_needed(
+    server: LiveServer, live_server: LiveFactory, browser: Any
+) -> None:
+    """Issue 30, item 8: a loopback appliance without a token never answers 401, and its
+    viewer shows neither the token form nor the "Token…" button; one with a token shows
+    both after its first 401, and the button stays to change the token."""
+    doc = config_doc()
+    del doc["server"]["token"]
+    open_server = live_server(doc, token=None)
+    page = Page(browser)
+    with page.tab.expect_response(lambda r: r.url.endswith("/v1/streams")) as listed:
+        page.tab.goto(open_server.url + "/")
+    assert listed.value.status == 200  # open: the page was never asked for a token
+    assert page.tab.locator("#change-token").is_hidden()
+    assert page.tab.locator("#token-form").is_hidden()
+
+    asked = Page(browser)
+    asked.tab.goto(server.url + "/")
+    asked.tab.locator("#token-form").wait_for(state="visible")  # the 401
+    button = asked.tab.get_by_role("button", name="Token…")
+    assert button.is_visible()
+    enter_token(asked)
+    asked.tab.locator("article.tile[data-stream='cam']").wait_for()
+    button.click()  # still there, to change the token
+    asked.tab.locator("#token-form").wait_for(state="visible")
+    assert page.errors == [] and asked.errors == []
 
 
 def test_the_viewer_plays_a_stream_over_webrtc(server: LiveServer, browser: Any) -> None:

@@ -61,7 +61,8 @@ export const streamPath = (id) => `/v1/streams/${encodeURIComponent(id)}`;
 
 /** What a stream's state means for someone looking at its video, in a sentence. */
 export function stateText(stream) {
-  const why = stream.last_error ?? stream.transitions?.at(-1)?.reason ?? "";
+  const error = stream.last_error_cleared ? null : stream.last_error; // a past one: not why
+  const why = error ?? stream.transitions?.at(-1)?.reason ?? "";
   const because = why ? `: ${why}` : ".";
   switch (stream.state) {
     case "running": return "";

@@ -13,7 +13,11 @@ let view = null; // the stream open large: a StreamView
 const grid = new Grid($("grid"), (id) => navigate(`/streams/${encodeURIComponent(id)}`));
 
 // -- the token ---------------------------------------------------------------------------
+// Asked for only when the appliance answers 401: a loopback appliance without a token never
+// does, and then neither the form nor the "Token…" button shows. Once asked (or with a token
+// held from before), the button stays, to change the token.
 auth.onUnauthorized = (reason) => {
+  $("change-token").hidden = false;
   say("token-reason", reason);
   say("status", "");
   $("token-form").hidden = false;
@@ -105,7 +109,7 @@ $("pip").hidden = !document.pictureInPictureEnabled;
 $("profile-form").addEventListener("submit", (event) => profile(event, view.id));
 window.addEventListener("popstate", route);
 window.addEventListener("pagehide", () => { view?.close(); grid.stopAll(); });
-if (!auth.token) auth.onUnauthorized("This appliance needs its API token.");
+$("change-token").hidden = !auth.token;
 refreshStreams();
 setInterval(refreshStreams, STREAMS_EVERY_MS);
 route();

@@ -1,0 +1,41 @@
+"""What to do about the appliance's refusal of a CLI call: the `hint:` line printed under
+the error, chosen by its status. A 401 is about the token (where this command took one
+from, if anywhere); a 403 for a file outside `server.file_roots` is about where files
+named over the API may lie, and never about the token; other refusals get none (their
+message says it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from appliance.client import TOKEN_ENV, ApplianceAPIError
+
+OUTSIDE_ROOTS = "outside the file roots"  # appliance/policy/files.py's rule
+
+
+def refusal_hint(exc: ApplianceAPIError, args: argparse.Namespace) -> str | None:
+    """The hint for `exc`, or None."""
+    if exc.status == 401:
+        return token_hint(args)
+    if exc.status == 403 and OUTSIDE_ROOTS in exc.message:
+        return (
+            "hint: server.file_roots bind only the files named over the API: move the file "
+            "under a root, or add a root in the config file and reload it (SIGHUP, or POST "
+            "/v1/config/reload), or name the file in the config file itself"
+        )
+    return None
+
+
+def token_hint(args: argparse.Namespace) -> str:
+    """What to do about a refused token: where this command took one from, if anywhere."""
+    if getattr(args, "token", None):
+        given = "the token given with --token was refused"
+    elif os.environ.get(TOKEN_ENV):
+        given = f"the token in ${TOKEN_ENV} was refused"
+    else:
+        given = "no token was sent"
+    return (
+        f"hint: {given}; pass the appliance's API token with --token TOKEN or ${TOKEN_ENV} "
+        "(its server.token, or the APPLIANCE_API_TOKEN it runs with)"
+    )
