@@ -31,8 +31,10 @@ from typing import Any
 
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from pydantic import TypeAdapter
 
 from appliance.config import parse_config
+from appliance.observe.status import StreamStatus
 from appliance.policy.files import FilePolicy
 from appliance.runtime.sharding import assign, owner_of
 from appliance.server.auth import AuthPolicy
@@ -45,6 +47,7 @@ from appliance.workers.replicas import Address, ReplicaSet, parse_replicas
 from tests.support.appliance import APPLIANCE, Served, clean_env
 from tests.support.media import MakeClip
 from tests.support.processes import free_port
+from tests.support.warm_cli import run_appliance
 
 TOKEN = "fleet-s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -288,6 +291,9 @@ def test_a_stopped_replica_shows_its_cameras_unavailable_and_answers_503(fleet: 
             )
 
         fleet.gw.wait_for(unavailable, 20, "replica 2's cameras unavailable")
+        table = run_appliance(["streams", "list", "--url", fleet.gw.url, "--token", TOKEN])
+        assert table.returncode == 0, table.stderr  # the CLI reads a fleet with one down
+        assert all(f"{c} " in table.stdout for c in mine) and "unavailable" in table.stdout
         streams = listed(fleet.gw.url)
         assert all(streams[c]["state"] != "unavailable" for c in CAMERAS if c not in mine)
         status, body = call(fleet.gw.url, "GET", f"/v1/streams/{mine[0]}/latest")
@@ -353,6 +359,9 @@ def test_cameras_of_a_replica_never_reached_are_named_with_their_urls_masked(
         assert stream["state"] == "unavailable" and stream["replica"] == 0
         assert stream["last_error"].startswith(why)
         assert "hunter2" not in json.dumps(stream) and "abc123" not in json.dumps(stream)
+    # The Python client (and so `appliance streams list`) reads them as streams.
+    parsed = TypeAdapter(list[StreamStatus]).validate_python(shown)
+    assert {s.state for s in parsed} == {"unavailable"}
 
 
 def test_the_fleet_answers_every_route() -> None:

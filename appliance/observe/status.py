@@ -39,7 +39,11 @@ __all__ = [
 ]
 
 # appliance.sources.StreamState's values (a test keeps the two equal).
-StateName = Literal["starting", "running", "reconnecting", "stopped", "failed", "stalled"]
+# `unavailable`: only in `appliance gateway`'s lists, for a stream whose replica does not
+# answer (its `last_error` says which and why); a process never reports it of itself.
+StateName = Literal[
+    "starting", "running", "reconnecting", "stopped", "failed", "stalled", "unavailable"
+]
 Origin = Literal["config", "api"]
 WindowState = Literal["running", "done", "failed"]
 

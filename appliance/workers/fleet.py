@@ -238,8 +238,26 @@ class Fleet(Gateway):
 
 
 def _shown(stream_id: str, url: str) -> dict[str, Any]:
-    """A stream the gateway knows of but never saw listed: its id and masked source."""
-    return {"id": stream_id, "url": url, "frames_processed": 0, "transitions": []}
+    """A stream the gateway knows of but never saw listed: its id and masked source, with
+    every other field of a StreamStatus empty (clients parse it as one)."""
+    return {
+        "id": stream_id,
+        "url": url,
+        "workflow": "",
+        "fps": 0.0,
+        "source_fps": None,
+        "frames_processed": 0,
+        "frames_dropped": 0,
+        "frames_failed": 0,
+        "latency_ms": {"p50": None, "p99": None},
+        "detections": 0,
+        "reconnects": 0,
+        "last_error": None,
+        "providers": {},
+        "outputs": [],
+        "sinks": {},
+        "transitions": [],
+    }
 
 
 def _spec_url(spec: Mapping[str, Any]) -> str:
