@@ -19,6 +19,7 @@ from appliance.server.openapi import build_openapi
 from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.schemas import ErrorDetail
 from appliance.sources import StreamState
+from appliance.workers.fleet import UNAVAILABLE
 from tests.server.conftest import TOKEN, LiveFactory, config_doc, demo_stream
 from tests.server.live import LiveServer
 
@@ -70,7 +71,8 @@ def test_the_docs_page_shows_every_operation(server: LiveServer) -> None:
 
 
 def test_state_names_match_the_runtime() -> None:
-    assert set(get_args(StateName)) == {s.value for s in StreamState}
+    # And the fleet gateway's own: a stream whose replica does not answer.
+    assert set(get_args(StateName)) == {s.value for s in StreamState} | {UNAVAILABLE}
 
 
 def test_error_codes_match_the_ones_answered() -> None:
