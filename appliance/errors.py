@@ -99,9 +99,12 @@ class FileAccessError(ApplianceError):
     file's content. `status` is 403 for a rule, 422 for a file that is not there.
     """
 
-    def __init__(self, kind: str, path: str, rule: str, where: str = "", status: int = 403) -> None:
+    def __init__(
+        self, kind: str, path: str, rule: str, where: str = "", status: int = 403, fix: str = ""
+    ) -> None:
         prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{kind} file {path!r}: {rule}")
+        advice = f"; {fix}" if fix else ""  # in the message, not in `rule` (details)
+        super().__init__(f"{prefix}{kind} file {path!r}: {rule}{advice}")
         self.kind = kind
         self.path = path
         self.rule = rule

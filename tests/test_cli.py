@@ -490,3 +490,23 @@ def test_doctor_says_what_this_machine_offers() -> None:
         assert f"  {name}: {problem or 'ok'}" in text.stdout
     assert "h264" in report["media"]["decoders"]
     assert report["packages"]["av"].startswith("18.")
+
+
+def test_a_workflow_whose_model_the_config_declares_hints_at_config(tmp_path: Path) -> None:
+    """Validating a workflow file alone: a model it names but does not declare is unknown,
+    and the hint says how to validate it with the config that declares it."""
+    flow = tmp_path / "falls.yaml"
+    flow.write_text(
+        "name: falls\nblocks:\n  - {id: people, type: detect, model: person}\n"
+        "outputs: {people: people}\n"
+    )
+    done = appliance("validate", str(flow))
+    assert done.returncode == 1
+    assert "unknown model 'person'" in done.stderr
+    assert f"hint: a model the config declares (models:) is known with it: appliance " \
+        f"validate {flow} --config CONFIG" in done.stderr  # fmt: skip
+    config = tmp_path / "config.yaml"
+    model = ROOT / "configs" / "models" / "person_ssdlite.onnx"
+    config.write_text(f"models:\n  person: {{path: {model}, decoder: tf_od}}\n")
+    with_config = appliance("validate", str(flow), "--config", str(config))
+    assert with_config.returncode == 0, with_config.stderr

@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args)
     except BAD_INPUT as exc:
         print(f"error: {mask_url(str(exc))}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # what to do, added where it is known
+            print(f"hint: {note}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         # The reader left (`appliance blocks | head`): not an error. Python would report

@@ -19,11 +19,8 @@ def refusal_hint(exc: ApplianceAPIError, args: argparse.Namespace) -> str | None
     if exc.status == 401:
         return token_hint(args)
     if exc.status == 403 and OUTSIDE_ROOTS in exc.message:
-        return (
-            "hint: server.file_roots bind only the files named over the API: move the file "
-            "under a root, or add a root in the config file and reload it (SIGHUP, or POST "
-            "/v1/config/reload), or name the file in the config file itself"
-        )
+        # The answer said what to do; the CLI adds how to reload.
+        return "hint: after editing server.file_roots, reload: SIGHUP, or POST /v1/config/reload"
     return None
 
 

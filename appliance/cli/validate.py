@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from appliance.config import AppConfig, ConfigError, load_config, parse_config, sink_configs
 from appliance.policy.masking import mask_one_url, mask_url
-from appliance.runtime.checking import Problems
+from appliance.runtime.checking import BAD_INPUT, Problems
 from appliance.runtime.runtime import Runtime
 from pipelines.executor import CompiledWorkflow
 from pipelines.spec import load_yaml
@@ -87,6 +87,18 @@ def _target(cfg: BaseModel) -> str:
 
 def _validate_workflow(path: Path, config: AppConfig | None) -> int:
     """Compile a workflow file with its own models (and a config's, with --config)."""
+    try:
+        return _compile_workflow(path, config)
+    except BAD_INPUT as exc:
+        if config is None and "unknown model" in str(exc):
+            exc.add_note(
+                "a model the config declares (models:) is known with it: "
+                f"appliance validate {path} --config CONFIG"
+            )
+        raise
+
+
+def _compile_workflow(path: Path, config: AppConfig | None) -> int:
     config = config or parse_config({}, path.resolve().parent)
     runtime = Runtime(config)
     problems = Problems(str(path))

@@ -197,23 +197,23 @@ class FilePolicy:
         p = Path(text).expanduser() if self.roots is None else Path(text)
         resolved = (p if p.is_absolute() else self.base / p).resolve()
         if self.roots is not None and not any(resolved.is_relative_to(r) for r in self.roots):
-            raise FileAccessError(kind, text, self._outside_rule(), where)
+            rule, fix = self._outside_rule()
+            raise FileAccessError(kind, text, rule, where, fix=fix)
         return resolved
 
-    def _outside_rule(self) -> str:
-        """The refusal and what to do about it: the roots bind only paths named over the
-        API, so a path the owner means may also go in the config file itself."""
+    def _outside_rule(self) -> tuple[str, str]:
+        """The refusal's rule and what to do about it (FileAccessError's `rule` and `fix`):
+        the roots bind only paths named over the API, so a path the owner means may also
+        go in the config file itself."""
         if not self.roots:
-            return (
+            rule = (
                 "outside the file roots (there are none: server.file_roots is empty, or "
-                "unset and the config names no models, workflows or video files); "
-                f"{OUTSIDE_ROOTS_FIX}"
+                "unset and the config names no models, workflows or video files)"
             )
+            return rule, OUTSIDE_ROOTS_FIX
         roots = ", ".join(self.shown_roots)
-        return (
-            f"outside the file roots ({roots}; server.file_roots); put the file under one "
-            f"of them, or {OUTSIDE_ROOTS_FIX}"
-        )
+        rule = f"outside the file roots ({roots}; server.file_roots)"
+        return rule, f"put the file under one of them, or {OUTSIDE_ROOTS_FIX}"
 
     def _check_not_denied(
         self, info: os.stat_result, name: Path | str, kind: FileKind, where: str

@@ -37,8 +37,11 @@ def request_policy(config: AppConfig, config_path: Path | None) -> FilePolicy:
     (the whole config, not a shard's: every worker must answer a request alike)."""
     given = config.server.file_roots
     named = default_roots(config) if given is None else given  # []: no file at all
+    # Each folder once, named as the config first names it (a folder named relative to
+    # the config and found again by its real path is one root, not two).
+    by_folder = {config.resolve(r).resolve(): r for r in reversed(named)}
     roots = tuple(dict.fromkeys(config.resolve(r).resolve() for r in named))
-    shown = tuple(dict.fromkeys(shown_path(config, r) for r in named))
+    shown = tuple(dict.fromkeys(shown_path(config, by_folder[root]) for root in roots))
     denied = denied_files(config, config_path)
     return FilePolicy(config.base_dir, config.limits, roots, shown, denied)
 

@@ -84,6 +84,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_LOAD_ERROR
+    # Absolute in the lines to paste: a config's relative paths count from its own folder.
+    path = path.resolve()
     print(f"{path}: {entry.about}")
     print(f"licence: {entry.licence} (also in {path.name}.LICENCE.txt)")
     print("run it: add to the config's models:")

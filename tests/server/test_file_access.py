@@ -357,3 +357,23 @@ def test_a_config_that_names_no_files_gives_the_api_none(
     assert (reply.status, reply.error["code"]) == (403, "forbidden"), reply.body
     assert "there are none" in reply.error["message"]
     assert "server.file_roots is empty, or unset" in reply.error["message"]
+
+
+def test_a_root_named_relative_and_found_by_its_real_path_is_shown_once(tmp_path: Path) -> None:
+    """A config in my/ naming ../flows/w.yaml: the folder is one root, named as the config
+    names it (it was shown twice, as ../flows and as its absolute path)."""
+    from appliance.policy.request_files import request_policy
+
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "w.yaml").write_text(yaml.safe_dump(detect_workflow()))
+    mine = tmp_path / "my"
+    mine.mkdir()
+    doc = {"models": {"person": person_model()},
+           "streams": [{"id": "cam", "source": "rtsp://127.0.0.1:9/x",
+                        "workflow": "../flows/w.yaml"}]}  # fmt: skip
+    config = parse_config(doc, mine)
+    policy = request_policy(config, mine / "config.yaml")
+    assert flows.resolve() in (policy.roots or ())
+    assert policy.shown_roots.count("../flows") == 1
+    assert str(flows.resolve()) not in policy.shown_roots, policy.shown_roots

@@ -31,6 +31,7 @@ def test_the_fetched_yolo_model_runs_with_its_licence_beside_it(
     # The printed snippets, as printed, make a config that runs the yolo decoder.
     lines = done.stdout.splitlines()
     model_line = lines[lines.index("run it: add to the config's models:") + 1].strip()
+    assert f"path: {model.resolve()}," in model_line  # absolute: any config's folder works
     block_line = lines[lines.index("and to a workflow's blocks:") + 1].strip()
     config = tmp_path / "try.yaml"
     config.write_text(
