@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.appliance import ROOT, Served, free_port
+from tests.support.appliance import ROOT, Served
+from tests.support.processes import free_port
 
 
 def demo_copy(tmp_path: Path) -> Path:
@@ -99,7 +100,7 @@ def test_an_unreachable_camera_reconnects_while_the_others_run(
 
     def retried_twice() -> bool:
         one = served.json("/v1/streams/faces-cam")
-        return sum(t["state"] == "reconnecting" for t in one["transitions"]) >= 2
+        return bool(sum(t["state"] == "reconnecting" for t in one["transitions"]) >= 2)
 
     served.wait_for(retried_twice, 30, "two reconnect attempts")
     served.wait_for(lambda: streams(served)["people-cam"]["frames_processed"] > 3, 60, "frames")

@@ -105,7 +105,8 @@ def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
 
 def text_clip(path: Path, lines: list[tuple[str, tuple[int, int]]], frames: int = 3) -> None:
     grass = cv2.imread(str(ROOT / "configs/media/sources/grass.png"))
-    base = np.tile(grass, (2, 2, 1))[:540, :960].copy()
+    assert grass is not None
+    base = np.tile(grass, (2, 2, 1))[:540, :960].astype(np.uint8)
     for text, org in lines:
         cv2.putText(base, text, org, cv2.FONT_HERSHEY_SIMPLEX, 1.4, (255, 255, 255), 3)
     with av.open(str(path), "w") as container:

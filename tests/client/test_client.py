@@ -28,7 +28,8 @@ from tests.client import (
     stream_doc,
     write_demo_config,
 )
-from tests.support.appliance import DEMO_CLIP, Served, detect_workflow, free_port
+from tests.support.appliance import DEMO_CLIP, Served, detect_workflow
+from tests.support.processes import free_port
 
 ROUTES = {"/health", "/ready", "/metrics", "/v1/streams", "/v1/streams/{id}",
           "/v1/streams/{id}/restart", "/v1/workflows/run", "/v1/workflows/validate",

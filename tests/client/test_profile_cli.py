@@ -12,7 +12,8 @@ import pytest
 from appliance.client import ApplianceAPIError, ApplianceClient
 from tests.client import TOKEN, served_appliance
 from tests.client.test_cli_client import against, appliance
-from tests.support.appliance import Served, free_port
+from tests.support.appliance import Served
+from tests.support.processes import free_port
 
 
 @pytest.fixture(scope="module")

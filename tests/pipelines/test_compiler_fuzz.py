@@ -8,7 +8,7 @@ on that message. The mutations start from a workflow that compiles against a rea
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,7 +41,7 @@ PARAM_KEYS = st.sampled_from(
 BLOCK = st.fixed_dictionaries(
     {"id": IDS, "type": st.sampled_from([*BUILTIN_BLOCKS, "nope", ""])},
     optional={"params": st.dictionaries(PARAM_KEYS, VALUES, max_size=4)},
-).map(lambda b: {"id": b["id"], "type": b["type"], **b.get("params", {})})
+).map(lambda b: {"id": b["id"], "type": b["type"], **cast(dict[str, Any], b.get("params", {}))})
 DOCS = st.fixed_dictionaries(
     {},
     optional={

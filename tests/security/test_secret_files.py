@@ -31,7 +31,8 @@ from sinks.registry import SINKS, config_model
 from tests.security.test_secrets import get_routes, profiling_window
 from tests.server.conftest import TOKEN, WAIT_S, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
-from tests.support.appliance import MODELS, detect_workflow, free_port, person_model
+from tests.support.appliance import MODELS, detect_workflow, person_model
+from tests.support.processes import free_port
 
 # Every path field of the sinks' configs, by sink type (sinks/registry.py): each one names
 # a secret. test_every_path_field_of_a_sink_is_planted_here keeps this list complete.

@@ -151,6 +151,7 @@ def test_a_run_answers_its_video_output_as_an_image_on_request(live_server: Live
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     assert image is not None and image.shape[:2] == (512, 512)
     original = cv2.imdecode(np.frombuffer(camera_jpeg(), np.uint8), cv2.IMREAD_COLOR)
+    assert original is not None
     diff = cv2.absdiff(image, original).mean(axis=2)
     x0, y0, x1, y1 = (round(v) for v in reply.json()["outputs"]["faces"][0]["box"])
     inside = diff[y0:y1, x0:x1].mean()

@@ -20,7 +20,8 @@ from appliance.server.config import ServerConfig
 from appliance.server.serve import Server
 from tests.server.conftest import TOKEN, LiveFactory
 from tests.server.live import LiveServer
-from tests.support.appliance import APPLIANCE, Served, free_port
+from tests.support.appliance import APPLIANCE, Served
+from tests.support.processes import free_port
 
 PROBES = ("/health", "/ready", "/metrics", "/openapi.json", "/docs")
 NO_ENV: dict[str, str] = {}

@@ -136,7 +136,10 @@ def test_models_in_use_are_never_released_and_the_limit_holds(limited: LiveServe
                 return {m["id"]: m["users"] for m in limited.get_json("/v1/models")["models"]}
 
             # A lease ends when its thread does, which may be just after the answer.
-            wait_for(lambda want=expected: users() == want, WAIT_S, f"users {expected}")
+            def settled(want: dict[str, int] = expected) -> bool:
+                return users() == want
+
+            wait_for(settled, WAIT_S, f"users {expected}")
     finally:
         assert limited.call("DELETE", "/v1/streams/own0").status == 200
     assert limited.stream("cam")["state"] == "running"

@@ -30,7 +30,7 @@ from typing import IO, Any, TypeVar, cast
 
 import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from tests.sinks.receiver import LoopThread
 from tests.support.processes import end_process
@@ -202,7 +202,12 @@ class Subscriber:
     Its session is persistent (MQTT 3.1.1 clean_session=False, QoS 1 subscription), so
     what is published while it reconnects after a broker outage is kept for it."""
 
-    def __init__(self, broker: Broker, topics: list[str], protocol: int = mqtt.MQTTv311):
+    def __init__(
+        self,
+        broker: Broker,
+        topics: list[str],
+        protocol: MQTTProtocolVersion = mqtt.MQTTv311,
+    ):
         self.messages: list[Received] = []
         self._cond = threading.Condition()
         self._topics = topics
@@ -257,7 +262,9 @@ def subscriber() -> Iterator[Callable[..., Subscriber]]:
     """subscriber(broker, "t/#", ...) → a connected Subscriber; closed at teardown."""
     made: list[Subscriber] = []
 
-    def make(broker: Broker, *topics: str, protocol: int = mqtt.MQTTv311) -> Subscriber:
+    def make(
+        broker: Broker, *topics: str, protocol: MQTTProtocolVersion = mqtt.MQTTv311
+    ) -> Subscriber:
         made.append(Subscriber(broker, list(topics), protocol))
         return made[-1]
 

@@ -433,7 +433,7 @@ def test_snapshots_on_events_at_most_one_per_interval(
     sub.wait_for(lambda m: len([x for x in m if x.topic == "t/cam/events"]) >= 4)
     (snap,) = sub.on("t/cam/snapshot")  # events at 0, 1, 2, 3 s: one per 5 s interval
     image = cv2.imdecode(np.frombuffer(snap.payload, np.uint8), cv2.IMREAD_COLOR)
-    assert image.shape == (48, 64, 3)
+    assert image is not None and image.shape == (48, 64, 3)
     assert image[:, :24].mean() < 20 and image[:, 40:].mean() > 235
     late: Subscriber = subscriber(mosquitto, "t/cam/snapshot")  # retained for late readers
     assert late.wait_for(lambda m: len(m) >= 1)[0].retain

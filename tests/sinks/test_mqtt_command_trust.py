@@ -225,7 +225,7 @@ def _auth_refusals(appliance: LiveServer) -> int:
 
 
 # -- (d) the same arguments as the HTTP route ----------------------------------------------
-ARGUMENTS = [  # (body, accepted, the field a refusal names)
+ARGUMENTS: list[tuple[dict[str, Any], bool, str | None]] = [  # (body, accepted, refusal's field)
     ({"duration_s": 0.3}, True, None),
     ({"duration_s": 1}, True, None),
     ({"duration_s": 0.3, "streams": ["cam"], "ort_operators": False}, True, None),

@@ -63,10 +63,10 @@ def test_a_webhook_keeps_its_dead_letters_below_the_data_dir(tmp_path: Path) -> 
 
 def test_an_mqtt_sink_takes_this_process_client_id_and_command_switch(tmp_path: Path) -> None:
     config = MqttConfig.model_validate({**MINIMAL["mqtt"], "commands": {"enabled": True}})
-    one = sink_class("mqtt").build("bus", config, SinkContext(data_dir=tmp_path))
+    one: Any = sink_class("mqtt").build("bus", config, SinkContext(data_dir=tmp_path))
     assert (one.config.client_id, one.config.commands.enabled) == ("appliance-test", True)
     worker = SinkContext(data_dir=tmp_path, client_suffix="-w2", take_commands=False)
-    other = sink_class("mqtt").build("bus", config, worker)
+    other: Any = sink_class("mqtt").build("bus", config, worker)
     assert (other.config.client_id, other.config.commands.enabled) == ("appliance-test-w2", False)
     assert config.client_id == "appliance-test"  # the declared config is left as it was
 

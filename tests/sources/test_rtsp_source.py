@@ -22,7 +22,8 @@ from appliance.sources.pyav import PyAVSource
 from appliance.sources.rtp import RtpSource
 from tests.sources import FAST_PROBE, WAIT_S, Harness, Run, assert_stops
 from tests.support.media import MakeClip
-from tests.support.rtsp import RtspServerFactory, free_port
+from tests.support.processes import free_port
+from tests.support.rtsp import RtspServerFactory
 
 pytestmark = pytest.mark.rtsp
 

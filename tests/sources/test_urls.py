@@ -103,6 +103,6 @@ def test_http_probe_sends_url_credentials_as_basic_auth(header_server: str) -> N
 
 
 def test_http_probe_of_a_dead_server_leaves_it_to_ffmpeg() -> None:
-    from tests.support.rtsp import free_port
+    from tests.support.processes import free_port
 
     assert http_format(f"http://127.0.0.1:{free_port()}/x", timeout_s=2) is None
