@@ -15,7 +15,6 @@ cheapest workflow that still yields results and video, on this 2-core machine.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCSessionDescription
 from pydantic import TypeAdapter
 
 from appliance.config import parse_config
@@ -48,6 +47,7 @@ from tests.support.appliance import APPLIANCE, Served, clean_env
 from tests.support.media import MakeClip
 from tests.support.processes import free_port
 from tests.support.warm_cli import run_appliance
+from tests.support.webrtc import recvonly_offer
 
 TOKEN = "fleet-s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -232,12 +232,7 @@ def test_a_webrtc_offer_reaches_the_owner(fleet: LiveFleet) -> None:
         return next((line for line in text.splitlines() if line.startswith(series)), "")
 
     async def watch() -> None:
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        frames: asyncio.Queue[Any] = asyncio.Queue()
-        pc.on("track", lambda track: asyncio.ensure_future(_pump(track, frames)))
-        pc.addTransceiver("video", direction="recvonly")
-        await pc.setLocalDescription(await pc.createOffer())
-        offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+        pc, frames, offer = await recvonly_offer()
         path = f"/v1/streams/{camera}/webrtc"
         status, answer = await asyncio.to_thread(call, fleet.gw.url, "POST", path, offer)
         assert status == 201, answer
@@ -252,12 +247,6 @@ def test_a_webrtc_offer_reaches_the_owner(fleet: LiveFleet) -> None:
             await pc.close()
 
     asyncio.run(watch())
-
-
-async def _pump(track: Any, frames: asyncio.Queue[Any]) -> None:
-    with contextlib.suppress(Exception):  # MediaStreamError when the peer closes
-        while True:
-            await frames.put(await track.recv())
 
 
 def test_a_camera_added_through_the_gateway_lands_on_its_owner(fleet: LiveFleet) -> None:

@@ -14,7 +14,6 @@ beside it on this 2-core machine (a module fixture lives until the module ends).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCSessionDescription
 
 from appliance.runtime.sharding import assign
 from appliance.workers.merge import merge_metrics, merge_traces
@@ -41,6 +40,7 @@ from tests.support.appliance import (
     start_served,
 )
 from tests.support.warm_cli import run_appliance
+from tests.support.webrtc import recvonly_offer
 
 STREAMS = ["cam-a", "cam-b", "cam-c"]
 
@@ -271,12 +271,7 @@ def test_webrtc_viewers_reach_each_worker_through_the_gateway(two: Served) -> No
     the session ends through the gateway too (the worker that holds it answers)."""
 
     async def watch(stream_id: str) -> None:
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        frames: asyncio.Queue[Any] = asyncio.Queue()
-        pc.on("track", lambda track: asyncio.ensure_future(_pump(track, frames)))
-        pc.addTransceiver("video", direction="recvonly")
-        await pc.setLocalDescription(await pc.createOffer())
-        offer = {"sdp": pc.localDescription.sdp, "type": "offer"}
+        pc, frames, offer = await recvonly_offer()
         status, answer = await asyncio.to_thread(
             request, two, "POST", f"/v1/streams/{stream_id}/webrtc", offer
         )
@@ -294,12 +289,6 @@ def test_webrtc_viewers_reach_each_worker_through_the_gateway(two: Served) -> No
     placed = assign(STREAMS, 2)
     for worker in (0, 1):  # a viewer of a stream on each worker
         asyncio.run(watch(next(s for s, w in placed.items() if w == worker)))
-
-
-async def _pump(track: Any, frames: asyncio.Queue[Any]) -> None:
-    with contextlib.suppress(Exception):  # MediaStreamError when the peer closes
-        while True:
-            await frames.put(await track.recv())
 
 
 def test_an_added_stream_goes_to_the_least_loaded_worker(two: Served) -> None:

@@ -31,7 +31,6 @@ loses nothing.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import time
@@ -40,29 +39,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.config import AppConfig, StreamConfig
 from appliance.errors import StateSaveError, UnknownStreamError
 from appliance.observe.status import StateStatus
-from appliance.policy.files import FilePolicy, shown_path
+from appliance.policy.files import FilePolicy
 from appliance.runtime.reload import ReloadPlan
 from appliance.runtime.sharding import Shard
-from appliance.runtime.statefile import StateFileError, read_document, set_aside, write_document
-from pipelines.errors import format_location, pydantic_message
+from appliance.runtime.statefile import (
+    StateFileError,
+    digest,
+    read_model,
+    set_aside,
+    state_folder,
+    write_document,
+)
 
-__all__ = ["KIND", "Entry", "Restore", "StreamsState", "digest"]
+__all__ = ["KIND", "Entry", "Restore", "StreamsState"]
 
 log = logging.getLogger("appliance.runtime")
 
 KIND = "streams"  # the documents' "kind"
 SINGLE = "streams.json"  # a single process's document
 _WORKER = re.compile(r"worker-(\d+)\.json")  # worker I's document
-
-
-def digest(cfg: StreamConfig) -> str:
-    """An entry of the config file, as `over` records it."""
-    return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
 
 
 class Entry(BaseModel):
@@ -124,9 +124,8 @@ class StreamsState:
     def of(cls, config: AppConfig, worker: Shard | None, files: FilePolicy) -> StreamsState:
         """`config`'s state folder (none without `server.state_dir`); `config` is the whole
         file, before any shard took its share; `worker`: this worker of `serve --workers`."""
-        named = config.server.state_dir
-        folder = None if named is None else config.resolve(named)
-        state = cls(folder, "" if folder is None else shown_path(config, folder), worker, files)
+        folder, shown = state_folder(config) or (None, "")
+        state = cls(folder, shown, worker, files)
         state._file = {s.id: digest(s) for s in config.streams}
         return state
 
@@ -167,15 +166,8 @@ class StreamsState:
 
     def _read(self, path: Path) -> dict[str, Entry]:
         """The document's entries; StateFileError (the file set aside) if one is not valid."""
-        doc = read_document(path, KIND, self._files)
-        if doc is None:
-            return {}
-        try:
-            entries = _Body.model_validate(doc).streams
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            problem = f"{format_location(first['loc'])}: {pydantic_message(first)}"
-            raise StateFileError(path, problem, set_aside(path)) from None
+        body = read_model(path, KIND, self._files, _Body)
+        entries = {} if body is None else body.streams
         for sid, entry in entries.items():
             if entry.spec is not None and entry.spec.id != sid:
                 problem = f"streams.{sid}: its spec's id is {entry.spec.id!r}"

@@ -17,20 +17,53 @@ across restarts (docs/deploy.md, "Durable runtime changes").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from appliance.config import AppConfig
 from appliance.errors import FileAccessError, LimitError
-from appliance.policy.files import FileKind, FilePolicy
+from appliance.policy.files import FileKind, FilePolicy, shown_path
+from pipelines.errors import format_location, pydantic_message
 
-__all__ = ["FORMAT", "VERSION", "StateFileError", "read_document", "set_aside", "write_document"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "StateFileError",
+    "digest",
+    "read_document",
+    "read_model",
+    "set_aside",
+    "state_folder",
+    "write_document",
+]
 
 FORMAT = "appliance-state"  # every document's "format": tells ours from any other JSON
 VERSION = 1  # the layout of the documents this code writes and reads
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def state_folder(config: AppConfig) -> tuple[Path, str] | None:
+    """`server.state_dir` resolved, and as answers name it; None without one."""
+    named = config.server.state_dir
+    if named is None:
+        return None
+    folder = config.resolve(named)
+    return folder, shown_path(config, folder)
+
+
+def digest(entry: BaseModel) -> str:
+    """A part of the config file (a stream's entry, the `tuning:` section) as a change
+    made over the API records it (`over`): the sha256 of its JSON."""
+    return hashlib.sha256(entry.model_dump_json().encode()).hexdigest()
 
 
 class StateFileError(ValueError):
@@ -82,6 +115,20 @@ def read_document(path: Path, kind: str, files: FilePolicy) -> dict[str, Any] | 
         raise StateFileError(path, problem, set_aside(path))
     doc: dict[str, Any] = json.loads(data)
     return doc
+
+
+def read_model(path: Path, kind: str, files: FilePolicy, model: type[M]) -> M | None:
+    """`read_document`, its body validated as `model`: None when there is no document;
+    StateFileError (the file set aside) naming the first field that does not validate."""
+    doc = read_document(path, kind, files)
+    if doc is None:
+        return None
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        problem = f"{format_location(first['loc'])}: {pydantic_message(first)}"
+        raise StateFileError(path, problem, set_aside(path)) from None
 
 
 def _problem(data: bytes, kind: str) -> str | None:

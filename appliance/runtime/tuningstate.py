@@ -18,30 +18,29 @@ Files: `<state_dir>/tuning.json` for one process, `worker-<I>-tuning.json` for w
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.config import AppConfig, TuningConfig
 from appliance.observe.status import StateStatus
-from appliance.policy.files import FilePolicy, shown_path
-from appliance.runtime.statefile import StateFileError, read_document, set_aside, write_document
-from pipelines.errors import format_location, pydantic_message
+from appliance.policy.files import FilePolicy
+from appliance.runtime.statefile import (
+    StateFileError,
+    digest,
+    read_model,
+    state_folder,
+    write_document,
+)
 
-__all__ = ["KIND", "Kept", "TuningState", "digest"]
+__all__ = ["KIND", "Kept", "TuningState"]
 
 log = logging.getLogger("appliance.runtime")
 
 KIND = "tuning"  # the document's "kind"
 SINGLE = "tuning.json"  # a single process's document
-
-
-def digest(tuning: TuningConfig) -> str:
-    """The config file's `tuning:` section, as `over` records it."""
-    return hashlib.sha256(tuning.model_dump_json().encode()).hexdigest()
 
 
 class Kept(BaseModel):
@@ -69,12 +68,12 @@ class TuningState:
     def of(cls, config: AppConfig, worker: int | None, files: FilePolicy) -> TuningState:
         """`config`'s state folder (none without `server.state_dir`); `worker`: the index of
         this worker of `serve --workers`."""
-        named = config.server.state_dir
-        if named is None:
+        found = state_folder(config)
+        if found is None:
             return cls(None, "", files)
-        folder = config.resolve(named)
+        folder, shown = found
         name = SINGLE if worker is None else f"worker-{worker}-{SINGLE}"
-        return cls(folder / name, shown_path(config, folder), files)
+        return cls(folder / name, shown, files)
 
     def status(self, streams: StateStatus | None) -> StateStatus | None:
         """The state folder's status (the streams' document's) with this document's."""
@@ -91,7 +90,7 @@ class TuningState:
         if self.path is None:
             return config
         try:
-            found = self._read(self.path)
+            found = read_model(self.path, KIND, self._files, Kept)
         except StateFileError as exc:
             log.error("%s; the config file's tuning: runs", exc)
             self._problem, found = str(exc), None
@@ -110,18 +109,6 @@ class TuningState:
         """After a reload applied the file's section `file`: dropped if it changed."""
         self._file = digest(file)
         self._kept = self._current(self._kept)
-
-    def _read(self, path: Path) -> Kept | None:
-        """The document, None if there is none; StateFileError (set aside) if not valid."""
-        doc = read_document(path, KIND, self._files)
-        if doc is None:
-            return None
-        try:
-            return Kept.model_validate(doc)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            problem = f"{format_location(first['loc'])}: {pydantic_message(first)}"
-            raise StateFileError(path, problem, set_aside(path)) from None
 
     def _current(self, kept: Kept | None) -> Kept | None:
         """`kept` while the file's section is the one it was applied over; else dropped."""

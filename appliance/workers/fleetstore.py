@@ -15,15 +15,23 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from appliance.errors import StateSaveError
 from appliance.policy.files import FilePolicy
-from appliance.runtime.statefile import StateFileError, read_document, write_document
+from appliance.runtime.statefile import StateFileError, read_model, write_document
 from appliance.server.context import in_thread
 
 log = logging.getLogger("appliance.fleet")
 
 KIND = "fleet"  # statefile's document kind
 FILE_NAME = "fleet.json"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # "format", "kind", ...: statefile's checks
+
+    streams: dict[str, dict[str, Any]] = {}
 
 
 class FleetStore:
@@ -41,15 +49,11 @@ class FleetStore:
         if self.path is None:
             return
         try:
-            doc = read_document(self.path, KIND, self._files)
+            body = read_model(self.path, KIND, self._files, _Body)
         except StateFileError as exc:
             log.error("%s: starting with no cameras added through the gateway", exc)
             return
-        streams = {} if doc is None else doc.get("streams", {})
-        if not isinstance(streams, dict):
-            log.error("state file %s: `streams` is not a mapping: ignored", self.path)
-            return
-        self.specs = {k: v for k, v in streams.items() if isinstance(v, dict)}
+        self.specs = {} if body is None else body.streams
         if self.specs:
             log.info("%d camera(s) added through the gateway, from %s", len(self.specs), self.path)
 

@@ -36,6 +36,7 @@ from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway
 from appliance.workers.procs import WorkerSet
 from appliance.workers.reloads import reload_logged
+from appliance.workers.replicas import Address
 
 log = logging.getLogger("appliance.workers")
 
@@ -195,7 +196,7 @@ def gateway_url(host: str, port: int) -> str:
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{Address(host, port)}"  # an IPv6 host in brackets
 
 
 async def _watch(clients: WorkerClients) -> None:

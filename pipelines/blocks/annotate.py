@@ -34,7 +34,6 @@ from pydantic import Field
 from pipelines.blocks._draw import (
     PALETTE,
     WHITE,
-    Rect,
     fit_label,
     label,
     label_size,
@@ -104,7 +103,7 @@ class AnnotateBlock(BlockType):
             ) -> Image:
                 out = image.copy()
                 lines = [] if counts is None else _count_lines(counts)
-                shapes.draw(out, text_lines_rect(lines, COUNTS_ORIGIN, scale))
+                shapes.draw(out, lines)
                 if detections is not None and len(detections):
                     draw_boxes(out, detections)
                 if text is not None and len(text):
@@ -193,16 +192,19 @@ class _Shapes:
         ]
         self._thick, self._scale = p.thickness, p.font_scale
         self._label_sizes = [label_size(name, self._scale) for name, *_ in self._shapes]
+        self._named = any(name for name, *_ in self._shapes)
         self._size = (-1, -1)
         self._pixels: list[tuple[np.ndarray[Any, np.dtype[np.int32]], tuple[int, int]]] = []
 
-    def draw(self, out: Image, avoid: Rect | None) -> None:
-        """Draw every shape and its name, no name overlapping `avoid` (the counts box)."""
+    def draw(self, out: Image, counts: list[str]) -> None:
+        """Draw every shape and its name, no name overlapping the box of the `counts`
+        lines (measured only when a shape has a name to place)."""
         if not self._shapes:
             return
         size = (out.shape[1], out.shape[0])
         if size != self._size:
             self._resize(size)
+        avoid = text_lines_rect(counts, COUNTS_ORIGIN, self._scale) if self._named else None
         for (name, _, closed, color), (pts, top_left), label_wh in zip(
             self._shapes, self._pixels, self._label_sizes, strict=True
         ):
