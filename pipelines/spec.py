@@ -36,10 +36,35 @@ class BatchingSpec(_Strict):
 
     max_batch_size: Annotated[int, Field(ge=1, le=256)] = 4
     max_queue_delay_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+    # When nothing can batch with a sample (one stream holds the model, or
+    # max_batch_size is 1), run it on the stream's own thread instead of handing it to
+    # the batcher thread and back: two thread hand-offs less per frame. The trace keeps
+    # `session.run` on the model's track. False: every sample goes through the batcher.
+    inline: bool = True
 
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
 Provider = Literal["tensorrt", "cuda", "cpu"]
+
+
+class TensorRTSpec(_Strict):
+    """TensorRT execution provider options (`providers: [tensorrt, ...]` only)."""
+
+    # Where built engines are kept, so a restart does not rebuild them (minutes for a
+    # large model); None: the appliance's cache folder. A folder the file policy allows.
+    engine_cache: Path | None = None
+    fp16: bool = False  # build FP16 engines where the GPU supports them
+    int8: bool = False  # INT8 needs a quantized (QDQ) model or a calibration table
+    workspace_mb: Annotated[int, Field(ge=16, le=1 << 20)] | None = None  # None: TensorRT's
+
+
+class CUDASpec(_Strict):
+    """CUDA execution provider options (`providers: [cuda, ...]`, and TensorRT's fallback)."""
+
+    device_id: Annotated[int, Field(ge=0, le=63)] = 0
+    # CUDA graphs replay a captured run: less launch overhead, fixed shapes only (the
+    # model's input size fixed or configured, one batch size per captured graph).
+    graphs: bool = False
 
 
 class SessionSpec(_Strict):
@@ -52,6 +77,11 @@ class SessionSpec(_Strict):
     # with other work it gave more frames at saturation too (bench/spinning.py; figures in
     # docs/performance.md). False suits machines shared with other work.
     allow_spinning: bool = True
+    # Run each batch size the model will see once at load, so the first frames do not
+    # pay for allocation, kernel selection or engine builds (when the input size is known).
+    warmup: bool = True
+    tensorrt: TensorRTSpec = TensorRTSpec()
+    cuda: CUDASpec = CUDASpec()
 
 
 class ModelSpec(_Strict):
@@ -69,6 +99,11 @@ class ModelSpec(_Strict):
     batching: BatchingSpec = BatchingSpec()
     providers: list[Provider] = Field(default_factory=lambda: ["cuda", "cpu"], min_length=1)  # type: ignore[arg-type]
     session: SessionSpec = SessionSpec()
+    # Where the frame becomes the model's input tensor. graph: the model is composed with
+    # a small ONNX prologue (cast, scale, channel order, layout) and fed uint8 NHWC
+    # frames, so ONNX Runtime does the float work in its own threads or on the GPU;
+    # host: numpy does it on the stream's thread; auto: graph when the decoder has one.
+    preprocess: Literal["auto", "graph", "host"] = "auto"
 
     @field_validator("decoder")
     @classmethod
