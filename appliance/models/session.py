@@ -23,6 +23,8 @@ from typing import Any
 
 import onnxruntime as ort
 
+from appliance.models.providers import provider_entries
+from appliance.models.warmup import warm_up
 from pipelines.models import Dim, ModelInfo, TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
 
@@ -95,7 +97,7 @@ def load_model(
     asked = cfg.providers if explicit else [n for n in cfg.providers if not provider_problem(n)]
     requested = requested_providers(asked)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
-    session, first_error = _open_session(model_id, path, session_options(cfg.session), requested)
+    session, first_error = _open_session(model_id, path, cfg.session, requested)
     obtained = tuple(session.get_providers())
     _report_providers(model_id, (asked or ["cpu"])[0], obtained, first_error, warn=explicit)
     inputs = tuple(_tensor_info(a) for a in session.get_inputs())
@@ -118,7 +120,10 @@ def load_model(
         metadata=metadata,
         providers=obtained,
     )
-    return LoadedModel(info, session, inputs[0].name, tuple(o.name for o in outputs), requested)
+    loaded = LoadedModel(info, session, inputs[0].name, tuple(o.name for o in outputs), requested)
+    if cfg.session.warmup:
+        warm_up(loaded, cfg)
+    return loaded
 
 
 def requested_providers(names: Sequence[str]) -> tuple[str, ...]:
@@ -164,17 +169,21 @@ def session_options(cfg: SessionSpec) -> ort.SessionOptions:
 
 
 def _open_session(
-    model_id: str, path: Path, options: ort.SessionOptions, providers: tuple[str, ...]
+    model_id: str, path: Path, spec: SessionSpec, providers: tuple[str, ...]
 ) -> tuple[ort.InferenceSession, str | None]:
     """Try the providers, dropping the first one each time creation fails (TensorRT raises
     when its libraries are missing; CUDA is dropped silently by ORT itself). A failure with
     CPU alone is the model's fault. Returns the session and the first failure's reason."""
     first_error: str | None = None
+    options = session_options(spec)
     for i in range(len(providers)):
         try:
             # enable_fallback=0: ORT's own fallback prints banners to stdout; we do ours.
             session = ort.InferenceSession(
-                str(path), options, providers=list(providers[i:]), enable_fallback=0
+                str(path),
+                options,
+                providers=provider_entries(providers[i:], spec),
+                enable_fallback=0,
             )
         except Exception as exc:  # ORT's exception types share no base class but Exception
             reason = describe_ort_error(exc)
