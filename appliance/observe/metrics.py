@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Sequence
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -23,6 +24,10 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     0.1, 0.15, 0.25, 0.5, 1.0, 2.0,
 )  # fmt: skip
 BATCH_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+# The `stage` label values of appliance_model_stage_seconds, in the order a run goes
+# through them (appliance/profiling/operators.py says what each holds).
+ModelStage = Literal["h2d", "compute", "d2h"]
+MODEL_STAGES: tuple[ModelStage, ...] = ("h2d", "compute", "d2h")
 
 
 # Also the help of the `serve --workers` gateway's own family (its connection refusals).
@@ -54,6 +59,14 @@ class Metrics:
         )
         self.model_queue = histogram(
             "appliance_model_queue_seconds", "Wait of a sample in a model's batch queue.", ["model"]
+        )
+        self.model_stage = histogram(
+            "appliance_model_stage_seconds",
+            "Node time of one session.run per stage: h2d (MemcpyFromHost), compute, d2h "
+            "(MemcpyToHost), from ONNX Runtime's profiler: observed only for the runs a "
+            "profiling window with ort_operators profiled (sampled), never for the others. "
+            "A model on the CPU provider has compute only (it copies nothing).",
+            ["model", "stage"],
         )
         self.model_batch_size = histogram(
             "appliance_model_batch_size",
@@ -182,6 +195,8 @@ class Metrics:
         """Drop a released model's series: API workflows may name any number of models."""
         for histogram in (self.model_inference, self.model_queue, self.model_batch_size):
             _remove(histogram, model_id)
+        for stage in MODEL_STAGES:
+            _remove(self.model_stage, model_id, stage)
         for gauge in (self.model_regression, self.model_regression_ratio):
             _remove(gauge, model_id)
 

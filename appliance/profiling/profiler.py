@@ -55,6 +55,7 @@ class Profiler:
             self._metrics.window_active,
             self.config.ort_sample_every_n_batches,
             self.config.ort_max_runs_per_window,
+            stages=self._metrics.model_stage,
         )
 
     @property

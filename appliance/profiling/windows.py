@@ -9,8 +9,9 @@ profiled session of the same model on the same providers (as `appliance model be
 sampling.py), and stops at the end, when that session's profile is read. ORT's profiler
 makes every run it records about 1.5 times as long (docs/profiling.md), so sampling is
 what keeps a window's cost bounded. Operator events are put on the model's batcher track,
-inside the `session.run` span that ran them (appliance/profiling/operators.py). One window
-at a time.
+inside the `session.run` span that ran them (appliance/profiling/operators.py), each with
+its stage (host->device copy, compute, device->host copy); every profiled run's stages are
+observed into `appliance_model_stage_seconds` when the window ends. One window at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import Gauge
+from prometheus_client import Gauge, Histogram
 
 from appliance.errors import (
     UnknownWindowError,
@@ -37,7 +38,7 @@ from appliance.models.batcher import ModelBatcher
 from appliance.models.pool import ModelPool
 from appliance.observe.status import WindowState, WindowStatus
 from appliance.profiling.hooks import STREAM_COUNTERS
-from appliance.profiling.operators import place_operators
+from appliance.profiling.operators import RunStages, place, with_stages
 from appliance.profiling.ort_profile import profiling_session, read_operators
 from appliance.profiling.rolling import RollingWriter, TraceFile
 from appliance.profiling.sampling import SampledSessions
@@ -87,6 +88,7 @@ class ProfilingWindows:
         active: Gauge,
         ort_every_n: int = 1,
         ort_max_runs: int = 100,
+        stages: Histogram | None = None,
     ) -> None:
         self._tracer, self._writer, self._pool = tracer, writer, pool
         self._stream_ids = stream_ids
@@ -95,6 +97,7 @@ class ProfilingWindows:
         self._ort_every_n = ort_every_n  # profile one batch in N: ORT's profiler is costly
         self._ort_max_runs = ort_max_runs  # per model and window: ORT keeps them in memory
         self._active = active
+        self._stages = stages  # appliance_model_stage_seconds: per profiled run, by stage
         self._windows: dict[str, Window] = {}
         self._running: Window | None = None
         self._lock = threading.Lock()
@@ -224,14 +227,17 @@ class ProfilingWindows:
         ]
         if window.streams:
             keep = [e for e in keep if _for_streams(e, set(window.streams))]
-        placed, placement = place_operators(ops, keep, self._tracer.pid)
-        keep.extend(placed)
+        placed = place(ops, keep, self._tracer.pid)
+        if self._stages is not None:
+            observe_stages(self._stages, placed.runs)
+        keep = with_stages(keep, placed.runs, self._tracer.pid)
+        keep.extend(placed.operators)
         other = {
             "source": "appliance profiling window",
             "window": window.id,
             "duration_s": window.duration_s,
             "ort_operators": window.ort_operators,
-            "operators": placement,
+            "operators": placed.placement,
         }
         path = self.directory / "windows" / f"window-{window.id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,6 +248,19 @@ class ProfilingWindows:
         except BaseException:
             trace.discard()
             raise
+
+
+def observe_stages(histogram: Histogram, runs: list[RunStages]) -> None:
+    """Every profiled run's stages into `histogram` (labels model, stage; seconds), runs
+    of streams left out of the trace too: a model's time is the model's. A stage is
+    observed for a model only if some run of it had that stage in the window, so a model
+    on the CPU provider has compute alone, and a device model's run without a copy counts
+    0 for it."""
+    had = {(r.model, stage) for r in runs for stage, us in r.us.items() if us}
+    for r in runs:
+        for stage, us in r.us.items():
+            if (r.model, stage) in had:
+                histogram.labels(r.model, stage).observe(us / 1e6)  # µs -> s
 
 
 def _for_streams(event: dict[str, Any], streams: set[str]) -> bool:
