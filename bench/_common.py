@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +181,124 @@ def proc_rss_mb(pid: int) -> float:
 def proc_threads(pid: int) -> int:
     """Threads of a live process."""
     return int(psutil.Process(pid).num_threads())
+
+
+def scaled_clip(width: int, height: int, fps: int, source: Path | None = None) -> Path:
+    """The demo clip (or `source`) as H.264 at width x height and `fps`, made once into
+    bench/.work/ (PyAV, libx264) and reused: a camera-like file for `pace: realtime`
+    sources. The demo clip is 15 fps; for a higher rate each added frame is the mean of
+    its two neighbours (not a copy, which the encoder would code as a skip and the decoder
+    would get for free)."""
+    import av
+    import numpy as np
+
+    source = source or ROOT / "configs" / "media" / "demo.mp4"
+    out = ROOT / "bench" / ".work" / f"{source.stem}-{width}x{height}-{fps}fps.mp4"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"encoding {out.relative_to(ROOT)} (once)", flush=True)
+    partial = out.with_suffix(".partial.mp4")
+    with av.open(str(source)) as src, av.open(str(partial), "w") as dst:
+        rate = src.streams.video[0].average_rate or fps
+        repeat = max(1, round(fps / float(rate)))  # output frames per source frame
+        stream = dst.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        # A camera-like GOP (1 s) and an encoder quick enough for a 2-core machine.
+        stream.options = {"preset": "veryfast", "crf": "23", "g": str(fps)}
+        previous: Any = None
+        for frame in src.decode(video=0):
+            image = frame.reformat(width, height, "rgb24").to_ndarray()
+            for k in range(1, repeat + 1):
+                if previous is None or k == repeat:
+                    shown = image
+                else:  # in between: a blend of the neighbours
+                    shown = (previous.astype(np.uint16) * (repeat - k) + image * k) // repeat
+                    shown = shown.astype(np.uint8)
+                for packet in stream.encode(av.VideoFrame.from_ndarray(shown, format="rgb24")):
+                    dst.mux(packet)
+            previous = image
+        for packet in stream.encode():
+            dst.mux(packet)
+    partial.rename(out)  # complete or absent: a killed run leaves no half clip behind
+    return out
+
+
+class FirstResults:
+    """A Runtime subscriber (every stream) whose `all` is set once each of `streams` has
+    produced a result: where a live window may start."""
+
+    def __init__(self, streams: list[str]) -> None:
+        import threading
+
+        self._waiting, self._lock = set(streams), threading.Lock()
+        self.all = threading.Event()
+
+    def __call__(self, result: Any) -> None:
+        with self._lock:
+            self._waiting.discard(result.stream_id)
+            if not self._waiting:
+                self.all.set()
+
+
+def bench_providers(default: str = '["cpu"]') -> list[str]:
+    """The models' providers: BENCH_PROVIDERS (JSON, as bench/gpu_check.sh sets it) or
+    `default`."""
+    return list(json.loads(os.environ.get("BENCH_PROVIDERS", default)))
+
+
+def traces_under(config: AppConfig, folder: Path) -> AppConfig:
+    """`config` with profiling as configured (on by default, the product's) but its
+    rolling traces written under `folder`, not the repository's traces/."""
+    profiling = config.profiling.model_copy(update={"dir": folder / "traces"})
+    return config.model_copy(update={"profiling": profiling})
+
+
+def clock_cameras_available() -> bool:
+    """GStreamer's RTSP server is installed for the system Python (what
+    tests/support/clock_camera.py's ClockCamera runs on)."""
+    import subprocess
+
+    probe = "import gi; gi.require_version('GstRtspServer', '1.0')"
+    try:
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe], check=False, capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@contextlib.contextmanager
+def live_sources(
+    rates: dict[int, int], size: tuple[int, int], workdir: Path
+) -> Iterator[tuple[dict[str, dict[str, Any]], str]]:
+    """Live streams, `rates` fps -> how many, of width x height `size`, up until the block
+    ends: (stream id -> source, what they are). Clock cameras (live RTSP) where GStreamer's
+    RTSP server is installed, else the demo clip re-encoded at that size and rate
+    (`scaled_clip`) played as `pace: realtime` file sources."""
+    if not clock_cameras_available():
+        clips = {fps: scaled_clip(*size, fps) for fps in rates}
+        yield (
+            {
+                f"f{fps}-{i}": {"url": str(clips[fps]), "pace": "realtime", "loop": True}
+                for fps, count in rates.items()
+                for i in range(count)
+            },
+            "pace: realtime file sources (no GStreamer RTSP server here for clock cameras)",
+        )
+        return
+    from tests.support.clock_camera import ClockCamera
+
+    cameras = {
+        f"c{fps}-{i}": ClockCamera(*size, fps, workdir=workdir, path=f"/cam{fps}-{i}")
+        for fps, count in rates.items()
+        for i in range(count)
+    }
+    try:
+        for camera in cameras.values():
+            camera.start()
+        yield {sid: {"url": c.url} for sid, c in cameras.items()}, "clock cameras (live RTSP)"
+    finally:
+        for camera in cameras.values():
+            camera.stop()
