@@ -14,8 +14,14 @@ appliance's `Runtime` with the same model, CPU provider and decoder, results tak
 reading, decoding, buffering, threads.
 
 Both print one line per result on stdout (`Recorder`) and stop when stdin closes; the
-bench reads them (`Child`, `Record`). Only the standard library and numpy are imported
-at the top: both environments import this.
+bench reads them (`Child`, `Record`). Each line dates, besides the result, the moment the
+frame was decoded and ready for the pipeline (post-decode): for ours the grabber's decode
+end (`stamp_our_decodes`), for the reference the moment its `VideoFrame` was built, right
+after `retrieve()` (`stamp_reference_decodes`). The reference's own `frame_timestamp` is
+not that moment: streamvision 0.1.3 takes it *before* `grab()` (video_source.py,
+`consume_frame`), which on a live source waits for the frame's data and decodes it
+(OpenCV's FFmpeg backend decodes in `grab`), so it is printed too, as what it is. Only
+the standard library and numpy are imported at the top: both environments import this.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from tests.support.clock_camera import read_stamp  # noqa: E402
 REFERENCE_PACKAGES = ("streamvision==0.1.3", "onnxruntime==1.31.1")
 LOGS = ROOT / "bench" / ".work" / "freshness"  # children's stderr, one file per run
 UNREADABLE = -1  # the stamp printed when a result's frame carries none
+MISSING = "-"  # a time a pipeline does not have
 STOP_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}
@@ -79,14 +86,17 @@ class Record(NamedTuple):
     start: float  # the model step began on its frame
     done: float  # ... and ended
     decoded: float | None  # the frame arrived (ours only): its capture time, before decoding
+    ready: float | None = None  # the frame was decoded, ready for the pipeline (both)
+    frame_ts: float | None = None  # the reference's VideoFrame.frame_timestamp (ref only)
 
     @classmethod
     def parse(cls, line: str) -> Record | None:
         parts = line.split()
-        if len(parts) not in (6, 7) or parts[0] != "R":
+        if len(parts) != 9 or parts[0] != "R":
             return None  # a stray line (a library printing on stdout)
-        at, start, done, *decoded = (float(p) for p in parts[3:])
-        return cls(int(parts[1]), int(parts[2]), at, start, done, decoded[0] if decoded else None)
+        at, start, done = (float(p) for p in parts[3:6])
+        decoded, ready, frame_ts = (None if p == MISSING else float(p) for p in parts[6:])
+        return cls(int(parts[1]), int(parts[2]), at, start, done, decoded, ready, frame_ts)
 
 
 @dataclass
@@ -140,12 +150,13 @@ class Child:
 class Recorder:
     """Prints one line per result, called from pipeline threads:
 
-        R SOURCE STAMP RESULT_TIME START DONE [DECODED]
+        R SOURCE STAMP RESULT_TIME START DONE DECODED READY FRAME_TS
 
     wall times (s): the result reached the sink, the model step started and ended on the
-    frame, and (ours only) the frame arrived: its capture time, the arrival of its last
-    packet, before decoding. The result time is taken first, so reading the stamp is not
-    part of the latency.
+    frame, (ours only) the frame arrived: its capture time, the arrival of its last
+    packet, before decoding; the frame was decoded and ready for the pipeline; (ref
+    only) its `frame_timestamp`. `-` where a pipeline has no such time. The result time
+    is taken first, so reading the stamp is not part of the latency.
     """
 
     def __init__(self, out: IO[str] = sys.stdout) -> None:
@@ -153,12 +164,21 @@ class Recorder:
         self._lock = threading.Lock()
 
     def __call__(
-        self, source: int, image: Any, start: float, done: float, decoded: float | None = None
+        self,
+        source: int,
+        image: Any,
+        start: float,
+        done: float,
+        decoded: float | None = None,
+        ready: float | None = None,
+        frame_ts: float | None = None,
     ) -> None:
         now = time.time()
         stamp = read_stamp(image)
         line = f"R {source} {UNREADABLE if stamp is None else stamp} {now:.6f}"
-        line += f" {start:.6f} {done:.6f}" + ("" if decoded is None else f" {decoded:.6f}")
+        line += f" {start:.6f} {done:.6f}"
+        times = (decoded, ready, frame_ts)
+        line += " " + " ".join(MISSING if t is None else f"{t:.6f}" for t in times)
         with self._lock:
             self._out.write(line + "\n")
             self._out.flush()
@@ -201,6 +221,42 @@ def model_info(session: Any, spec: Spec) -> Any:
     )
 
 
+def stamp_reference_decodes() -> None:
+    """Date each of the reference's frames when its `VideoFrame` is built: right after
+    `retrieve()`, the frame decoded and ready (`decoded_at`, wall s). Its only
+    constructor is `decode_video_frame_to_buffer` in streamvision.camera.video_source,
+    which looks the class up there at each call; the stamp is one time.time() more."""
+    from dataclasses import dataclass as _dataclass
+    from dataclasses import field as _field
+
+    from streamvision.camera import video_source  # type: ignore[import-not-found]
+
+    @_dataclass(frozen=True)
+    class StampedVideoFrame(video_source.VideoFrame):  # type: ignore[misc]
+        decoded_at: float = _field(default_factory=time.time)
+
+    video_source.VideoFrame = StampedVideoFrame
+
+
+def stamp_our_decodes() -> dict[tuple[str, int], float]:
+    """(stream id, frame seq) -> perf_counter s when the grabber finished decoding that
+    frame: the `end` it hands the profiler's hook (`StreamTrace.grabbed`, called for every
+    frame, sampled or not, just before the frame goes to the worker's slot), the one
+    place the appliance dates a decoded frame. Wrapped in this child only; call before
+    the Runtime is built (its streams bind the hook then)."""
+    from appliance.profiling.hooks import StreamTrace
+
+    decoded: dict[tuple[str, int], float] = {}
+    grabbed = StreamTrace.grabbed
+
+    def stamped(trace: StreamTrace, seq: int, start: float, received: float, end: float) -> None:
+        decoded[(trace.stream_id, seq)] = end  # a dict store: atomic, one grabber per key
+        grabbed(trace, seq, start, received, end)
+
+    StreamTrace.grabbed = stamped  # type: ignore[method-assign,assignment]
+    return decoded
+
+
 def run_reference(spec: Spec, record: Recorder) -> None:
     """InferencePipeline over `spec.urls` until stdin closes."""
     import onnxruntime as ort
@@ -208,6 +264,7 @@ def run_reference(spec: Spec, record: Recorder) -> None:
 
     from pipelines.decoders import DecodeOptions, build_decoder
 
+    stamp_reference_decodes()
     session = ort.InferenceSession(spec.model, providers=["CPUExecutionProvider"])
     decoder = build_decoder(model_info(session, spec), DecodeOptions(spec.confidence))
     input_name = session.get_inputs()[0].name
@@ -227,7 +284,10 @@ def run_reference(spec: Spec, record: Recorder) -> None:
         for prediction, frame in zip(predictions, frames, strict=True):
             if frame is not None:
                 _, start, done = prediction
-                record(frame.source_id or 0, frame.image, start, done)
+                ready = getattr(frame, "decoded_at", None)
+                frame_ts = frame.frame_timestamp.timestamp()  # naive local time -> epoch s
+                source = frame.source_id or 0
+                record(source, frame.image, start, done, ready=ready, frame_ts=frame_ts)
 
     pipeline = InferencePipeline.init_with_custom_logic(
         video_reference=spec.urls if len(spec.urls) > 1 else spec.urls[0],
@@ -266,13 +326,16 @@ def run_ours(spec: Spec, record: Recorder) -> None:
     # Profiling stays on (the product's default); its rolling traces go with the logs.
     traces = config.profiling.model_copy(update={"dir": LOGS / "traces"})
     config = config.model_copy(update={"profiling": traces})
+    decodes = stamp_our_decodes()
     runtime = Runtime(config)
 
     def on_result(result: FrameResult) -> None:
         decoded = result.capture_time  # wall clock; the spans below are on perf_counter
         start = decoded + result.start_mono - result.capture_mono
         done = decoded + result.done_mono - result.capture_mono
-        record(int(result.stream_id[1:]), result.image, start, done, decoded)
+        end = decodes.pop((result.stream_id, result.seq), None)
+        ready = None if end is None else decoded + end - result.capture_mono
+        record(int(result.stream_id[1:]), result.image, start, done, decoded, ready)
 
     runtime.subscribe(on_result)
     runtime.start()

@@ -17,10 +17,19 @@ the GIL in `session.run`, so the stream threads keep preparing frames meanwhile.
 Each batch runs on the model's session, unless a `SessionChooser` is set and picks another
 for it (a profiling window samples batches onto a profiled twin: appliance/profiling/
 sampling.py). Without one, a batch pays one attribute check for the possibility.
+
+Inline (`batching.inline`): when nothing can batch with a sample (the model has one
+producer, or `max_batch_size` is 1) and the model is idle (nothing queued or taken, no
+run in flight), `submit` runs it on the caller's own thread and returns completed
+futures: two thread hand-offs less per frame (worker -> batcher -> worker). Otherwise it
+queues as above, so a caller never waits behind a queue and one stream's samples keep
+their order. The run is the same as on the thread: one at a time per model (the run
+lock), the chooser asked, fixed batches padded, `on_batch` told (`BatchRecord.inline`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import Counter, deque
@@ -29,7 +38,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -68,13 +77,28 @@ class BatchRecord:
     # Ran on a session the chooser picked (a profiling window's profiled twin): its
     # `run_s` includes ORT's profiler, so a baseline leaves it out.
     ort_profiled: bool = False
+    inline: bool = False  # ran on the submitting stream's thread; its waits are 0
+    # Which batcher ran it (`ModelBatcher.serial`): a reloaded model's successor serves
+    # beside its predecessor for a while, and each keeps a trace track of its own.
+    batcher: int = 0
+
+
+class _Outcome(NamedTuple):
+    """One `session.run`: its outputs, or the exception it raised."""
+
+    outputs: Sequence[Tensor]  # () when it failed
+    error: Exception | None
+    run_start: float  # perf_counter seconds
+    run_s: float
+    sampled: bool  # on the session the chooser picked
 
 
 class SessionChooser(Protocol):
     """Picks, batch by batch, a session to run on instead of the model's own.
 
-    Called once per batch on the batcher's thread, under the lock that `choose_sessions`
-    takes, so an implementation needs no lock of its own for what only this calls."""
+    Called once per batch under the run lock that `choose_sessions` takes (on the
+    batcher's thread, or on a submitting stream's for an inline run), so an
+    implementation needs no lock of its own for what only this calls."""
 
     def session_for_batch(self) -> ort.InferenceSession | None:
         """The session the next batch runs on; None: the model's own."""
@@ -84,9 +108,12 @@ class SessionChooser(Protocol):
 class ModelBatcher:
     """A `pipelines.models.ModelHandle` over one shared ONNX Runtime session.
 
-    `on_batch`, if set, is called on the batcher thread after each `session.run` and
-    before that run's futures resolve; it must be cheap and must not raise.
+    `on_batch`, if set, is called after each `session.run` and before that run's futures
+    resolve, on the thread that ran it (the batcher's, or the submitter's for an inline
+    run: two may overlap); it must be cheap, thread-safe and must not raise.
     """
+
+    _serials = itertools.count(1)  # next() is atomic: batchers made on any thread
 
     def __init__(
         self,
@@ -97,7 +124,8 @@ class ModelBatcher:
         self.on_batch = on_batch
         self._model = model
         self._chooser: SessionChooser | None = None  # None: every batch on the model's
-        self._run_lock = threading.Lock()  # a swap waits for the batch in flight
+        # One session.run at a time (the thread's or an inline one); a swap waits for it.
+        self._run_lock = threading.Lock()
         self._batching = batching
         self._max_batch = batching.max_batch_size
         self._delay_s = batching.max_queue_delay_ms / 1000.0
@@ -111,6 +139,12 @@ class ModelBatcher:
         self._buffer: Tensor | None = None  # last batch array, reused while shapes match
         self._batches = 0
         self._samples = 0
+        self.serial = next(ModelBatcher._serials)  # tells this batcher's records apart
+        # The thread has taken samples and not yet run them all: an inline run now could
+        # overtake a stream's earlier sample. Set before the queue is emptied.
+        self._busy = False
+        self._inline = False  # may a submit run inline now (`_update_inline`)
+        self._update_inline()
 
     @property
     def info(self) -> ModelInfo:
@@ -137,6 +171,7 @@ class ModelBatcher:
             self._batching = batching
             self._max_batch = batching.max_batch_size
             self._delay_s = batching.max_queue_delay_ms / 1000.0
+            self._update_inline()
             self._cond.notify()  # a smaller batch or delay may make one due now
         if model is not None:
             with self._run_lock:
@@ -181,7 +216,16 @@ class ModelBatcher:
         distinct streams have a sample waiting, the batch goes without waiting."""
         with self._cond:
             self._producers = count
+            self._update_inline()
             self._cond.notify()
+
+    def _update_inline(self) -> None:
+        """Whether a submit may run inline: nothing can batch with its samples (one
+        producer; 0 is unknown, so not one) and the batcher is not stopped. Kept in one
+        attribute, so a submit decides with one read. Holds the lock (or in __init__)."""
+        batching = self._batching
+        alone = self._producers == 1 or batching.max_batch_size == 1
+        self._inline = batching.inline and alone and not self._stopped.is_set()
 
     def submit(self, sample: Tensor, stream_id: str = "") -> Future[Outputs]:
         """Queue one sample (no batch dimension); the future holds its outputs, in the
@@ -190,11 +234,14 @@ class ModelBatcher:
 
     def submit_many(self, samples: Sequence[Tensor], stream_id: str = "") -> list[Future[Outputs]]:
         """Queue several samples of one stream at once (a frame's crops): they are
-        seen together, so the early dispatch cannot split them."""
+        seen together, so the early dispatch cannot split them. Inline (see the top),
+        they run now as one batch (or chunks of `max_batch_size`, or the fixed batch)."""
         for sample in samples:
             if not isinstance(sample, np.ndarray):
                 raise TypeError(f"sample must be a numpy array, got {type(sample).__name__}")
         futures: list[Future[Outputs]] = [Future() for _ in samples]
+        if self._inline and self._run_inline(samples, stream_id, futures):
+            return futures
         with self._cond:
             if self._stopped.is_set():
                 for future in futures:
@@ -233,6 +280,7 @@ class ModelBatcher:
         """Refuse new samples and fail the waiting ones."""
         with self._cond:
             self._stopped.set()
+            self._update_inline()
             pending = list(self._queue)
             self._queue.clear()
             self._waiting.clear()
@@ -247,6 +295,7 @@ class ModelBatcher:
                 chunk = self._chunk or len(batch)  # len 0 when every future was cancelled
                 for start in range(0, len(batch), max(1, chunk)):
                     self._run(batch[start : start + chunk], chunk)
+                self._busy = False  # its runs are over: inline runs cannot overtake them
         except BaseException:  # a bug here must not leave every stream waiting forever
             self._close("batch thread crashed")
             raise
@@ -272,6 +321,7 @@ class ModelBatcher:
     def _take(self) -> list[_Pending]:
         """Up to max_batch_size waiting samples shaped like the oldest, in submit order;
         the others keep their places. Cancelled futures are dropped. Holds the lock."""
+        self._busy = True  # before the queue empties: a submit sees one or the other
         queue = self._queue
         shape, dtype = queue[0][0].shape, queue[0][0].dtype
         taken: list[_Pending] = []
@@ -292,27 +342,71 @@ class ModelBatcher:
         return taken
 
     def _run(self, items: list[_Pending], size: int) -> None:
-        """One `session.run` over `items`, zero-padded to `size` rows."""
+        """One `session.run` over `items` on the batcher thread, zero-padded to `size`."""
+        with self._run_lock:  # an inline run or a session swap may hold it
+            outcome = self._session_run(items, size)
+        self._finish(items, outcome, inline=False)
+
+    def _run_inline(
+        self, samples: Sequence[Tensor], stream_id: str, futures: list[Future[Outputs]]
+    ) -> bool:
+        """Run `samples` now on the caller's thread if the model is idle; False (nothing
+        done) when a sample waits or is taken (it may be this stream's and must run
+        first) or a run holds the lock: then they queue, never wait for it."""
+        if self._queue or self._busy or not self._run_lock.acquire(blocking=False):
+            return False
+        try:
+            items = [(s, stream_id, 0.0, f) for s, f in zip(samples, futures, strict=True)]
+            done = [(chunk, self._session_run(chunk, size)) for chunk, size in self._chunks(items)]
+        finally:
+            self._run_lock.release()
+        for chunk, outcome in done:
+            self._finish(chunk, outcome, inline=True)
+        return True
+
+    def _chunks(self, items: list[_Pending]) -> list[tuple[list[_Pending], int]]:
+        """One stream's samples as the thread would run them: runs of one shape and
+        dtype, at most max_batch_size (and the fixed batch) each; (chunk, padded size)."""
+        limit = min(self._max_batch, self._chunk or self._max_batch)
+        out: list[tuple[list[_Pending], int]] = []
+        start = 0
+        for end in range(1, len(items) + 1):
+            full = end == len(items) or end - start == limit
+            if full or not _alike(items[end][0], items[start][0]):
+                out.append((items[start:end], self._chunk or end - start))
+                start = end
+        return out
+
+    def _session_run(self, items: list[_Pending], size: int) -> _Outcome:
+        """Stack and run `items` on the session the chooser picks (the model's own
+        without one). Holds the run lock: the shared stacking buffer is safe too."""
         model = self._model
         run_start = perf_counter()
         sampled = False
+        self._batches += 1
+        self._samples += len(items)
         try:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
-            with self._run_lock:
-                session, chooser = model.session, self._chooser
-                if chooser is not None and (chosen := chooser.session_for_batch()) is not None:
-                    session, sampled = chosen, True
-                outputs = session.run(model.output_names, {model.input_name: batch})
+            session, chooser = model.session, self._chooser
+            if chooser is not None and (chosen := chooser.session_for_batch()) is not None:
+                session, sampled = chosen, True
+            outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
-            self._record(items, run_start, perf_counter() - run_start, ok=False, sampled=sampled)
-            error = ModelRunError(f"model {model.id!r}: {describe_ort_error(exc)}")
+            return _Outcome((), exc, run_start, perf_counter() - run_start, sampled)
+        return _Outcome(outputs, None, run_start, perf_counter() - run_start, sampled)
+
+    def _finish(self, items: list[_Pending], outcome: _Outcome, inline: bool) -> None:
+        """Tell `on_batch`, then resolve the run's futures (its error fails them all)."""
+        self._record(items, outcome, inline)
+        if outcome.error is not None:
+            reason = describe_ort_error(outcome.error)
+            error = ModelRunError(f"model {self._model.id!r}: {reason}")
             for item in items:
                 _fail(item[3], error)
             return
-        self._record(items, run_start, perf_counter() - run_start, ok=True, sampled=sampled)
         # zip(*outputs) yields per-row views (out0[i], out1[i], ...); padded rows are left.
-        for item, result in zip(items, zip(*outputs, strict=False), strict=False):
+        for item, result in zip(items, zip(*outcome.outputs, strict=False), strict=False):
             item[3].set_result(result)
 
     def _stack(self, samples: list[Tensor], size: int) -> Tensor:
@@ -331,24 +425,25 @@ class ModelBatcher:
             buffer[len(samples) :] = 0
         return buffer
 
-    def _record(
-        self, items: list[_Pending], run_start: float, run_s: float, ok: bool, sampled: bool
-    ) -> None:
-        self._batches += 1
-        self._samples += len(items)
+    def _record(self, items: list[_Pending], outcome: _Outcome, inline: bool) -> None:
         hook = self.on_batch
         if hook is None:
             return
+        run_start = outcome.run_start
         record = BatchRecord(
             model_id=self._model.id,
             batch_size=len(items),
             stream_ids=tuple(item[1] for item in items),
-            queue_wait_s=tuple(run_start - item[2] for item in items),
+            queue_wait_s=(0.0,) * len(items)
+            if inline
+            else tuple(run_start - item[2] for item in items),
             run_start=run_start,
-            run_s=run_s,
-            ok=ok,
+            run_s=outcome.run_s,
+            ok=outcome.error is None,
             queue_depth=len(self._queue),
-            ort_profiled=sampled,
+            ort_profiled=outcome.sampled,
+            inline=inline,
+            batcher=self.serial,
         )
         try:
             hook(record)
@@ -359,3 +454,8 @@ class ModelBatcher:
 def _fail(future: Future[Outputs], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def _alike(a: Tensor, b: Tensor) -> bool:
+    """May share a batch: one shape and dtype."""
+    return a.shape == b.shape and a.dtype == b.dtype

@@ -1,9 +1,13 @@
 """Where the runtime's events become trace spans: one stream's results, one model batch.
 
-Both are called on the thread that produced the data (the stream's worker, the model's
-batcher), so every span lands in that thread's own buffer without a lock. Everything a
-span needs besides the run's own numbers (counter names, flow id bases, block args) is
-made once per stream or model, not per frame.
+Both are called on the thread that produced the data (the stream's worker, the thread
+that ran the batch), so a stream's spans land in that thread's own buffer without a lock.
+A batch's spans go on its batcher's virtual track (`Tracer.track`, named like the batcher
+thread, `batch:<model>`), whichever thread ran it: an inline run (appliance/models/
+batcher.py), on the stream's own thread, still shows on the model's track, its samples'
+`queue.wait` spans zero-length and their flows kept. Everything a span needs besides the
+run's own numbers (counter names, flow id bases, block args) is made once per stream or
+model, not per frame.
 
 Flow ids stay under 2**53 (exact as a float, and in the JavaScript that Perfetto and
 chrome://tracing read them with), top bits first: bit 52 always set (clear of small ids a
@@ -66,6 +70,10 @@ class StreamTrace:
         self._stream_args = {"stream": stream_id}  # built once: the read/decode spans' args
         self._grabbing = False  # set by the first traced decode: frames then have flows
 
+    @property
+    def stream_id(self) -> str:
+        return self._stream
+
     def grabbed(self, seq: int, start: float, received: float, end: float) -> None:
         """On the grabber thread: frame `seq` was read from start to `received` (waiting
         for the camera, demuxing) and decoded to BGR from then to `end`; a `grab` span
@@ -113,6 +121,7 @@ class StreamTrace:
 class _ModelTrace:
     """What every batch of one model reuses: its counter names and flow ids."""
 
+    track_name: str  # the batcher thread's name: its runs' track, inline or not
     batch_counter: str
     depth_counter: str
     flow_base: int
@@ -124,6 +133,7 @@ class _ModelTrace:
 def _model_trace(model_id: str) -> _ModelTrace:
     # Ids never repeat in a process: a reloaded model's new batcher goes on counting.
     return _ModelTrace(
+        f"batch:{model_id}",
         f"batch_size:{model_id}",  # one counter track per batcher
         f"queue_depth:{model_id}",
         flow_base(SAMPLE_FLOWS, model_id),
@@ -133,12 +143,13 @@ def _model_trace(model_id: str) -> _ModelTrace:
 
 
 def trace_batch(tracer: Tracer, rec: BatchRecord) -> None:
-    """A model batch: `session.run` on the batcher's track, each sample's wait for it on
-    its stream's track (inside that stream's block span), and a flow from each wait to
-    the run that served it."""
+    """A model batch: `session.run` on its batcher's track, each sample's wait for it on
+    its stream's track (inside that stream's block span; zero-length for an inline run),
+    and a flow from each wait to the run that served it."""
     if not tracer.enabled:
         return
     model = _model_trace(rec.model_id)
+    track = tracer.track(model.track_name, rec.batcher)
     start = rec.run_start
     run_args: dict[str, object] = {
         "model": rec.model_id,
@@ -148,12 +159,16 @@ def trace_batch(tracer: Tracer, rec: BatchRecord) -> None:
     }
     if rec.ort_profiled:  # in a profiling window: this run's operators are in the trace
         run_args["ort_profiled"] = True
-    tracer.span("session.run", "model", start, start + rec.run_s, run_args)
-    tracer.counter(model.batch_counter, start, rec.batch_size)
-    tracer.counter(model.depth_counter, start, rec.queue_depth)
+    if rec.inline:  # on the stream's thread: no hand-off to the batcher and back
+        run_args["inline"] = True
+    tracer.span("session.run", "model", start, start + rec.run_s, run_args, track)
+    tracer.counter(model.batch_counter, start, rec.batch_size, track)
+    tracer.counter(model.depth_counter, start, rec.queue_depth, track)
     for stream, wait in zip(rec.stream_ids, rec.queue_wait_s, strict=True):
         flow_id = model.flow_base | next(model.samples) & LOW_32
         args = model.wait_args.get(stream)
         if args is None:
             args = model.wait_args[stream] = {"model": rec.model_id, "stream": stream}
-        tracer.span_for_stream(stream, "queue.wait", "queue", start - wait, start, args, flow_id)
+        tracer.span_for_stream(
+            stream, "queue.wait", "queue", start - wait, start, args, flow_id, track
+        )

@@ -1,11 +1,12 @@
 """The tracer: spans recorded into per-thread buffers, drained into Chrome trace events.
 
 Hot path: one tuple appended to the calling thread's own list (no lock: list.append is
-atomic under the GIL, and each thread has its own list). Timestamps are
-time.perf_counter() seconds, mapped once to wall-clock microseconds when the trace is
-written (`anchor_us`), and floored to whole microseconds: flooring is monotonic, so a span
-inside another stays inside after rounding (Perfetto and chrome://tracing need proper
-nesting per thread).
+atomic under the GIL, and each thread has its own list). A virtual track (`track`) is a
+timeline of its own that any thread may append to: a model's `session.run` spans stay on
+the model's track whichever thread ran them. Timestamps are time.perf_counter() seconds,
+mapped once to wall-clock microseconds when the trace is written (`anchor_us`), and
+floored to whole microseconds: flooring is monotonic, so a span inside another stays
+inside after rounding (Perfetto and chrome://tracing need proper nesting per thread).
 
 Flows (the arrows a viewer draws between threads) come in the two forms of the format:
 - bound to a span itself (`bind_id` with `flow_out` / `flow_in` on the "X" event): exact,
@@ -36,7 +37,10 @@ _FLOW_PHASES = ("s", "f")
 
 
 @dataclass
-class _Buffer:
+class Track:
+    """One timeline of the trace, named like a thread: a thread's own (only that thread
+    appends), or a virtual one (`Tracer.track`: any thread appends, atomically)."""
+
     tid: int
     name: str
     events: list[Event]
@@ -51,30 +55,51 @@ class Tracer:
         # perf_counter -> wall clock, measured once: both clocks read back to back.
         self.anchor_us = (time.time() - time.perf_counter()) * 1e6
         self._local = threading.local()
-        self._buffers: list[_Buffer] = []
+        self._buffers: list[Track] = []  # every thread's and every virtual track
         self._lock = threading.Lock()  # taken once per thread (registration) and per drain
         self._tids = itertools.count(1)
         self._stream_tids: dict[str, int] = {}
+        self._tracks: dict[tuple[str, int], Track] = {}
 
-    def _buffer(self) -> _Buffer:
-        buf: _Buffer | None = getattr(self._local, "buf", None)
+    def _buffer(self) -> Track:
+        buf: Track | None = getattr(self._local, "buf", None)
         if buf is None:
             with self._lock:
-                buf = _Buffer(next(self._tids), threading.current_thread().name, [])
+                buf = Track(next(self._tids), threading.current_thread().name, [])
                 self._buffers.append(buf)
             self._local.buf = buf
         return buf
+
+    def track(self, name: str, instance: int = 0) -> Track:
+        """The virtual track `name` (`instance` tells apart two of one name that may
+        overlap in time), made on first use: its tid is stable, any thread may write to
+        it (pass it as `track`). A dict lookup once made; the lock only to make it."""
+        key = (name, instance)
+        found = self._tracks.get(key)
+        if found is None:
+            with self._lock:
+                found = self._tracks.get(key)
+                if found is None:
+                    found = self._tracks[key] = Track(next(self._tids), name, [])
+                    self._buffers.append(found)
+        return found
 
     def bind_stream(self, stream_id: str) -> None:
         """Called on a stream's worker thread: its waits on models go on this track."""
         self._stream_tids[stream_id] = self._buffer().tid
 
     def span(
-        self, name: str, cat: str, start: float, end: float, args: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        cat: str,
+        start: float,
+        end: float,
+        args: Mapping[str, Any] | None = None,
+        track: Track | None = None,
     ) -> None:
-        """A complete event on the calling thread's track (perf_counter seconds)."""
+        """A complete event on `track`, or the calling thread's (perf_counter seconds)."""
         if self.enabled:
-            buf = self._buffer()
+            buf = self._buffer() if track is None else track
             buf.events.append(("X", name, cat, start, end, buf.tid, args, 0))
 
     def span_flow_out(
@@ -102,24 +127,26 @@ class Tracer:
         end: float,
         args: Mapping[str, Any],
         flow_id: int = 0,
+        track: Track | None = None,
     ) -> None:
-        """A complete event on a stream worker's track, recorded from another thread
+        """A complete event on a stream worker's track, recorded from any thread
         (nothing when the stream has no track). With `flow_id`, a flow from this span to
-        the calling thread's own span that starts at `end` (record that span first)."""
+        the span that starts at `end` on `track`, or on the calling thread's own track
+        (record that span first)."""
         tid = self._stream_tids.get(stream_id)
         if not self.enabled or tid is None:
             return
-        buf = self._buffer()
+        buf = self._buffer() if track is None else track
         buf.events.append(("X", name, cat, start, end, tid, args, 0))
         if flow_id:  # with the span's args: a window kept for some streams keeps its flows
             buf.events.append(("s", FLOW_NAME, "flow", start, start, tid, args, flow_id))
             buf.events.append(("f", FLOW_NAME, "flow", end, end, buf.tid, args, flow_id))
 
-    def counter(self, name: str, at: float, value: float) -> None:
-        """A counter sample. Viewers draw one track per process and name: give each
-        series (stream, model) a name of its own."""
+    def counter(self, name: str, at: float, value: float, track: Track | None = None) -> None:
+        """A counter sample (kept with `track`'s events, or the calling thread's). Viewers
+        draw one track per process and name: give each series (stream, model) its own."""
         if self.enabled:
-            buf = self._buffer()
+            buf = self._buffer() if track is None else track
             buf.events.append(("C", name, "counter", at, value, buf.tid, None, 0))
 
     def drain(self) -> list[dict[str, Any]]:
@@ -137,7 +164,7 @@ class Tracer:
         out.extend(self._to_json(e) for e in taken)
         return out
 
-    def _metadata(self, buffers: list[_Buffer]) -> list[dict[str, Any]]:
+    def _metadata(self, buffers: list[Track]) -> list[dict[str, Any]]:
         pid = self.pid
         meta: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "appliance"}}

@@ -85,6 +85,13 @@ def test_a_run_leaves_one_valid_rolling_trace_matching_the_work(tmp_path: Path) 
         ), w
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert {"work:cam", "grab:cam", "batch:person"} <= names
+    # One stream: every run inline, on the worker's thread, yet on the model's own track
+    # (one, named like its batcher thread), apart from the waits on the worker's track.
+    tracks = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert all(e["args"].get("inline") for e in batches)
+    assert {tracks[e["tid"]] for e in batches} == {"batch:person"}
+    assert {tracks[w["tid"]] for w in waits} == {"work:cam"}
+    assert list(tracks.values()).count("batch:person") == 1
     # Every frame was read and decoded on the grabber's track, and a flow links it to the
     # workflow run that processed it, on another thread (read as Perfetto reads it).
     grabs = {e["args"]["seq"]: e for e in events if e["name"] == "grab"}
