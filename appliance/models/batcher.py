@@ -35,52 +35,24 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
-import onnxruntime as ort
 
+from appliance.models.batches import BatchRecord, ModelRunError, ModelStoppedError, SessionChooser
 from appliance.models.session import LoadedModel, describe_ort_error
 from pipelines.models import ModelInfo, Tensor
 from pipelines.spec import BatchingSpec
+
+__all__ = ["BatchRecord", "ModelBatcher", "ModelRunError", "ModelStoppedError", "SessionChooser"]
 
 logger = logging.getLogger("appliance.models")
 
 Outputs = Sequence[Tensor]
 # (sample, stream_id, submitted at perf_counter s, future): a plain tuple, the cheapest record.
 _Pending = tuple[Tensor, str, float, Future[Outputs]]
-
-
-class ModelStoppedError(RuntimeError):
-    """The batcher was stopped before this sample ran."""
-
-
-class ModelRunError(RuntimeError):
-    """`session.run` failed for the batch holding this sample."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """One `session.run`, as the `on_batch` profiling hook receives it."""
-
-    model_id: str
-    batch_size: int  # real samples, without fixed-batch padding
-    stream_ids: tuple[str, ...]
-    queue_wait_s: tuple[float, ...]  # per sample: submit → start of its run
-    run_start: float  # perf_counter seconds
-    run_s: float
-    ok: bool = True  # False when session.run raised
-    queue_depth: int = 0  # samples still waiting when this batch started
-    # Ran on a session the chooser picked (a profiling window's profiled twin): its
-    # `run_s` includes ORT's profiler, so a baseline leaves it out.
-    ort_profiled: bool = False
-    inline: bool = False  # ran on the submitting stream's thread; its waits are 0
-    # Which batcher ran it (`ModelBatcher.serial`): a reloaded model's successor serves
-    # beside its predecessor for a while, and each keeps a trace track of its own.
-    batcher: int = 0
 
 
 class _Outcome(NamedTuple):
@@ -91,18 +63,6 @@ class _Outcome(NamedTuple):
     run_start: float  # perf_counter seconds
     run_s: float
     sampled: bool  # on the session the chooser picked
-
-
-class SessionChooser(Protocol):
-    """Picks, batch by batch, a session to run on instead of the model's own.
-
-    Called once per batch under the run lock that `choose_sessions` takes (on the
-    batcher's thread, or on a submitting stream's for an inline run), so an
-    implementation needs no lock of its own for what only this calls."""
-
-    def session_for_batch(self) -> ort.InferenceSession | None:
-        """The session the next batch runs on; None: the model's own."""
-        ...
 
 
 class ModelBatcher:

@@ -15,11 +15,11 @@ NO_LIMIT = 1 << 31  # runs: as many as the window has
 
 
 class SampledSessions:
-    """A `SessionChooser` (appliance/models/batcher.py): the first batch, then every
+    """A `SessionChooser` (appliance/models/batches.py): the first batch, then every
     `every_n`th, on `session`, `max_runs` of them at most; the others on the model's own.
 
-    The batcher calls `session_for_batch` on its thread under its run lock, so the counts
-    need no lock of their own."""
+    The batcher calls `session_for_batch` under its run lock (on its thread, or on a
+    stream's for an inline run), so the counts need no lock of their own."""
 
     __slots__ = ("_every_n", "_left", "_seen", "session")
 

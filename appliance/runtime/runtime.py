@@ -454,7 +454,8 @@ class Runtime:
         return self.pool.handles
 
     def _on_batch(self, record: BatchRecord) -> None:
-        """Every model batch (on its batcher thread): its spans, then the watch's samples."""
+        """Every model batch (under its run lock, on the batcher thread or, inline, a
+        stream's): its spans, then the watch's samples."""
         self.profiler.on_batch(record)
         self.watch.models(record)
 
