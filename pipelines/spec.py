@@ -51,10 +51,11 @@ class TensorRTSpec(_Strict):
     """TensorRT execution provider options (`providers: [tensorrt, ...]` only)."""
 
     # Where built engines are kept, so a restart does not rebuild them (minutes for a
-    # large model); None: the appliance's cache folder. A folder the file policy allows.
+    # large model); None: $XDG_CACHE_HOME/appliance/tensorrt (~/.cache/...). A folder the
+    # file policy allows.
     engine_cache: Path | None = None
     fp16: bool = False  # build FP16 engines where the GPU supports them
-    int8: bool = False  # INT8 needs a quantized (QDQ) model or a calibration table
+    int8: bool = False  # INT8 needs a quantized (QDQ) model: one without is refused
     workspace_mb: Annotated[int, Field(ge=16, le=1 << 20)] | None = None  # None: TensorRT's
 
 
@@ -63,7 +64,8 @@ class CUDASpec(_Strict):
 
     device_id: Annotated[int, Field(ge=0, le=63)] = 0
     # CUDA graphs replay a captured run: less launch overhead, fixed shapes only (the
-    # model's input size fixed or configured, one batch size per captured graph).
+    # model's input size fixed or configured, and one batch size: a fixed batch dim or
+    # batching.max_batch_size 1).
     graphs: bool = False
 
 

@@ -492,6 +492,104 @@ def test_doctor_says_what_this_machine_offers() -> None:
     assert report["packages"]["av"].startswith("18.")
 
 
+def test_doctor_reports_the_gpus_or_plainly_why_there_are_none() -> None:
+    """NVML's view: each GPU's memory and utilisation and the driver; on a machine
+    without a driver (this one), the reason in one line, and no GPU invented."""
+    from appliance.tools.doctor import gpus
+
+    found = gpus()
+    text = appliance("doctor").stdout
+    if found["problem"] is None:
+        assert found["driver"] and found["devices"]
+        first = found["devices"][0]
+        assert 0 < first["memory_used_mib"] <= first["memory_total_mib"]
+        assert 0 <= first["utilization_percent"] <= 100
+        assert f"gpus: driver {found['driver']}, {len(found['devices'])} found" in text
+    else:
+        assert found == {"problem": found["problem"], "driver": None, "devices": []}
+        assert found["problem"].startswith(("no NVIDIA driver: ", "NVML unavailable: "))
+        assert f"gpus: none seen ({found['problem']})" in text
+
+
+class FakeNvml:
+    """NVML's four calls `gpu_row` makes, answering as pynvml does for an H200."""
+
+    class Memory:
+        used, total = 1536 * 1024 * 1024, 143771 * 1024 * 1024  # bytes
+
+    class Rates:
+        gpu = 37  # percent
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802 (NVML's names)
+        return 100 + index
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        assert handle == 101
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> type[FakeNvml.Memory]:  # noqa: N802
+        return self.Memory
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> type[FakeNvml.Rates]:  # noqa: N802
+        return self.Rates
+
+
+def test_doctor_reads_a_gpus_memory_in_mib_and_its_utilisation() -> None:
+    from appliance.tools.doctor import gpu_row
+
+    assert gpu_row(FakeNvml(), 1) == {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "memory_used_mib": 1536,
+        "memory_total_mib": 143771,
+        "utilization_percent": 37,
+    }
+
+
+def test_doctor_with_a_config_says_which_decoder_each_stream_gets(
+    write_config: WriteConfig,
+) -> None:
+    from appliance.sources.pyav import device_problem
+
+    frames = {"name": "f", "blocks": [], "outputs": {"frame": "frame"}}
+    config = write_config(
+        {
+            "streams": [
+                {"id": "nvdec", "source": {"url": str(DEMO_CLIP), "decoder": {"hwaccel": "cuda"}},
+                 "workflow": frames},
+                {"id": "cpu", "source": {"url": str(DEMO_CLIP)}, "workflow": frames},
+            ]
+        }
+    )  # fmt: skip
+    done = appliance("doctor", "--json", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    cuda = device_problem("cuda", 0)
+    assert report["media"]["cuda_decode"] == cuda
+    assert "cuda" in report["media"]["hwaccel"]
+    nvdec, cpu = report["streams"]
+    assert cpu == {"id": "cpu", "hwaccel": "none", "decoder": "software", "problem": None}
+    if cuda is None:
+        assert nvdec == {"id": "nvdec", "hwaccel": "cuda", "decoder": "cuda", "problem": None}
+    else:
+        assert (nvdec["decoder"], nvdec["problem"]) == (
+            "software",
+            f"cuda requested: {cuda}; decoding in software",
+        )
+    text = appliance("doctor", "--config", str(config)).stdout
+    assert "  stream cpu: hwaccel none -> software\n" in text
+
+
+def test_doctor_refuses_a_config_it_cannot_read(write_config: WriteConfig) -> None:
+    config = write_config({"streams": [{"id": "a", "source": {"url": str(DEMO_CLIP),
+                           "decoder": {"hwaccel": "gpu"}}, "workflow": "x.yaml"}]})  # fmt: skip
+    done = appliance("doctor", "--config", str(config))
+    assert done.returncode == 1
+    assert "streams[0].source.decoder.hwaccel: Input should be 'auto', 'cuda' or 'none'" in (
+        done.stderr
+    )
+
+
 def test_a_workflow_whose_model_the_config_declares_hints_at_config(tmp_path: Path) -> None:
     """Validating a workflow file alone: a model it names but does not declare is unknown,
     and the hint says how to validate it with the config that declares it."""

@@ -110,6 +110,12 @@ class StreamStatus:
     last_error_cleared: bool = False
     """True once the error is past: the stream has processed a frame since and is not
     failed, reconnecting or stalled; false while it holds (or with no error)."""
+    decoder: str | None = None
+    """What decodes the video, chosen when the source opened: the codec and `cuda` (NVDEC)
+    or `software`, e.g. `h264 cuda`; null before the source first opened."""
+    decoder_problem: str | None = None
+    """Why the hardware decoder `source.decoder.hwaccel` asked for was refused (the stream
+    decodes in software); null when none was asked for, or it was granted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,14 @@ class FilePolicy:
         self._check_size(info.st_size, name, kind, where)
         return resolved
 
+    def folder(self, name: Path | str, kind: FileKind, where: str = "") -> Path:
+        """The checked, absolute path of a folder the appliance writes into (it may not
+        exist yet): the same roots rule as `path`; FileAccessError if refused or a file."""
+        resolved = self._resolve(name, kind, where)
+        if resolved.exists() and not resolved.is_dir():
+            raise FileAccessError(kind, str(name), "not a folder", where)
+        return resolved
+
     def check_source(self, source: SourceConfig, where: str) -> None:
         """A video file goes through the rules (no cap: FFmpeg streams it). Under the
         request policy, FFmpeg options that widen what it may open are refused (422): an

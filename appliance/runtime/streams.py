@@ -332,6 +332,8 @@ class Stream:
             outputs=[o.sink for o in self.cfg.outputs],
             sinks={o.sink: sinks.get(o.sink, "unknown") for o in self.cfg.outputs},
             transitions=[t.to_status() for t in list(self.transitions)],
+            decoder=grabber.decoder,
+            decoder_problem=grabber.decoder_problem,
         )
 
 

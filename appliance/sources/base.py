@@ -79,6 +79,17 @@ class VideoSource(Protocol):
         """The decoder's message for the last of them (no URL in it)."""
         ...
 
+    @property
+    def decoder(self) -> str:
+        """What decodes the video, chosen at open: e.g. "h264 cuda", "hevc software"."""
+        ...
+
+    @property
+    def decoder_problem(self) -> str | None:
+        """Why the hardware decoder `source.decoder` asked for was refused (the video is
+        decoded in software instead); None when none was asked for, or it was granted."""
+        ...
+
     def frames(self) -> Iterator[tuple[Image, float | None]]:
         """Decoded frames as (BGR uint8 HxWx3 image, pts in seconds or None), in order.
 
@@ -104,10 +115,20 @@ class DecodingSource:
     _received_mono: float = 0.0
     _decode_errors: int = 0
     _last_decode_error: str | None = None
+    _decoder_name: str = "unknown"
+    _decoder_problem: str | None = None
 
     @property
     def received_mono(self) -> float:
         return self._received_mono
+
+    @property
+    def decoder(self) -> str:
+        return self._decoder_name
+
+    @property
+    def decoder_problem(self) -> str | None:
+        return self._decoder_problem
 
     @property
     def decode_errors(self) -> int:

@@ -33,6 +33,23 @@ URL_KINDS: dict[str, Literal["rtsp", "http"]] = {
 Reader = Literal["auto", "ffmpeg"]
 # The H.264/H.265 decoder's slice threads; 0: FFmpeg's choice (one per core).
 DecoderThreads = Annotated[int, Field(ge=0, le=64)]
+# Hardware decoding. none: FFmpeg's software decoder. cuda: NVDEC on `device`, and when
+# that device cannot be opened, software decoding with a warning (the stream still
+# runs). auto: NVDEC where a CUDA device opens, else software, said at INFO.
+HWAccelName = Literal["auto", "cuda", "none"]
+
+
+class DecoderConfig(Strict):
+    """How a stream's video is decoded (`source.decoder`).
+
+    The default is `none`: every NVDEC session opens its own CUDA context on the GPU
+    (device memory per stream, beside the models'), and its frames still come back to
+    host memory for the BGR conversion; whether that pays is a capacity decision for
+    each deployment, not one an upgrade should make silently.
+    """
+
+    hwaccel: HWAccelName = "none"
+    device: Annotated[int, Field(ge=0, le=63)] = 0  # the CUDA device index (nvidia-smi's)
 
 
 class BackoffConfig(Strict):
@@ -57,6 +74,7 @@ class SourceConfig(Strict):
     backoff: BackoffConfig = BackoffConfig()
     options: dict[str, str] = Field(default_factory=dict)  # extra FFmpeg/PyAV options
     decoder_threads: DecoderThreads = 0
+    decoder: DecoderConfig = DecoderConfig()
 
     @field_validator("url")
     @classmethod

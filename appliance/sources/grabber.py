@@ -62,6 +62,10 @@ class GrabberStats:
     # pacing, handing a frame over, waiting to retry). The supervisor reports a read
     # older than limits.worker_stall_s: the source's own timeouts should have ended it.
     reading_since: float
+    # What decodes the current (or last) session, e.g. "h264 cuda"; None before an open.
+    decoder: str | None = None
+    # Why the hardware decoder `source.decoder` asked for was refused; None if not.
+    decoder_problem: str | None = None
 
 
 class Grabber:
@@ -101,6 +105,7 @@ class Grabber:
         self._prev_frame_mono: float | None = None  # this session's previous frame
         self._last_frame_mono = 0.0
         self._reading_since = 0.0  # one float store per frame each way, no lock
+        self._decoder: tuple[str, str | None] | None = None  # (decoder, its problem)
         # Called with (seq, read start, data received, decoded) per frame (profiling).
         self.on_grabbed: Callable[[int, float, float, float], None] | None = None
         # Called (grab thread) with a problem that changes no state: frames skipped.
@@ -145,6 +150,8 @@ class Grabber:
             last_frame_mono=self._last_frame_mono,
             retry_delay_s=self._retry_delay_s,
             reading_since=self._reading_since,
+            decoder=None if self._decoder is None else self._decoder[0],
+            decoder_problem=None if self._decoder is None else self._decoder[1],
         )
 
     def _run(self) -> None:
@@ -179,6 +186,7 @@ class Grabber:
             source = self._open()
             if source is None:
                 return None
+            self._decoder_chosen(source)
             try:
                 self._pump(source)
             except SourceError as exc:
@@ -239,6 +247,18 @@ class Grabber:
                 self._reading_since = start = time.perf_counter()  # the next read begins
         finally:
             self._reading_since = 0.0
+
+    def _decoder_chosen(self, source: VideoSource) -> None:
+        """Keep what decodes this session; a refused hardware decoder is logged when it
+        is first seen (a camera that reconnects every few seconds logs it once)."""
+        chosen = (source.decoder, source.decoder_problem)
+        problem, known = chosen[1], self._decoder
+        self._decoder = chosen
+        if problem is None or (known is not None and known[1] == problem):
+            return
+        explicit = self._cfg.decoder.hwaccel == "cuda"
+        level = logging.WARNING if explicit else logging.INFO
+        log.log(level, "stream %s: %s (%s)", self.stream_id, problem, source.decoder)
 
     @property
     def _paced(self) -> bool:

@@ -7,14 +7,19 @@ stop request or a stalled camera is noticed quickly; files use the stall timeout
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 import av
 import av.container
+from av.codec.codec import Codec
+from av.codec.context import CodecContext
+from av.codec.hwaccel import HWAccel, hwdevices_available
 
 from appliance.sources.base import (
     DecodingSource,
@@ -24,7 +29,7 @@ from appliance.sources.base import (
     mask_url,
     source_kind,
 )
-from appliance.sources.config import SourceConfig
+from appliance.sources.config import DecoderConfig, SourceConfig
 from appliance.sources.http import http_format
 from appliance.sources.problems import ffmpeg_problem, no_answer
 from pipelines.types import Image
@@ -33,6 +38,54 @@ from pipelines.types import Image
 # seen. A slice that runs out leaves the demuxer usable; reading simply continues.
 READ_SLICE_S = 0.5
 _MICROSECONDS = 1_000_000  # FFmpeg's socket timeouts are in microseconds
+# Every NVDEC generation decodes H.264 (NVIDIA Video Codec SDK's support matrix).
+_PROBE_CODEC = "h264"
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderPlan:
+    """The decoder a session asks for, chosen once when it opens: the device settings
+    for PyAV (None: software), and why a requested device was refused."""
+
+    hwaccel: HWAccel | None
+    problem: str | None
+
+    @classmethod
+    def of(cls, cfg: DecoderConfig) -> DecoderPlan:
+        if cfg.hwaccel == "none":
+            return cls(None, None)
+        problem = device_problem("cuda", cfg.device)
+        if problem is not None:
+            return cls(None, f"{cfg.hwaccel} requested: {problem}; decoding in software")
+        # allow_software_fallback: a stream NVDEC cannot take (a profile it lacks, e.g.
+        # H.264 4:4:4) is decoded in software instead of failing (PyAV's HWAccel docs).
+        return cls(HWAccel("cuda", device=str(cfg.device), allow_software_fallback=True), None)
+
+
+@functools.cache  # a device that does not open now will not later in this process
+def device_problem(device_type: str, device: int) -> str | None:
+    """Why FFmpeg cannot open this hardware device for decoding, or None when it can.
+    Opens a device context once (a CUDA context costs time and device memory; this
+    one is freed at once) and keeps the answer for the process."""
+    available = hwdevices_available()
+    if device_type not in available:
+        shown = ", ".join(available) or "none"
+        return f"this FFmpeg has no {device_type} support (hwdevices_available: {shown})"
+    try:
+        HWAccel(device_type, device=str(device)).create(Codec(_PROBE_CODEC, "r"))
+    except NotImplementedError:  # a device type FFmpeg's own H.264 decoder cannot use
+        return f"FFmpeg's {_PROBE_CODEC} decoder has no {device_type} acceleration"
+    except av.FFmpegError as exc:
+        return (
+            f"no {device_type.upper()} device {device} ({describe(exc)}; "
+            f"hwdevices_available: {', '.join(available)})"
+        )
+    return None
+
+
+def decoder_name(context: CodecContext) -> str:
+    """What decodes a stream, e.g. "h264 cuda" or "hevc software"."""
+    return f"{context.name} {'cuda' if context.is_hwaccel else 'software'}"
 
 
 class PyAVSource(DecodingSource):
@@ -52,11 +105,14 @@ class PyAVSource(DecodingSource):
         stall_timeout_s: float,
         stop: threading.Event | None = None,
         decoder_threads: int = 0,
+        decoder_problem: str | None = None,
     ) -> None:
         if not container.streams.video:
             raise SourceError("no video stream")
         self._container = container
         self._stream = container.streams.video[0]
+        self._decoder_name = decoder_name(self._stream.codec_context)
+        self._decoder_problem = decoder_problem
         # Slice threading only: frame threading delays output by one frame per thread
         # (cameras want latency), and its extra threads compete with the model's threads
         # for the cores; measured with bench/pipeline_efficiency.py on 2 cores, frame
@@ -149,7 +205,9 @@ def open_pyav(
     target, fmt, options = _live_target(cfg) if live else _file_target(cfg, resolve_path)
     label = mask_url(target)
     read_timeout = min(cfg.stall_timeout_s, READ_SLICE_S) if live else cfg.stall_timeout_s
-    container = _open_container(target, label, fmt, options, (cfg.open_timeout_s, read_timeout))
+    plan = DecoderPlan.of(cfg.decoder)
+    timeouts = (cfg.open_timeout_s, read_timeout)
+    container = _open_container(target, label, fmt, options, timeouts, plan.hwaccel)
     try:
         return PyAVSource(
             container,
@@ -158,6 +216,7 @@ def open_pyav(
             stall_timeout_s=cfg.stall_timeout_s,
             stop=stop,
             decoder_threads=cfg.decoder_threads,
+            decoder_problem=plan.problem,
         )
     except SourceError as exc:
         container.close()
@@ -170,11 +229,13 @@ def _open_container(
     fmt: str | None,
     options: dict[str, str],
     timeouts: tuple[float, float],
+    hwaccel: HWAccel | None,
 ) -> av.container.InputContainer:
-    """av.open with (open, read) timeouts; SourceError naming `label` when it fails."""
+    """av.open with (open, read) timeouts and the hardware decoder (None: software);
+    SourceError naming `label` when it fails."""
     started = time.perf_counter()
     try:
-        return av.open(target, format=fmt, options=options, timeout=timeouts)
+        return av.open(target, format=fmt, options=options, timeout=timeouts, hwaccel=hwaccel)
     except (av.FFmpegError, OSError) as exc:
         # The interrupt callback's abort surfaces as whatever the demuxer made of it
         # (RTSP: "Invalid data"); the elapsed time tells the real story.

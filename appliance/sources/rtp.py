@@ -51,7 +51,7 @@ from appliance.sources.depacketize import (
     strip_payload,
 )
 from appliance.sources.problems import answered, no_answer, not_rtsp
-from appliance.sources.pyav import READ_SLICE_S, describe
+from appliance.sources.pyav import READ_SLICE_S, DecoderPlan, decoder_name, describe
 from appliance.sources.reach import connect_problem
 from pipelines.types import Image
 
@@ -162,7 +162,8 @@ class RtpSource(DecodingSource):
         label: str,
         stall_timeout_s: float,
         stop: threading.Event | None,
-        decoder_threads: int = 0,
+        decoder_threads: int,
+        plan: DecoderPlan,
     ) -> None:
         attributes = media.get("attributes", {})
         self._loop, self._stack, self._receiver = loop, stack, receiver
@@ -172,7 +173,13 @@ class RtpSource(DecodingSource):
         self._clock_hz = float(attributes["rtpmap"]["clockRate"])
         self._sdp_fps = attributes.get("framerate")
         self._depacketizer = Depacketizer(codec)
-        self._decoder: av.video.codeccontext.VideoCodecContext = av.CodecContext.create(codec, "r")
+        self._decoder: av.video.codeccontext.VideoCodecContext = av.CodecContext.create(
+            codec,
+            "r",
+            hwaccel=plan.hwaccel,  # None: software
+        )
+        self._decoder_name = decoder_name(self._decoder)
+        self._decoder_problem = plan.problem
         self._decoder.thread_type = "SLICE"  # frame threads would delay output (pyav.py)
         if decoder_threads:  # 0: FFmpeg's own choice
             self._decoder.thread_count = decoder_threads
@@ -295,6 +302,7 @@ def open_rtp(cfg: SourceConfig, *, stop: threading.Event | None = None) -> RtpSo
             stall_timeout_s=cfg.stall_timeout_s,
             stop=stop,
             decoder_threads=cfg.decoder_threads,
+            plan=DecoderPlan.of(cfg.decoder),
         )
     except UnsupportedCodecError:
         _shut(loop, stack)

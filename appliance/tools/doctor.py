@@ -2,8 +2,10 @@
 
 ONNX Runtime's build and, for each provider it was built with, whether that provider's
 libraries really load here (`get_available_providers()` lists what was compiled in, not
-what works); the GPUs and driver NVIDIA's tool reports; PyAV's FFmpeg with its H.264/H.265
-decoders and the hardware decoders compiled in; the versions of what the appliance runs on.
+what works); each GPU's memory and utilisation and the driver, from NVML (the `cuda`
+extra's nvidia-ml-py); PyAV's FFmpeg with its H.264/H.265 decoders, the hardware decoders
+compiled in and the hardware devices it can really open; with `--config`, the decoder each
+stream would get and why; the versions of what the appliance runs on.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shutil
-import subprocess
+import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 PACKAGES = (
@@ -28,17 +30,26 @@ PACKAGES = (
     "prometheus-client",
 )
 HW_DECODERS = ("cuvid", "qsv", "vaapi", "videotoolbox", "v4l2m2m")  # FFmpeg's suffixes
-NVIDIA_SMI_TIMEOUT_S = 10.0
+_MIB = 1 << 20  # NVML reports bytes
 
 
 def add_doctor_command(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="what this machine offers: providers, GPU, codecs")
     doctor.add_argument("--json", action="store_true")
+    doctor.add_argument(
+        "--config", type=Path, help="also say which decoder each of its streams would get"
+    )
     doctor.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    report = examine()
+    from appliance.config import ConfigError
+
+    try:
+        report = examine(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -47,25 +58,50 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"onnxruntime {report['onnxruntime']['version']} ({report['onnxruntime']['build']})")
     for name, problem in report["onnxruntime"]["providers"].items():
         print(f"  {name}: {problem or 'ok'}")
-    gpus = report["gpus"]
-    print("gpus: " + ("; ".join(gpus) if gpus else "none found (no nvidia-smi, or no GPU)"))
-    media = report["media"]
-    print(f"ffmpeg (PyAV): libavcodec {media['libavcodec']}")
-    print(f"  decoders: {', '.join(media['decoders']) or 'none'}")
-    print(f"  hardware decoders compiled in: {', '.join(media['hardware']) or 'none'}")
+    _print_gpus(report["gpus"])
+    _print_media(report["media"])
+    if "streams" in report:
+        print(f"decoders of {args.config}'s streams:")
+    for stream in report.get("streams", []):
+        why = f" ({stream['problem']})" if stream["problem"] else ""
+        print(f"  stream {stream['id']}: hwaccel {stream['hwaccel']} -> {stream['decoder']}{why}")
     return 0
 
 
-def examine() -> dict[str, Any]:
-    """Everything `doctor` reports, as JSON-ready values."""
-    return {
+def _print_gpus(gpus: dict[str, Any]) -> None:
+    if gpus["problem"] is not None:
+        print(f"gpus: none seen ({gpus['problem']})")
+        return
+    print(f"gpus: driver {gpus['driver']}, {len(gpus['devices'])} found")
+    for gpu in gpus["devices"]:
+        print(
+            f"  {gpu['index']}: {gpu['name']}, memory {gpu['memory_used_mib']}/"
+            f"{gpu['memory_total_mib']} MiB, utilisation {gpu['utilization_percent']}%"
+        )
+
+
+def _print_media(media: dict[str, Any]) -> None:
+    print(f"ffmpeg (PyAV): libavcodec {media['libavcodec']}")
+    print(f"  decoders: {', '.join(media['decoders']) or 'none'}")
+    print(f"  hardware decoders compiled in: {', '.join(media['hardware']) or 'none'}")
+    print(f"  hardware device types (hwdevices_available): {', '.join(media['hwaccel'])}")
+    print(f"  cuda decoding (NVDEC): {media['cuda_decode'] or 'a device opens'}")
+
+
+def examine(config: Path | None = None) -> dict[str, Any]:
+    """Everything `doctor` reports, as JSON-ready values; with `config` (a config file),
+    also each stream's decoder (ConfigError when the file is not a valid config)."""
+    report: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": _packages(),
         "onnxruntime": _onnxruntime(),
-        "gpus": _gpus(),
+        "gpus": gpus(),
         "media": _media(),
     }
+    if config is not None:
+        report["streams"] = stream_decoders(config)
+    return report
 
 
 def _packages() -> dict[str, str]:
@@ -90,26 +126,74 @@ def _onnxruntime() -> dict[str, Any]:
     return {"version": ort.__version__, "build": ort.get_device(), "providers": providers}
 
 
-def _gpus() -> list[str]:
-    """`NVIDIA H200, driver 570.86` per GPU, from nvidia-smi; [] without one."""
-    tool = shutil.which("nvidia-smi")
-    if tool is None:
-        return []
-    query = [tool, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+def gpus() -> dict[str, Any]:
+    """Each GPU NVML sees: name, memory used/total (MiB), utilisation (%) over NVML's last
+    sample period (1/6 s to 1 s, by GPU); and the driver. `problem` says plainly why
+    there are none: no nvidia-ml-py, no driver, no GPU."""
     try:
-        done = subprocess.run(
-            query, capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
+        import pynvml
+    except ImportError:
+        return _no_gpus("NVML unavailable: nvidia-ml-py is not installed (appliance[cuda])")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return _no_gpus(f"no NVIDIA driver: {exc}")
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        devices = [gpu_row(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except pynvml.NVMLError as exc:
+        return _no_gpus(f"NVML: {exc}")
+    finally:
+        pynvml.nvmlShutdown()
+    return {
+        "problem": None if devices else "NVML sees no GPU",
+        "driver": driver,
+        "devices": devices,
+    }
+
+
+def _no_gpus(problem: str) -> dict[str, Any]:
+    return {"problem": problem, "driver": None, "devices": []}
+
+
+def gpu_row(nvml: Any, index: int) -> dict[str, Any]:
+    """One GPU as `gpus` lists it, read through the NVML module `nvml` (pynvml)."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    return {
+        "index": index,
+        "name": nvml.nvmlDeviceGetName(handle),
+        "memory_used_mib": memory.used // _MIB,
+        "memory_total_mib": memory.total // _MIB,
+        "utilization_percent": nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+    }
+
+
+def stream_decoders(config: Path) -> list[dict[str, Any]]:
+    """For each stream of the config file: its `source.decoder.hwaccel`, the decoder it
+    would get on this machine (`cuda` or `software`) and why a requested one is refused."""
+    from appliance.config import load_config
+    from appliance.sources.pyav import DecoderPlan
+
+    rows = []
+    for stream in load_config(config).streams:
+        plan = DecoderPlan.of(stream.source.decoder)
+        rows.append(
+            {
+                "id": stream.id,
+                "hwaccel": stream.source.decoder.hwaccel,
+                "decoder": "software" if plan.hwaccel is None else "cuda",
+                "problem": plan.problem,
+            }
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [f"nvidia-smi failed: {exc}"]
-    if done.returncode != 0:
-        return [f"nvidia-smi: {(done.stderr or done.stdout).strip()[:200]}"]
-    rows = [line.split(", ") for line in done.stdout.strip().splitlines()]
-    return [f"{r[0]}, driver {r[1]}, {r[2]}" if len(r) == 3 else ", ".join(r) for r in rows]
+    return rows
 
 
 def _media() -> dict[str, Any]:
     import av
+    from av.codec.hwaccel import hwdevices_available
+
+    from appliance.sources.pyav import device_problem
 
     codecs = set(av.codecs_available)
     libavcodec = ".".join(map(str, av.library_versions.get("libavcodec", ())))
@@ -120,4 +204,7 @@ def _media() -> dict[str, Any]:
         "libavcodec": libavcodec,
         "decoders": decoders,
         "hardware": hardware,
+        "hwaccel": hwdevices_available(),  # the device types this FFmpeg was built for
+        # Why `source.decoder.hwaccel: cuda` would decode in software here; None: it opens.
+        "cuda_decode": device_problem("cuda", 0),
     }

