@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # pipelines.decoders imports this module
+    from pipelines.decoders.prologue import Prologue
 
 Dim = int | str | None  # ONNX dims: fixed int, symbolic name, or unknown
 
@@ -40,6 +43,11 @@ class ModelInfo:
     `decoder` names the output format (`tf_od`, `yolo`, `centerface`); `labels` are class
     names by class id; `input_size` is the (width, height) the preprocessor resizes to,
     or None to use the model's fixed size (or the frame size for fully dynamic models).
+
+    `inputs` always describe the model file's own input. `prologue` is set when the
+    runtime composed the decoder's pixel preprocessing into the session's graph: the
+    session then takes the geometry's BGR uint8 [N,H,W,3] images, and the decoder's
+    `preprocess` returns those instead of float planes.
     """
 
     id: str
@@ -51,6 +59,7 @@ class ModelInfo:
     input_size: tuple[int, int] | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
     providers: tuple[str, ...] = ()
+    prologue: Prologue | None = None
 
     @property
     def input(self) -> TensorInfo:

@@ -242,6 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"server": server})
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    _cache_composed_models(config)
     if args.workers > 1:
         from appliance.workers.serve import WorkerOptions, serve_workers
 
@@ -278,6 +279,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     )
     return 0 if clean else 1
+
+
+def _cache_composed_models(config: AppConfig) -> None:
+    """Models composed with their preprocessing (appliance/models/prologue.py) are kept
+    in `<state_dir>/cache`, else in the user's cache folder ($XDG_CACHE_HOME/appliance),
+    so a restart does not compose them again."""
+    from appliance.models.session import cache_composed_models
+    from appliance.runtime.statefile import state_folder
+
+    found = state_folder(config)
+    if found is not None:
+        cache_composed_models(found[0] / "cache")
+        return
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    cache_composed_models((Path(xdg) if xdg else Path.home() / ".cache") / "appliance")
 
 
 def _become_worker(worker: Shard, shard: Shard | None) -> Shard:

@@ -1,7 +1,8 @@
 """Model runtime: ONNX Runtime sessions (providers, fallback) and the dynamic batcher."""
 
 from appliance.models.batcher import BatchRecord, ModelBatcher, ModelRunError, ModelStoppedError
-from appliance.models.session import LoadedModel, ModelLoadError, load_model
+from appliance.models.errors import ModelLoadError
+from appliance.models.session import LoadedModel, load_model
 
 __all__ = [
     "BatchRecord",

@@ -42,7 +42,8 @@ from typing import NamedTuple
 import numpy as np
 
 from appliance.models.batches import BatchRecord, ModelRunError, ModelStoppedError, SessionChooser
-from appliance.models.session import LoadedModel, describe_ort_error
+from appliance.models.errors import describe_ort_error
+from appliance.models.session import LoadedModel
 from pipelines.models import ModelInfo, Tensor
 from pipelines.spec import BatchingSpec
 

@@ -34,7 +34,9 @@ from typing import Any
 
 from appliance.errors import LimitError
 from appliance.models.batcher import BatchRecord, ModelBatcher
-from appliance.models.session import LoadedModel, ModelLoadError, load_model
+from appliance.models.errors import ModelLoadError
+from appliance.models.providers import resolve_session_paths
+from appliance.models.session import PROCESS, LoadedModel, load_model
 from appliance.models.tuned import ModelTuning, describe_tuning, tuned
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import Batching, ModelStatus, Tensor
@@ -82,7 +84,8 @@ class ModelPool:
         idle_models: int = 2,
     ) -> None:
         self._metrics = metrics
-        # Every model's batches, on that model's batcher thread (BatchRecord.model_id).
+        # Every model's batches, under that model's run lock: on its batcher thread, or
+        # on a stream's for an inline run (BatchRecord.model_id).
         self._on_batch = on_batch
         self._max_models = max_models
         self._idle_models = idle_models
@@ -261,7 +264,13 @@ class ModelPool:
 
         def open_model(spec: ModelSpec) -> LoadedModel:
             try:
-                return load_model(model_id, spec, lambda p: p, read_text=read_labels)
+                return load_model(
+                    model_id,
+                    spec,
+                    lambda p: p,
+                    read_text=read_labels,
+                    cache_dir=PROCESS.model_cache,
+                )
             except ModelLoadError as exc:  # located where the config declares the model
                 reason = str(exc).removeprefix(f"model {model_id!r}: ")
                 raise ModelLoadError(f"{where}: {reason}") from exc
@@ -388,6 +397,7 @@ def _describe(batcher: ModelBatcher, users: int, pinned: bool) -> ModelStatus:
         samples=batcher.samples,
         users=users,
         pinned=pinned,
+        preprocess="host" if info.prologue is None else "graph",
     )
 
 
@@ -398,4 +408,5 @@ def _resolved(spec: ModelSpec, files: FilePolicy, where: str) -> ModelSpec:
     labels_file = None
     if spec.labels_file is not None:
         labels_file = files.path(spec.labels_file, FileKind.LABELS, f"{where}.labels_file")
-    return spec.model_copy(update={"path": path, "labels_file": labels_file})
+    resolved = spec.model_copy(update={"path": path, "labels_file": labels_file})
+    return resolve_session_paths(resolved, files, where)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.models.errors import ModelLoadError
 from pipelines.spec import ModelSpec, SessionSpec
 
 if TYPE_CHECKING:  # appliance.policy.files imports the config, which imports this package
@@ -93,8 +94,6 @@ def resolve_session_paths(spec: ModelSpec, files: FilePolicy, where: str) -> Mod
 
     ModelLoadError naming the key for settings that cannot work; FileAccessError for a
     folder the policy refuses."""
-    from appliance.models.session import ModelLoadError  # session.py imports this module
-
     problems = session_problems(spec, where)
     if problems:
         raise ModelLoadError("; ".join(problems))

@@ -5,6 +5,11 @@ providers the config asks for (TensorRT, CUDA, CPU; CPU is always appended last)
 the preferred one is not available it says so in exactly one warning, instead of ONNX
 Runtime's screens of provider-library errors. It then describes the graph as a
 `pipelines.models.ModelInfo`, with class labels from the config or the model's metadata.
+
+`preprocess` (auto, graph, host) decides where a decoder's pixel preprocessing runs: in
+the graph, the session opens the model composed with the decoder's `Prologue`
+(appliance/models/prologue.py) and takes the decoder's BGR uint8 images; `ModelInfo`
+still describes the model file's own input and carries the prologue.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import functools
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +27,11 @@ from typing import Any
 
 import onnxruntime as ort
 
+from appliance.models.errors import ModelLoadError, describe_ort_error
+from appliance.models.prologue import Composed, PrologueError, compose_for_decoder
 from appliance.models.providers import provider_entries
 from appliance.models.warmup import warm_up
+from pipelines.decoders import DecoderError
 from pipelines.models import Dim, ModelInfo, TensorInfo
 from pipelines.spec import ModelSpec, SessionSpec
 
@@ -53,12 +60,6 @@ _DTYPES = {"float": "float32", "double": "float64"}
 # log at 3. Every error that matters is also raised, and reported by us.
 _ORT_ERROR = 3
 _ORT_FATAL = 4
-# "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from x.onnx failed:" → "".
-_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Load model from .* failed:)?")
-
-
-class ModelLoadError(Exception):
-    """A model cannot be loaded; the message names the model id and the file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +71,18 @@ class LoadedModel:
     input_name: str
     output_names: tuple[str, ...]
     requested_providers: tuple[str, ...]  # ORT names, in order of preference
+    # What ONNX Runtime opened: the model file's path, or the composed model (a cached
+    # file's path, or its bytes). A twin session (profiling) opens the same.
+    source: str | bytes
 
     @property
     def id(self) -> str:
         return self.info.id
+
+    @property
+    def session_input(self) -> TensorInfo:
+        """The input the session takes (uint8 [N,H,W,3] when composed; else info.input)."""
+        return _tensor_info(self.session.get_inputs()[0])
 
 
 def load_model(
@@ -82,14 +91,17 @@ def load_model(
     resolve: Callable[[Path], Path],
     *,
     read_text: Callable[[Path], str] | None = None,
+    cache_dir: Path | None = None,
 ) -> LoadedModel:
     """Open `cfg.path` (made absolute by `resolve`, e.g. `AppConfig.resolve`) on the
     configured providers. Raises `ModelLoadError` for a missing file, a file that is not
-    an ONNX model, or a model with more than one input. `read_text` reads the labels
-    file (the runtime passes its file-access policy's reader)."""
+    an ONNX model, a model with more than one input, or `preprocess: graph` that cannot
+    be had. `read_text` reads the labels file (the runtime passes its file-access
+    policy's reader); `cache_dir` keeps composed models (None: composed in memory)."""
     path = resolve(cfg.path)
     if not path.is_file():
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
+    composed = _in_graph(model_id, cfg, path, cache_dir)
     # Providers the config names are asked for, and a miss is warned about. The default
     # (GPU first) asks only for those whose libraries load here: a CPU-only machine
     # runs on the CPU without a warning about a GPU nobody asked for.
@@ -97,10 +109,12 @@ def load_model(
     asked = cfg.providers if explicit else [n for n in cfg.providers if not provider_problem(n)]
     requested = requested_providers(asked)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
-    session, first_error = _open_session(model_id, path, cfg.session, requested)
+    session, first_error, composed = _open(model_id, cfg, path, composed, requested)
     obtained = tuple(session.get_providers())
     _report_providers(model_id, (asked or ["cpu"])[0], obtained, first_error, warn=explicit)
     inputs = tuple(_tensor_info(a) for a in session.get_inputs())
+    if composed is not None:
+        inputs = composed.inputs  # the model file's own: what the decoder checks
     if len(inputs) != 1:
         names = ", ".join(i.name for i in inputs)
         raise ModelLoadError(
@@ -119,11 +133,67 @@ def load_model(
         input_size=cfg.input_size,
         metadata=metadata,
         providers=obtained,
+        prologue=None if composed is None else composed.prologue,
     )
-    loaded = LoadedModel(info, session, inputs[0].name, tuple(o.name for o in outputs), requested)
+    feed = session.get_inputs()[0].name
+    source = str(path) if composed is None else composed.source
+    loaded = LoadedModel(info, session, feed, tuple(o.name for o in outputs), requested, source)
     if cfg.session.warmup:
         warm_up(loaded, cfg)
     return loaded
+
+
+def _open(
+    model_id: str,
+    cfg: ModelSpec,
+    path: Path,
+    composed: Composed | None,
+    requested: tuple[str, ...],
+) -> tuple[ort.InferenceSession, str | None, Composed | None]:
+    """The session of the composed model, else of the file; under `auto`, a composed
+    model that ONNX Runtime refuses falls back to the file, with one warning."""
+    if composed is None:
+        return (*_open_session(model_id, path, str(path), cfg.session, requested), None)
+    try:
+        return (*_open_session(model_id, path, composed.source, cfg.session, requested), composed)
+    except ModelLoadError as exc:
+        if cfg.preprocess == "graph":
+            raise
+        logger.warning("model %r: preprocessing stays on the host: %s", model_id, exc)
+    return (*_open_session(model_id, path, str(path), cfg.session, requested), None)
+
+
+def _in_graph(model_id: str, cfg: ModelSpec, path: Path, cache_dir: Path | None) -> Composed | None:
+    """The model composed with its decoder's prologue, or None: preprocessing on the
+    host (`preprocess: host`; auto, when the decoder has none, the model does not fit
+    it, or the graph does not compose: the last with one warning). `graph` that cannot
+    be had is a ModelLoadError saying why."""
+    if cfg.preprocess == "host":
+        return None
+    graph = cfg.preprocess == "graph"
+    try:
+        composed = compose_for_decoder(model_id, path, cfg.decoder, cfg.input_size, cache_dir)
+    except DecoderError as exc:  # the compiler reports it again for the workflow
+        if graph:
+            reason = str(exc).removeprefix(f"model {model_id!r}: ")
+            raise ModelLoadError(f"model {model_id!r}: preprocess 'graph': {reason}") from exc
+        return None
+    except PrologueError as exc:
+        if graph:
+            raise ModelLoadError(f"model {model_id!r}: preprocess 'graph': {exc}") from exc
+        logger.warning("model %r: preprocessing stays on the host: %s", model_id, exc)
+        return None
+    if composed is None and graph:
+        raise ModelLoadError(
+            f"model {model_id!r}: preprocess 'graph': "
+            + (
+                f"decoder {cfg.decoder!r} has no pixel preprocessing to move into the graph"
+                if cfg.decoder
+                else "the model has no decoder, so no pixel preprocessing to move"
+            )
+            + "; use 'auto' or 'host'"
+        )
+    return composed
 
 
 def requested_providers(names: Sequence[str]) -> tuple[str, ...]:
@@ -136,9 +206,18 @@ class _ProcessDefaults:
     # Intra-op threads of a model that leaves it to us (0): ORT's default (one per core),
     # unless this process is one of `serve --workers N` (share_cores).
     intra_op_threads: int = 0
+    # Where the pool's models composed with a preprocessing prologue are cached (None:
+    # composed in memory at each load, about 0.1 s for CenterFace). The runtime sets
+    # it at startup with `cache_composed_models`.
+    model_cache: Path | None = None
 
 
 PROCESS = _ProcessDefaults()
+
+
+def cache_composed_models(folder: Path | None) -> None:
+    """Keep the pool's composed models in `folder` (created 0700 on first write)."""
+    PROCESS.model_cache = folder
 
 
 def share_cores(processes: int) -> int:
@@ -169,18 +248,23 @@ def session_options(cfg: SessionSpec) -> ort.SessionOptions:
 
 
 def _open_session(
-    model_id: str, path: Path, spec: SessionSpec, providers: tuple[str, ...]
+    model_id: str,
+    path: Path,
+    source: str | bytes,
+    spec: SessionSpec,
+    providers: tuple[str, ...],
 ) -> tuple[ort.InferenceSession, str | None]:
-    """Try the providers, dropping the first one each time creation fails (TensorRT raises
-    when its libraries are missing; CUDA is dropped silently by ORT itself). A failure with
-    CPU alone is the model's fault. Returns the session and the first failure's reason."""
+    """Open `source` (the file at `path`, or its composed model), trying the providers,
+    dropping the first one each time creation fails (TensorRT raises when its libraries
+    are missing; CUDA is dropped silently by ORT itself). A failure with CPU alone is the
+    model's fault. Returns the session and the first failure's reason."""
     first_error: str | None = None
     options = session_options(spec)
     for i in range(len(providers)):
         try:
             # enable_fallback=0: ORT's own fallback prints banners to stdout; we do ours.
             session = ort.InferenceSession(
-                str(path),
+                source,
                 options,
                 providers=provider_entries(providers[i:], spec),
                 enable_fallback=0,
@@ -232,12 +316,6 @@ def provider_problem(name: str) -> str | None:
     except OSError as exc:
         return f"{_DISPLAY_NAMES[name]} libraries not found: {exc}"
     return None
-
-
-def describe_ort_error(exc: Exception) -> str:
-    """An ORT exception's first line, without its code prefix and the repeated path."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return _ORT_PREFIX.sub("", text).strip() or type(exc).__name__
 
 
 def _tensor_info(arg: Any) -> TensorInfo:

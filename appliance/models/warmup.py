@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from appliance.models.errors import ModelLoadError, describe_ort_error
 from pipelines.spec import ModelSpec
 
 logger = logging.getLogger("appliance.models")
@@ -49,7 +50,6 @@ def warm_up(model: Warmable, spec: ModelSpec) -> tuple[int, ...]:
     fixed batch); the sizes it ran, largest first, () when the input's size is unknown
     (skipped, said at DEBUG). ModelLoadError naming the model and the batch size when a
     run fails."""
-    from appliance.models.session import ModelLoadError, describe_ort_error
 
     arg = model.session.get_inputs()[0]
     image = image_dims(list(arg.shape), spec.input_size)

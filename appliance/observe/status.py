@@ -149,6 +149,9 @@ class ModelStatus:
     """Streams and requests using the model now."""
     pinned: bool
     """Declared in the config: never released when idle."""
+    preprocess: str = "host"
+    """Where frames become the model's input: `graph` (composed with the decoder's
+    prologue: the model takes uint8 BGR frames) or `host` (numpy on the stream's thread)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,9 @@ def profiling_session(
     options.profile_file_prefix = str(folder / "ort")
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(loaded.info.path, options, providers=list(loaded.info.providers))
+    # `source`, not the model file: a session composed with a preprocessing prologue
+    # takes uint8 NHWC images, and the twin must take the same batches.
+    return ort.InferenceSession(loaded.source, options, providers=list(loaded.info.providers))
 
 
 def read_profile(session: ort.InferenceSession) -> list[dict[str, Any]]:

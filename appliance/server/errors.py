@@ -32,7 +32,7 @@ from appliance.errors import (
     WindowNotReadyError,
     WindowRequestError,
 )
-from appliance.models.session import ModelLoadError
+from appliance.models.errors import ModelLoadError
 from appliance.policy.masking import mask_url
 from appliance.runtime.oneshot import ImageDecodeError
 from pipelines.errors import WorkflowError, format_location, pydantic_message

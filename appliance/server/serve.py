@@ -19,7 +19,7 @@ from pathlib import Path
 
 from appliance.config import ConfigError
 from appliance.errors import ReloadError
-from appliance.models.session import ModelLoadError
+from appliance.models.errors import ModelLoadError
 from appliance.observe.status import StreamStatus
 from appliance.runtime.runtime import Runtime
 from appliance.server.app import build_app

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appliance.models.session import PROVIDERS, ModelLoadError
+from appliance.models.errors import ModelLoadError
+from appliance.models.session import PROVIDERS
 from appliance.tools.model_bench import BenchError, BenchResult, bench_model, parse_shape
 from appliance.tools.model_compare import (
     DEFAULT_ROUNDS,

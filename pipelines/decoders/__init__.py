@@ -7,6 +7,7 @@ whatever it imports, loads only when a model of its kind is compiled.
 from __future__ import annotations
 
 from pipelines.decoders.base import DecodeOptions, Decoder, DecoderError, DecoderFactory, Transform
+from pipelines.decoders.prologue import Prologue
 from pipelines.importer import import_from_string
 from pipelines.models import ModelInfo
 
@@ -16,9 +17,11 @@ __all__ = [
     "Decoder",
     "DecoderError",
     "DecoderFactory",
+    "Prologue",
     "Transform",
     "build_decoder",
     "decoder_factory",
+    "decoder_prologue",
 ]
 
 DECODERS: dict[str, str] = {
@@ -46,3 +49,14 @@ def build_decoder(info: ModelInfo, options: DecodeOptions) -> Decoder:
     except DecoderError as exc:
         raise DecoderError(f"model {info.id!r}: {exc}") from None
     return factory(info, options)
+
+
+def decoder_prologue(info: ModelInfo) -> Prologue | None:
+    """The pixel preprocessing `info.decoder` can leave to the graph for the model file
+    `info` describes (None: none); DecoderError when the kind is unknown or the model
+    does not fit it."""
+    try:
+        factory = decoder_factory(info.decoder)
+    except DecoderError as exc:
+        raise DecoderError(f"model {info.id!r}: {exc}") from None
+    return factory.prologue(info)

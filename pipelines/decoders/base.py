@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from pipelines.decoders.prologue import Prologue
 from pipelines.models import Dim, ModelInfo, Tensor, TensorInfo
 from pipelines.types import Detections, Image
 
@@ -56,6 +57,12 @@ class Decoder(Protocol):
 class DecoderFactory(Protocol):
     def __call__(self, info: ModelInfo, options: DecodeOptions) -> Decoder: ...
 
+    def prologue(self, info: ModelInfo) -> Prologue | None:
+        """The pixel preprocessing this decoder would do on the host for the model file
+        `info` describes, as a `Prologue` the runtime can put into the graph (None: the
+        kind has none). Raises DecoderError when the model does not fit the kind."""
+        ...
+
 
 # Compile-time checks shared by the decoders. They raise `DecoderError` with the model id,
 # what the decoder expects and what the model declares, so a config mistake reads as one line.
@@ -69,6 +76,22 @@ class ImageInput:
 
     dtype: np.dtype[Any]
     fixed_size: tuple[int, int] | None  # (width, height) when the model fixes both
+
+
+def composed(info: ModelInfo, kind: str, expected: Prologue) -> bool:
+    """Whether the session runs `expected` in its graph (the decoder then hands it BGR
+    uint8 images); DecoderError when the runtime composed some other prologue."""
+    if info.prologue is None:
+        return False
+    if info.prologue != expected:
+        raise mismatch(info, kind, f"the graph prologue {expected}", f"{info.prologue}")
+    return True
+
+
+def bgr_sample(image: Image) -> Tensor:
+    """The geometry's BGR uint8 HxWx3 image as a composed session's sample: as is when
+    C-contiguous (a frame, a resize), else one copy (a view the batcher cannot stack)."""
+    return np.ascontiguousarray(image)
 
 
 def describe(tensors: Sequence[TensorInfo]) -> str:

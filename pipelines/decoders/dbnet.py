@@ -20,6 +20,10 @@ the minimum-area box of pyclipper's round-joined result, with no extra dependenc
 result is the axis-aligned bounding box of that rotated rectangle, in frame pixels, class
 "text" (or the model's first label). The regions do not overlap, so there is no NMS and
 `nms_iou` is unused; `max_detections` keeps the best-scored boxes.
+
+With the runtime's graph prologue (`info.prologue`) the cast and the normalisation, the
+same float32 multiply-add as below, run inside the session; `preprocess` hands over the
+resized BGR uint8 image.
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ import numpy as np
 from pipelines.decoders.base import (
     DecodeOptions,
     Transform,
+    bgr_sample,
     check_image_input,
     check_multiple,
+    composed,
     describe,
     dim_is,
     mismatch,
     resolve_size,
 )
+from pipelines.decoders.prologue import Prologue
 from pipelines.decoders.resize import Resize, boxes_to_frame
 from pipelines.models import ModelInfo, Tensor
 from pipelines.types import Detections, FloatArray, Image
@@ -57,6 +64,13 @@ _STD = np.array([0.229, 0.224, 0.225], np.float32)
 # (x / 255 - mean) / std == x * _SCALE + _SHIFT, per channel, shaped for (3, H, W) planes.
 _SCALE = (1.0 / (255.0 * _STD)).reshape(3, 1, 1)
 _SHIFT = (-_MEAN / _STD).reshape(3, 1, 1)
+# The same normalisation in the graph (float32 values, exact as Python floats).
+PROLOGUE = Prologue(
+    "float32",
+    "NCHW",
+    scale=(float(_SCALE[0, 0, 0]), float(_SCALE[1, 0, 0]), float(_SCALE[2, 0, 0])),
+    offset=(float(_SHIFT[0, 0, 0]), float(_SHIFT[1, 0, 0]), float(_SHIFT[2, 0, 0])),
+)
 
 
 class DbNetDecoder:
@@ -64,18 +78,26 @@ class DbNetDecoder:
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
         _check_output(info)
-        image = check_image_input(info, KIND, "NCHW", ("float32",))
-        size = resolve_size(info, KIND, image)
-        check_multiple(info, KIND, size, SIZE_MULTIPLE)
+        size = _input_size(info)
+        self._in_graph = composed(info, KIND, PROLOGUE)
         self._fixed = None if size is None else Resize(size)
         self._labels = (info.labels[0],) if info.labels else ("text",)
         self._options = options
 
+    @staticmethod
+    def prologue(info: ModelInfo) -> Prologue:
+        """The cast and the ImageNet normalisation, channels kept in BGR order."""
+        _input_size(info)
+        return PROLOGUE
+
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
-        """BGR frame -> float32 [3,H,W] BGR, ImageNet-normalised, H and W multiples of 32."""
+        """BGR frame -> float32 [3,H,W] BGR, ImageNet-normalised, H and W multiples of 32;
+        with the graph prologue, the resized BGR uint8 HxWx3 image."""
         h, w = image.shape[:2]
         resize = self._fixed or limited_resize(w, h)
         resized, transform = resize(image)
+        if self._in_graph:
+            return bgr_sample(resized), transform
         planes = np.stack(cv2.split(resized), dtype=np.float32)  # (3, H, W), B G R
         planes *= _SCALE
         planes += _SHIFT
@@ -136,6 +158,13 @@ def unclipped_boxes(
         [grown[:, 0] * cos + grown[:, 1] * sin, grown[:, 0] * sin + grown[:, 1] * cos], 1
     )
     return np.concatenate([centre - half, centre + half], 1), grown.min(1)
+
+
+def _input_size(info: ModelInfo) -> tuple[int, int] | None:
+    """The configured or fixed input size (checked), else None: sized per frame."""
+    size = resolve_size(info, KIND, check_image_input(info, KIND, "NCHW", ("float32",)))
+    check_multiple(info, KIND, size, SIZE_MULTIPLE)
+    return size
 
 
 def _round_to_multiple(value: float) -> int:

@@ -12,6 +12,9 @@ when the config has none) the dim equal to 4+nc or 5+nc decides. Without it the 
 dim is the channel dim, and a channel-first head reads as v8, a channel-last one as v5
 (their export defaults): give labels to make any other case explicit. Each anchor keeps
 its best class; NMS is class-aware (Ultralytics' default).
+
+With the runtime's graph prologue (`info.prologue`) the channel swap, cast and scaling run
+inside the session; `preprocess` hands over the letterboxed BGR uint8 image.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ import numpy as np
 
 from pipelines.decoders.base import (
     DecodeOptions,
+    ImageInput,
     Transform,
+    bgr_sample,
     check_image_input,
+    composed,
     describe,
     mismatch,
     resolve_size,
 )
 from pipelines.decoders.nms import nms
+from pipelines.decoders.prologue import Prologue, PrologueDtype
 from pipelines.decoders.resize import PAD_GREY, Letterbox, boxes_to_frame, planar_rgb
 from pipelines.models import Dim, ModelInfo, Tensor
 from pipelines.types import Detections, FloatArray, Image, IntArray
@@ -52,17 +59,26 @@ class YoloDecoder:
     """Decoder for raw YOLOv5/v8/v11 detection heads."""
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
-        image = check_image_input(info, KIND, "NCHW", ("float32", "float16"))
+        image = _image_input(info)
         self._labels = info.labels
         self.layout = head_layout(info, len(self._labels) or None)
         self.input_size = resolve_size(info, KIND, image) or DEFAULT_SIZE
         self._letterbox = Letterbox(self.input_size, pad_value=PAD_GREY, center=True)
+        self._in_graph = composed(info, KIND, _prologue(image))
         self._dtype = image.dtype
         self._options = options
 
+    @staticmethod
+    def prologue(info: ModelInfo) -> Prologue:
+        """RGB planes scaled to 0..1 in the model's dtype."""
+        return _prologue(_image_input(info))
+
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
-        """BGR frame -> [3,H,W] RGB 0..1 in the model's dtype."""
+        """BGR frame -> [3,H,W] RGB 0..1 in the model's dtype; with the graph prologue,
+        the letterboxed BGR uint8 HxWx3 image."""
         boxed, transform = self._letterbox(image)
+        if self._in_graph:
+            return bgr_sample(boxed), transform
         return planar_rgb(boxed, self._dtype, _PIXEL_SCALE), transform
 
     def decode(self, outputs: Sequence[Tensor], transform: Transform) -> Detections:
@@ -95,6 +111,16 @@ class YoloDecoder:
         sure = scores >= conf  # v5 only: the product may fall below the threshold
         boxes = table[:4, cols[sure]].T.astype(np.float32)
         return boxes, scores[sure].astype(np.float32), class_ids[sure].astype(np.int64)
+
+
+def _image_input(info: ModelInfo) -> ImageInput:
+    return check_image_input(info, KIND, "NCHW", ("float32", "float16"))
+
+
+def _prologue(image: ImageInput) -> Prologue:
+    scale = float(np.float32(_PIXEL_SCALE))  # planar_rgb multiplies by this float32
+    dtype: PrologueDtype = "float16" if image.dtype == np.float16 else "float32"
+    return Prologue(dtype, "NCHW", reverse_channels=True, scale=(scale, scale, scale))
 
 
 def head_layout(info: ModelInfo, num_classes: int | None) -> HeadLayout:

@@ -36,7 +36,9 @@ MakeBatcher = Callable[..., tuple[ModelBatcher, list[BatchRecord]]]
 
 
 def _load(model_id: str, path: Path, decoder: str = "tf_od") -> LoadedModel:
-    cfg = ModelSpec.model_validate({"path": path, "decoder": decoder, "providers": ["cpu"]})
+    # preprocess: host: the tests feed the model's own input (float for yolo), not frames.
+    spec = {"path": path, "decoder": decoder, "providers": ["cpu"], "preprocess": "host"}
+    cfg = ModelSpec.model_validate(spec)
     return load_model(model_id, cfg, Path.resolve)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from appliance.models.session import ModelLoadError
+from appliance.models.errors import ModelLoadError
 from appliance.tools import model_bench
 from appliance.tools.model_bench import BenchError, BenchResult, bench_model, default_shape
 from appliance.tools.model_cli import add_model_commands
