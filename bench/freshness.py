@@ -410,6 +410,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="measured window, s (default 10; quick 8)")
     parser.add_argument("--warmup", type=float, default=2.0, help="s after the first results")
     parser.add_argument("--settings", help=f"comma-separated, of {', '.join(SETTINGS)}")
+    parser.add_argument(
+        "--name",
+        default="freshness",
+        help="the results file, bench/results/NAME.json: a run of some settings under a "
+        "name of its own leaves the full run's file as it was",
+    )
     args = parser.parse_args()
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.seconds = args.seconds or (8.0 if args.quick else 10.0)
@@ -428,7 +434,7 @@ def main() -> None:
             verdicts |= more_verdicts if reference else {}  # nothing compared without it
     print_summary(metrics, names, verdicts)
     report(
-        "freshness",
+        args.name,
         metrics,
         targets,
         {key: v.met for key, v in verdicts.items()},

@@ -344,8 +344,6 @@ class ModelBatcher:
         model = self._model
         run_start = perf_counter()
         sampled = False
-        self._batches += 1
-        self._samples += len(items)
         try:
             batch = self._stack([item[0] for item in items], size)
             run_start = perf_counter()
@@ -354,8 +352,14 @@ class ModelBatcher:
                 session, sampled = chosen, True
             outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
-            return _Outcome((), exc, run_start, perf_counter() - run_start, sampled)
-        return _Outcome(outputs, None, run_start, perf_counter() - run_start, sampled)
+            outcome = _Outcome((), exc, run_start, perf_counter() - run_start, sampled)
+        else:
+            outcome = _Outcome(outputs, None, run_start, perf_counter() - run_start, sampled)
+        # Counted once the run is over (as `on_batch` is told right after): a reader that
+        # sees `batches` grow sees a finished run.
+        self._batches += 1
+        self._samples += len(items)
+        return outcome
 
     def _finish(self, items: list[_Pending], outcome: _Outcome, inline: bool) -> None:
         """Tell `on_batch`, then resolve the run's futures (its error fails them all)."""

@@ -51,6 +51,10 @@ class PrologueError(Exception):
     """The model's graph is not one a prologue can be composed with; the message says why."""
 
 
+class UnreadableModelError(PrologueError):
+    """The file cannot be read or is no ONNX model: opening it says so in its own words."""
+
+
 def describe_graph(model: onnx.ModelProto) -> tuple[tuple[TensorInfo, ...], tuple[TensorInfo, ...]]:
     """The graph's inputs (initializers excluded, as ONNX Runtime lists them) and outputs."""
     weights = {i.name for i in model.graph.initializer}
@@ -314,9 +318,9 @@ def compose_for_decoder(
         data = path.read_bytes()
         model = onnx.load_model_from_string(data)
     except OSError as exc:
-        raise PrologueError(f"cannot read the model file: {exc.strerror or exc}") from exc
+        raise UnreadableModelError(f"cannot read the model file: {exc.strerror or exc}") from exc
     except DecodeError as exc:
-        raise PrologueError(f"the file does not parse as an ONNX model: {exc}") from exc
+        raise UnreadableModelError(f"the file does not parse as an ONNX model: {exc}") from exc
     if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
         # Its weights live beside the file; a composed copy elsewhere would lose them.
         raise PrologueError("the model keeps its weights in external data files")

@@ -28,7 +28,12 @@ from typing import Any
 import onnxruntime as ort
 
 from appliance.models.errors import ModelLoadError, describe_ort_error
-from appliance.models.prologue import Composed, PrologueError, compose_for_decoder
+from appliance.models.prologue import (
+    Composed,
+    PrologueError,
+    UnreadableModelError,
+    compose_for_decoder,
+)
 from appliance.models.providers import provider_entries
 from appliance.models.warmup import warm_up
 from pipelines.decoders import DecoderError
@@ -138,7 +143,8 @@ def load_model(
     feed = session.get_inputs()[0].name
     source = str(path) if composed is None else composed.source
     loaded = LoadedModel(info, session, feed, tuple(o.name for o in outputs), requested, source)
-    if cfg.session.warmup:
+    warmup = cfg.session.warmup
+    if warmup is True or (warmup == "auto" and obtained[0] != PROVIDERS["cpu"]):
         warm_up(loaded, cfg)
     return loaded
 
@@ -181,6 +187,8 @@ def _in_graph(model_id: str, cfg: ModelSpec, path: Path, cache_dir: Path | None)
     except PrologueError as exc:
         if graph:
             raise ModelLoadError(f"model {model_id!r}: preprocess 'graph': {exc}") from exc
+        if isinstance(exc, UnreadableModelError):
+            return None  # opening the file reports why, once
         logger.warning("model %r: preprocessing stays on the host: %s", model_id, exc)
         return None
     if composed is None and graph:

@@ -217,10 +217,11 @@ def test_load_yaml_unlocated_value_errors(text: str) -> None:
     check_load_yaml(text)
 
 
-# Two examples and the one below: each runs the parser into the recursion limit (0.6 s),
-# the same path at every depth past it.
+# Two examples and the one below: each runs the parser into the recursion limit, the same
+# path at every depth past it: 0.2 s at 1000 levels, but 1.8 to 2.0 s past 2000 on this
+# machine's slow state (the error's unwinding), so the budget for "no hang" is 5 s here.
 @fuzz(2)
 @example(text="[" * 1000)
 @given(st.integers(1000, 3000).map(lambda n: "[" * n))
 def test_load_yaml_deep_nesting(text: str) -> None:
-    check_load_yaml(text)
+    check_load_yaml(text, budget_s=5.0)

@@ -68,15 +68,17 @@ def test_each_batch_size_runs_once_largest_first(
     assert "model 'm': warmed up batch sizes 4, 2, 1 in " in caplog.text
 
 
-def test_load_model_warms_up_unless_told_not_to(
+def test_load_model_warms_up_when_told_and_on_a_gpu_by_default(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = relu_model(tmp_path / "fixed.onnx", [2, 3, 8, 8])  # a fixed batch of 2
     caplog.set_level(logging.INFO, logger="appliance.models")
-    load(path, tmp_path)
+    load(path, tmp_path, session={"warmup": True})
     assert "model 'm': warmed up batch sizes 2 in " in caplog.text
     caplog.clear()
     load(path, tmp_path, session={"warmup": False})
+    assert "warmed up" not in caplog.text
+    load(path, tmp_path)  # auto: on a GPU provider only, and this one runs on the CPU
     assert "warmed up" not in caplog.text
 
 
@@ -105,7 +107,7 @@ def test_a_failing_run_is_a_load_error_naming_model_and_batch(tmp_path: Path) ->
     path = tmp_path / "one.onnx"
     onnx.save(model, str(path))
     with pytest.raises(ModelLoadError, match=r"^model 'm': warm-up with batch size 2 failed: "):
-        load(path, tmp_path, batching={"max_batch_size": 2})
+        load(path, tmp_path, batching={"max_batch_size": 2}, session={"warmup": True})
 
 
 @pytest.mark.parametrize(
