@@ -106,13 +106,14 @@ def load_model(
     path = resolve(cfg.path)
     if not path.is_file():
         raise ModelLoadError(f"model {model_id!r}: file not found: {path}")
-    composed = _in_graph(model_id, cfg, path, cache_dir)
     # Providers the config names are asked for, and a miss is warned about. The default
     # (GPU first) asks only for those whose libraries load here: a CPU-only machine
     # runs on the CPU without a warning about a GPU nobody asked for.
     explicit = "providers" in cfg.model_fields_set
     asked = cfg.providers if explicit else [n for n in cfg.providers if not provider_problem(n)]
     requested = requested_providers(asked)
+    on_gpu = any(n != "cpu" and not provider_problem(n) for n in asked)
+    composed = _in_graph(model_id, cfg, path, cache_dir, on_gpu)
     ort.set_default_logger_severity(_ORT_FATAL)  # provider-library errors: we warn once
     session, first_error, composed = _open(model_id, cfg, path, composed, requested)
     obtained = tuple(session.get_providers())
@@ -169,12 +170,17 @@ def _open(
     return (*_open_session(model_id, path, str(path), cfg.session, requested), None)
 
 
-def _in_graph(model_id: str, cfg: ModelSpec, path: Path, cache_dir: Path | None) -> Composed | None:
+def _in_graph(
+    model_id: str, cfg: ModelSpec, path: Path, cache_dir: Path | None, on_gpu: bool
+) -> Composed | None:
     """The model composed with its decoder's prologue, or None: preprocessing on the
     host (`preprocess: host`; auto, when the decoder has none, the model does not fit
     it, or the graph does not compose: the last with one warning). `graph` that cannot
     be had is a ModelLoadError saying why."""
-    if cfg.preprocess == "host":
+    if cfg.preprocess == "host" or (cfg.preprocess == "auto" and not on_gpu):
+        # auto on the CPU: host. ONNX Runtime's cast, scale and transpose cost more CPU
+        # than numpy's (CenterFace at 960x540: +6 ms a run against 1.9 ms saved on the
+        # stream's thread; bench/results/data_path.json, the `graph` arm).
         return None
     graph = cfg.preprocess == "graph"
     try:

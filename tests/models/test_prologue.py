@@ -16,7 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from appliance.models import LoadedModel, ModelLoadError, load_model
-from appliance.models.prologue import compose
+from appliance.models.prologue import Composed, compose
+from appliance.models.session import _in_graph
 from appliance.profiling.ort_profile import profiling_session, read_profile
 from pipelines.decoders.centerface import CenterFaceDecoder
 from pipelines.decoders.dbnet import PROLOGUE as DBNET_PROLOGUE
@@ -32,7 +33,7 @@ CENTERFACE = MODELS / "centerface.onnx"
 
 
 def _load(
-    path: Path, decoder: str | None, preprocess: str = "auto", cache: Path | None = None
+    path: Path, decoder: str | None, preprocess: str = "graph", cache: Path | None = None
 ) -> LoadedModel:
     spec = ModelSpec.model_validate(
         {
@@ -176,6 +177,19 @@ def test_a_corrupt_cache_entry_is_rebuilt(
         np.testing.assert_array_equal(got, want)
 
 
+def _auto_on_a_gpu(path: Path, decoder: str, model_id: str = "m") -> Composed | None:
+    """What `preprocess: auto` composes where the session runs on a GPU provider (on the
+    CPU auto is the host, whatever the model): the rule itself, as load_model asks it."""
+    spec = ModelSpec.model_validate({"path": path, "decoder": decoder, "preprocess": "auto"})
+    return _in_graph(model_id, spec, path, None, on_gpu=True)
+
+
+def test_auto_is_the_host_on_the_cpu_and_the_graph_on_a_gpu() -> None:
+    assert _load(CENTERFACE, "centerface", "auto").info.prologue is None
+    composed = _auto_on_a_gpu(CENTERFACE, "centerface")
+    assert composed is not None and composed.prologue.reverse_channels
+
+
 def test_graph_without_a_decoder_is_a_config_error() -> None:
     with pytest.raises(ModelLoadError) as caught:
         _load(CENTERFACE, None, "graph")
@@ -183,24 +197,21 @@ def test_graph_without_a_decoder_is_a_config_error() -> None:
         "model 'centerface': preprocess 'graph': the model has no decoder, so no pixel "
         "preprocessing to move; use 'auto' or 'host'"
     )
-    assert _load(CENTERFACE, None).session_input.dtype == "float32"  # auto: host
+    assert _load(CENTERFACE, None, "auto").session_input.dtype == "float32"  # auto: host
 
 
 def test_graph_for_a_model_that_does_not_fit_its_decoder(tmp_path: Path) -> None:
     path = _identity(tmp_path / "half.onnx", TensorProto.FLOAT16)
     with pytest.raises(ModelLoadError, match=r"preprocess 'graph': decoder 'dbnet' expects"):
         _load(path, "dbnet", "graph")
-    assert _load(path, "dbnet").info.prologue is None  # auto: the compiler says why
+    assert _auto_on_a_gpu(path, "dbnet") is None  # auto: the compiler says why
 
 
 def test_a_graph_that_does_not_compose_warns_once_under_auto(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = _identity(tmp_path / "old.onnx", opset=8)  # older than ConstantOfShape
-    model = _load(path, "centerface")
-
-    assert model.info.prologue is None
-    assert model.session_input.dtype == "float32"
+    assert _auto_on_a_gpu(path, "centerface", "old") is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [
         "model 'old': preprocessing stays on the host: the model's opset 8 is older than 9"
@@ -227,8 +238,7 @@ def test_a_model_with_external_weights_stays_on_the_host(
     path = tmp_path / "scaled.onnx"
     onnx.save(model, path, save_as_external_data=True, size_threshold=0, location="w.bin")
 
-    loaded = _load(path, "dbnet")
-    assert loaded.info.prologue is None and loaded.session_input.dtype == "float32"
+    assert _auto_on_a_gpu(path, "dbnet", "scaled") is None
     assert "external data" in caplog.text
     with pytest.raises(ModelLoadError, match=r"'scaled': preprocess 'graph': .*external data"):
         _load(path, "dbnet", "graph")

@@ -76,17 +76,15 @@ def test_large_frames_are_scaled_down_and_boxes_scaled_back(
     image = np.full((1080, 1920, 3), 235, np.uint8)
     line = draw_line(image, "CAMERA 07 PARKING", (120, 300), 3.2, 20, 6)
     sample, transform = decoder.preprocess(image)
-    # Long side 960, 540 rounded up to 544; the model's prologue takes uint8 BGR.
-    assert sample.shape == (544, 960, 3) and sample.dtype == np.uint8
+    assert sample.shape == (3, 544, 960)  # long side 960, 540 rounded up to 544
     assert (transform.scale_x, transform.scale_y) == (0.5, 544 / 1080)
     assert_finds(detect(text_det, decoder, image), [line])
 
 
-def test_sample_is_bgr_imagenet_normalised(text_det: ModelBatcher) -> None:
-    host = dataclasses.replace(text_det.info, prologue=None)  # preprocess: host
+def test_sample_is_bgr_imagenet_normalised(decoder: Decoder) -> None:
     image = np.zeros((540, 960, 3), np.uint8)
     image[..., 0] = 255  # blue: PP-OCR feeds cv2's BGR planes in that order
-    sample, _ = build_decoder(host, DecodeOptions()).preprocess(image)
+    sample, _ = decoder.preprocess(image)
     assert sample.shape == (3, 544, 960) and sample.dtype == np.float32
     expected = [(1 - 0.485) / 0.229, -0.456 / 0.224, -0.406 / 0.225]
     np.testing.assert_allclose(np.asarray(sample, np.float32)[:, 100, 100], expected, rtol=1e-5)
@@ -95,7 +93,7 @@ def test_sample_is_bgr_imagenet_normalised(text_det: ModelBatcher) -> None:
 def test_configured_size_is_used(text_det: ModelBatcher) -> None:
     info = dataclasses.replace(text_det.info, input_size=(640, 384))
     sample, transform = build_decoder(info, DecodeOptions()).preprocess(grass())
-    assert sample.shape == (384, 640, 3)  # uint8 BGR for the model's prologue
+    assert sample.shape == (3, 384, 640)
     assert (transform.scale_x, transform.scale_y) == (640 / 960, 384 / 540)
 
 

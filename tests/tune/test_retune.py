@@ -26,9 +26,7 @@ from tests.tune.conftest import (
     all_processing,
 )
 
-# A frame at the faces model's input size, as the setup declares it: the model is composed
-# with its prologue (preprocess: auto), so it takes uint8 BGR frames.
-FACES_SAMPLE = (192, 320, 3)
+FACES_SAMPLE = (3, 192, 320)  # the faces model's input, as the setup declares it
 
 
 def burst(batcher: ModelBatcher, samples: int) -> list[int]:
@@ -44,7 +42,7 @@ def burst(batcher: ModelBatcher, samples: int) -> list[int]:
 
     batcher.on_batch = seen
     try:
-        futures = batcher.submit_many([np.zeros(FACES_SAMPLE, np.uint8)] * samples, "burst")
+        futures = batcher.submit_many([np.zeros(FACES_SAMPLE, np.float32)] * samples, "burst")
         wait(futures, timeout=30)
     finally:
         batcher.on_batch = hook
