@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe and print its report."""
     if args.variant or args.compare:
         return cmd_compare(args)
-    try:
+
+    def run() -> str:
         result = bench_model(
             args.model,
             batch=args.batch,
@@ -135,14 +137,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             profile_path=args.profile,
             progress=_progress,
         )
-    except ModelLoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_LOAD_ERROR
-    except BenchError as exc:
-        print(f"error: {args.model}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(json.dumps(result.to_dict()) if args.json else format_result(result))
-    return 0
+        return json.dumps(result.to_dict()) if args.json else format_result(result)
+
+    return _reported(args.model, run)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -151,7 +148,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if clash:
         print(f"error: --{clash[0]} does not go with --variant/--compare", file=sys.stderr)
         return EXIT_USAGE
-    try:
+
+    def run() -> str:
         result = compare_variants(
             args.model,
             list(VARIANTS) if args.compare else args.variant,
@@ -163,13 +161,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
             threads=args.threads,
             progress=_progress,
         )
+        return json.dumps(result.to_dict()) if args.json else format_comparison(result)
+
+    return _reported(args.model, run)
+
+
+def _reported(model: Path, run: Callable[[], str]) -> int:
+    """Print what `run` returns (exit 0), or the error: a model that does not load (1),
+    a bench that cannot run as asked (2)."""
+    try:
+        text = run()
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_LOAD_ERROR
     except BenchError as exc:
-        print(f"error: {args.model}: {exc}", file=sys.stderr)
+        print(f"error: {model}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(result.to_dict()) if args.json else format_comparison(result))
+    print(text)
     return 0
 
 

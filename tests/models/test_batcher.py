@@ -12,7 +12,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
-import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -23,39 +22,16 @@ from appliance.models import (
     ModelBatcher,
     ModelRunError,
     ModelStoppedError,
-    load_model,
 )
 from pipelines.models import Tensor
-from pipelines.spec import BatchingSpec, ModelSpec
-from tests.support.models import MODELS, REPO
+from pipelines.spec import BatchingSpec
+from tests.models.conftest import load_cpu
+from tests.support.models import REPO
 
 TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
 IMAGES = REPO / "configs" / "media" / "sources"
 
 MakeBatcher = Callable[..., tuple[ModelBatcher, list[BatchRecord]]]
-
-
-def _load(model_id: str, path: Path, decoder: str = "tf_od") -> LoadedModel:
-    # preprocess: host: the tests feed the model's own input (float for yolo), not frames.
-    spec = {"path": path, "decoder": decoder, "providers": ["cpu"], "preprocess": "host"}
-    cfg = ModelSpec.model_validate(spec)
-    return load_model(model_id, cfg, Path.resolve)
-
-
-@pytest.fixture(scope="module")
-def person() -> LoadedModel:
-    return _load("person", MODELS / "person_ssdlite.onnx")
-
-
-@pytest.fixture(scope="module")
-def frames() -> list[Tensor]:
-    """Three real photos as person_ssdlite samples: RGB uint8 [300, 300, 3]."""
-    out: list[Tensor] = []
-    for name in ("astronaut", "camera", "grass"):
-        bgr = cv2.imread(str(IMAGES / f"{name}.png"))
-        assert bgr is not None, f"cannot read {name}.png"
-        out.append(np.ascontiguousarray(cv2.resize(bgr, (300, 300))[:, :, ::-1]))
-    return out
 
 
 @pytest.fixture
@@ -182,7 +158,7 @@ def test_batched_outputs_equal_per_sample_runs(
 def test_fixed_batch_model_is_fed_one_sample_per_run(
     yolov8_fixed_batch_model: Path, make_batcher: MakeBatcher
 ) -> None:
-    yolo = _load("fall", yolov8_fixed_batch_model, decoder="yolo")
+    yolo = load_cpu("fall", yolov8_fixed_batch_model, decoder="yolo")
     rng = np.random.default_rng(0)
     samples = [rng.random((3, 640, 640), dtype=np.float32) for _ in range(3)]
     batcher, records = make_batcher(yolo, max_batch_size=4, max_queue_delay_ms=0, start=False)
@@ -199,7 +175,7 @@ def test_fixed_batch_model_is_fed_one_sample_per_run(
 def test_short_chunk_of_a_fixed_batch_is_zero_padded(
     doubling_model_path: Path, make_batcher: MakeBatcher
 ) -> None:
-    double = _load("double", doubling_model_path)  # y = x + x, batch fixed at 2
+    double = load_cpu("double", doubling_model_path)  # y = x + x, batch fixed at 2
     samples = [np.full(3, i, dtype=np.float32) for i in (1, 2, 3)]
     batcher, records = make_batcher(double, max_batch_size=4, max_queue_delay_ms=0, start=False)
     futures = [batcher.submit(s) for s in samples]

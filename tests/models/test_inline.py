@@ -11,7 +11,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 
-import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -22,37 +21,16 @@ from appliance.models import (
     ModelBatcher,
     ModelRunError,
     ModelStoppedError,
-    load_model,
 )
 from pipelines.models import Tensor
-from pipelines.spec import BatchingSpec, ModelSpec
-from tests.support.models import MODELS, REPO
+from pipelines.spec import BatchingSpec
+from tests.models.conftest import load_cpu
+from tests.support.models import REPO
 
 TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
 IMAGES = REPO / "configs" / "media" / "sources"
 Run = tuple[BatchRecord, str]  # a record and the name of the thread that ran it
 MakeBatcher = Callable[..., tuple[ModelBatcher, list[Run]]]
-
-
-def _load(model_id: str, path: Path, decoder: str = "tf_od") -> LoadedModel:
-    cfg = ModelSpec.model_validate({"path": path, "decoder": decoder, "providers": ["cpu"]})
-    return load_model(model_id, cfg, Path.resolve)
-
-
-@pytest.fixture(scope="module")
-def person() -> LoadedModel:
-    return _load("person", MODELS / "person_ssdlite.onnx")
-
-
-@pytest.fixture(scope="module")
-def frames() -> list[Tensor]:
-    """Three real photos as person_ssdlite samples: RGB uint8 [300, 300, 3]."""
-    out: list[Tensor] = []
-    for name in ("astronaut", "camera", "grass"):
-        bgr = cv2.imread(str(IMAGES / f"{name}.png"))
-        assert bgr is not None, f"cannot read {name}.png"
-        out.append(np.ascontiguousarray(cv2.resize(bgr, (300, 300))[:, :, ::-1]))
-    return out
 
 
 @pytest.fixture
@@ -242,7 +220,7 @@ def test_a_frames_crops_run_inline_in_batches(
 def test_a_fixed_batch_is_padded_inline(
     doubling_model_path: Path, make_batcher: MakeBatcher
 ) -> None:
-    double = _load("double", doubling_model_path)  # y = x + x, batch fixed at 2
+    double = load_cpu("double", doubling_model_path)  # y = x + x, batch fixed at 2
     batcher, runs = make_batcher(double, producers=1, max_batch_size=4)
     samples = [np.full(3, i, dtype=np.float32) for i in (1, 2, 3)]
     results = [f.result(0) for f in batcher.submit_many(samples, "cam")]
