@@ -37,7 +37,7 @@ median of the rounds' ratios with its bootstrap 95 % interval:
   are reported beside it, not judged;
 - saturation fps does not fall: met when the interval's lower bound is >= 0.97.
 
-    python bench/data_path.py [--quick] [--rounds N]   # quick: 2 rounds, under 60 s
+    python bench/data_path.py [--quick] [--rounds N]   # quick: 1 round, under 60 s
 """
 
 from __future__ import annotations
@@ -416,12 +416,12 @@ def how(args: Any, kind: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = bench_parser((__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, help="rounds (default 8; quick 2)")
+    parser.add_argument("--rounds", type=int, help="rounds (default 8; quick 1)")
     args = parser.parse_args()
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
     quick = args.quick
-    args.rounds = args.rounds or (2 if quick else 8)
+    args.rounds = args.rounds or (1 if quick else 8)
     # Results skipped before the window (model warm-up, the first allocations), frames in it.
     args.skip, args.frames = (3, 10) if quick else (20, 150)
     args.warmup, args.seconds = (0.5, 2.0) if quick else (3.0, 10.0)
