@@ -82,8 +82,8 @@ class SessionSpec(_Strict):
     # Run each batch size the model will see once at load, so the first frames do not
     # pay for allocation, kernel selection or engine builds (when the input size is known).
     # auto: on a GPU provider only. On the CPU a first run costs little (no kernel search,
-    # no engine build), and a warm-up at a reload takes the cores from running streams:
-    # 1.75 s of CenterFace at 960x544 made the regression watch see every block slower.
+    # no engine build), and a warm-up at a reload takes the cores from running streams
+    # (in tests/watch, a CenterFace warm-up made the watch see unrelated blocks slower).
     warmup: bool | Literal["auto"] = "auto"
     tensorrt: TensorRTSpec = TensorRTSpec()
     cuda: CUDASpec = CUDASpec()

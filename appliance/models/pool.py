@@ -84,7 +84,7 @@ class ModelPool:
         idle_models: int = 2,
     ) -> None:
         self._metrics = metrics
-        # Every model's batches, under that model's run lock: on its batcher thread, or
+        # Every model's batches, after each run: on the model's batcher thread, or
         # on a stream's for an inline run (BatchRecord.model_id).
         self._on_batch = on_batch
         self._max_models = max_models

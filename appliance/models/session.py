@@ -178,9 +178,9 @@ def _in_graph(
     it, or the graph does not compose: the last with one warning). `graph` that cannot
     be had is a ModelLoadError saying why."""
     if cfg.preprocess == "host" or (cfg.preprocess == "auto" and not on_gpu):
-        # auto on the CPU: host. ONNX Runtime's cast, scale and transpose cost more CPU
-        # than numpy's (CenterFace at 960x540: +6 ms a run against 1.9 ms saved on the
-        # stream's thread; bench/results/data_path.json, the `graph` arm).
+        # auto on the CPU: host. ONNX Runtime's cast, scale and transpose cost the process
+        # more CPU per frame than numpy's (bench/results/data_path.json, the `graph` arm
+        # against `today`: faces.graph.c_ratio and fps_ratio).
         return None
     graph = cfg.preprocess == "graph"
     try:

@@ -454,7 +454,7 @@ class Runtime:
         return self.pool.handles
 
     def _on_batch(self, record: BatchRecord) -> None:
-        """Every model batch (under its run lock, on the batcher thread or, inline, a
+        """Every model batch (after its run, on the batcher thread or, inline, a
         stream's): its spans, then the watch's samples."""
         self.profiler.on_batch(record)
         self.watch.models(record)

@@ -92,7 +92,7 @@ class ModelRecorder:
         self.paused_until = 0.0  # every model: a profiling window runs
 
     def __call__(self, rec: BatchRecord) -> None:
-        """The pool's on_batch hook, under the model's run lock: on its batcher thread, or on
+        """The pool's on_batch hook, after each run: on the model's batcher thread, or on
         a stream's thread for an inline run."""
         if not rec.ok or rec.ort_profiled:
             return  # a failed run, or one ORT's profiler made slower (about 1.5 times)
@@ -109,7 +109,8 @@ class ModelRecorder:
             waits.put((round(wait * 1e6),))
 
     def _first_batch(self, model_id: str, now: float) -> None:
-        # setdefault: a dict insert is atomic; a model's runs are one at a time (run lock).
+        # setdefault: a dict insert is atomic, so two threads (the batcher's and an inline
+        # run's) cannot make two rings; Ring.put takes its own lock.
         self.waits.setdefault(model_id, Ring(1, self._size))
         self.runs.setdefault(model_id, Ring(1, self._size))
         self.skip_until.setdefault(model_id, now + self._warmup_s)
