@@ -23,21 +23,18 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnxruntime as ort
 
 from appliance.models.errors import ModelLoadError, describe_ort_error
-from appliance.models.prologue import (
-    Composed,
-    PrologueError,
-    UnreadableModelError,
-    compose_for_decoder,
-)
 from appliance.models.providers import provider_entries
 from appliance.models.warmup import warm_up
 from pipelines.decoders import DecoderError
 from pipelines.models import Dim, ModelInfo, TensorInfo
+
+if TYPE_CHECKING:
+    from appliance.models.prologue import Composed
 from pipelines.spec import ModelSpec, SessionSpec
 
 logger = logging.getLogger("appliance.models")
@@ -182,6 +179,10 @@ def _in_graph(
         # more CPU per frame than numpy's (bench/results/data_path.json, the `graph` arm
         # against `today`: faces.graph.c_ratio and fps_ratio).
         return None
+    # Imported here: `onnx` takes about 1 s to import (ml_dtypes' extension, seen with
+    # python -X importtime), which every CLI command and worker process would pay.
+    from appliance.models.prologue import PrologueError, UnreadableModelError, compose_for_decoder
+
     graph = cfg.preprocess == "graph"
     try:
         composed = compose_for_decoder(model_id, path, cfg.decoder, cfg.input_size, cache_dir)

@@ -5,6 +5,8 @@ with `trace diff`'s rule after the host's own slowdown is taken out (judge.py).
 A row with no baseline learns one: `learn_s` of samples after the stream's warm-up, kept in
 the store beside the traces. A row slower for `confirm_intervals` comparisons in a row is a
 regression (rows.py says what is raised); it ends after `recover_intervals` that are not.
+A row whose interval brought too few samples to judge (a stream at a few fps) is held
+and judged with the next interval's.
 On a new regression the watch opens a profiling window itself (ONNX Runtime operators too
 when a model is involved), at most once per stream per `cooldown_s`, and the event links it.
 
@@ -24,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
 from appliance.watch.config import WatchConfig
@@ -83,6 +87,9 @@ class Watch:
         self._streams: dict[str, _Stream] = {}
         self._learning: dict[str, tuple[str, str, Learning]] = {}  # key -> kind, name, data
         self._evidence_at: dict[str, float] = {}  # stream -> monotonic time of its last window
+        # Rows whose interval brought fewer than MIN_SAMPLES (a stream at a few fps, a
+        # rarely gated block): held for the next comparison, which judges them together.
+        self._held: dict[str, Samples] = {}
         self._last = time.perf_counter()
         self._lock = threading.RLock()  # the watch's state, for the API's readers
         self._stop = threading.Event()
@@ -102,6 +109,7 @@ class Watch:
             # A baseline half learned before a (re)start would mix two workflows' samples.
             for key in self._keys_of(stream_id, stream, models=False):
                 self._learning.pop(key, None)
+                self._held.pop(key, None)
         return recorder
 
     def detach(self, stream_id: str) -> None:
@@ -138,6 +146,7 @@ class Watch:
                     self.models.skip(model_id, self.config.warmup_s)
                     for key in (row_key("model", model_id), row_key("queue", model_id)):
                         self._learning.pop(key, None)
+                        self._held.pop(key, None)
 
     @contextmanager
     def still(self) -> Iterator[None]:
@@ -158,6 +167,7 @@ class Watch:
             self.store.drop(keys)
             for key in keys:
                 self._learning.pop(key, None)
+                self._held.pop(key, None)
             self.rows.forget(keys, "re-baselined")
         return keys
 
@@ -238,8 +248,14 @@ class Watch:
         out: dict[str, tuple[str, str, Samples]] = {}
 
         def add(kind: str, name: str, values: Samples) -> None:
-            if values.size:
-                out[row_key(kind, name)] = (kind, name, self._window(values))
+            key = row_key(kind, name)
+            held = self._held.pop(key, None)
+            if held is not None:
+                values = np.concatenate((held, values))[-self.ring_size :]
+            if values.size >= MIN_SAMPLES:
+                out[key] = (kind, name, self._window(values))
+            elif values.size:  # too few to judge (a slow stream): the next interval adds
+                self._held[key] = values
 
         for stream_id, stream in self._streams.items():
             cols = stream.recorder.ring.take()
