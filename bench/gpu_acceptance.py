@@ -47,6 +47,7 @@ import numpy as np
 from appliance.config import AppConfig, parse_config
 from appliance.runtime.runtime import Runtime
 from appliance.sources.config import HWAccelName
+from appliance.tools.doctor import gpu_row
 from bench._common import (
     ROOT,
     FirstResults,
@@ -118,10 +119,10 @@ class Gpu:
         return self._handle is not None
 
     def sample(self) -> tuple[float, float]:
-        """(utilisation % over NVML's last sample period, memory used MiB) now."""
-        util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
-        memory = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / (1024 * 1024)
-        return float(util), float(memory)
+        """(utilisation % over NVML's last sample period, memory used MiB) now: the
+        row `appliance doctor` reads (NVML initialised once here, not per sample)."""
+        row = gpu_row(self._nvml, 0)
+        return float(row["utilization_percent"]), float(row["memory_used_mib"])
 
 
 class GpuSampler:

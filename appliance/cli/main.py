@@ -285,15 +285,12 @@ def _cache_composed_models(config: AppConfig) -> None:
     """Models composed with their preprocessing (appliance/models/prologue.py) are kept
     in `<state_dir>/cache`, else in the user's cache folder ($XDG_CACHE_HOME/appliance),
     so a restart does not compose them again."""
+    from appliance.models.providers import user_cache_dir
     from appliance.models.session import cache_composed_models
     from appliance.runtime.statefile import state_folder
 
     found = state_folder(config)
-    if found is not None:
-        cache_composed_models(found[0] / "cache")
-        return
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    cache_composed_models((Path(xdg) if xdg else Path.home() / ".cache") / "appliance")
+    cache_composed_models(user_cache_dir() if found is None else found[0] / "cache")
 
 
 def _become_worker(worker: Shard, shard: Shard | None) -> Shard:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import onnx
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from onnx import TensorProto, helper, numpy_helper
 
+from appliance.atomic import write_atomic
 from pipelines.decoders import decoder_prologue
 from pipelines.decoders.prologue import Prologue
 from pipelines.models import Dim, ModelInfo, TensorInfo
@@ -44,7 +43,6 @@ logger = logging.getLogger("appliance.models")
 COMPOSER_VERSION = 1  # bump when compose() builds a different graph for the same inputs
 MIN_OPSET = 9  # ConstantOfShape (padding) and Cast with `to` as an int
 _DTYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8}
-_CACHE_MODE = 0o700  # the cache folder: models may be private
 
 
 class PrologueError(Exception):
@@ -108,7 +106,7 @@ def composed_source(
         return str(path)
     blob = _serialized(compose(model, prologue))
     try:
-        _write_atomic(path, blob)
+        write_atomic(path, blob)
     except OSError as exc:
         logger.warning("model cache %s: cannot write (%s); composed in memory", path, exc)
         return blob
@@ -251,18 +249,6 @@ def _usable(path: Path, model: onnx.ModelProto) -> bool:
         return True
     logger.warning("model cache %s: not the composed model; composing it again", path)
     return False
-
-
-def _write_atomic(path: Path, blob: bytes) -> None:
-    path.parent.mkdir(mode=_CACHE_MODE, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _default_opset(model: onnx.ModelProto) -> int:

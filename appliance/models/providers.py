@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.models.errors import ModelLoadError
+from pipelines.models import Dim
 from pipelines.spec import ModelSpec, SessionSpec
 
 if TYPE_CHECKING:  # appliance.policy.files imports the config, which imports this package
@@ -33,16 +34,20 @@ _MIB = 1 << 20  # trt_max_workspace_size is in bytes; the config says MB
 # Nodes that make a model explicitly quantized: TensorRT takes INT8 scales from them
 # instead of a calibration table (TensorRT docs, "Explicit Quantization").
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
-_CHANNELS = 3  # a frame's colour channels: the dim that marks the layout
+
+
+def user_cache_dir() -> Path:
+    """The appliance's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache): what
+    can be rebuilt (TensorRT engines, composed models), kept across restarts."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "appliance"
 
 
 def default_engine_cache() -> Path:
     """Where TensorRT engines go when `session.tensorrt.engine_cache` is not set: the
-    user's cache folder (XDG_CACHE_HOME, else ~/.cache), not the model's folder, which
-    may be read-only. ORT names each engine by the model's hash, its input shapes and the
-    GPU, so models share the folder safely."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "appliance" / "tensorrt"
+    user's cache folder, not the model's folder, which may be read-only. ORT names each
+    engine by the model's hash, its input shapes and the GPU, so models share it safely."""
+    return user_cache_dir() / "tensorrt"
 
 
 def provider_entries(names: Sequence[str], session: SessionSpec) -> list[ProviderEntry]:
@@ -130,13 +135,16 @@ def _graph_problems(spec: ModelSpec, key: str) -> list[str]:
     """The checks that read the model's graph (only when graphs or int8 ask for them)."""
     import onnx
 
+    from appliance.models.prologue import describe_graph  # imports onnx: only here
+
     try:
         model = onnx.load(str(spec.path), load_external_data=False)
     except Exception as exc:  # OSError, protobuf's DecodeError: said, not swallowed
         return [f"{key}: cannot read the model's graph to check these options: {exc}"]
     problems = []
-    if spec.session.cuda.graphs:
-        problems += _cuda_graph_problems(spec, model.graph, key)
+    inputs, _ = describe_graph(model)
+    if spec.session.cuda.graphs and inputs:
+        problems += _cuda_graph_problems(spec, inputs[0].shape, key)
     if spec.session.tensorrt.int8 and not any(n.op_type in _QDQ for n in model.graph.node):
         problems.append(
             f"{key}.tensorrt.int8: the model has no QuantizeLinear/DequantizeLinear nodes, "
@@ -146,20 +154,16 @@ def _graph_problems(spec: ModelSpec, key: str) -> list[str]:
     return problems
 
 
-def _cuda_graph_problems(spec: ModelSpec, graph: Any, key: str) -> list[str]:
+def _cuda_graph_problems(spec: ModelSpec, dims: tuple[Dim, ...], key: str) -> list[str]:
     """CUDA graphs replay one captured run, so every input dim must stay the same."""
-    dims = input_dims(graph)
-    if dims is None:
-        return []
     problems = []
-    fixed = [d for d in dims[1:] if d is not None]
-    if len(fixed) < len(dims) - 1 and spec.input_size is None:
+    if not all(isinstance(d, int) for d in dims[1:]) and spec.input_size is None:
         problems.append(
             f"{key}.cuda.graphs: the model's input size is not fixed ({_shape(dims)}) and "
             "no input_size is configured; CUDA graphs need fixed shapes: set input_size "
             "or graphs: false"
         )
-    if dims[0] is None and spec.batching.max_batch_size > 1:
+    if not isinstance(dims[0], int) and spec.batching.max_batch_size > 1:
         problems.append(
             f"{key}.cuda.graphs: batches of 1 to {spec.batching.max_batch_size} change "
             "the input's batch dim, and a CUDA graph replays one shape: set "
@@ -168,18 +172,8 @@ def _cuda_graph_problems(spec: ModelSpec, graph: Any, key: str) -> list[str]:
     return problems
 
 
-def input_dims(graph: Any) -> list[int | None] | None:
-    """The first real input's dims (None for a symbolic one); None without inputs."""
-    initializers = {i.name for i in graph.initializer}
-    for value in graph.input:
-        if value.name not in initializers:
-            shape = value.type.tensor_type.shape
-            return [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
-    return None
-
-
-def _shape(dims: list[int | None]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+def _shape(dims: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in dims) + "]"
 
 
 def _checked_folder(files: FilePolicy, name: Path, where: str) -> Path:

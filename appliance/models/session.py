@@ -32,10 +32,10 @@ from appliance.models.providers import provider_entries
 from appliance.models.warmup import warm_up
 from pipelines.decoders import DecoderError
 from pipelines.models import Dim, ModelInfo, TensorInfo
-
-if TYPE_CHECKING:
-    from appliance.models.prologue import Composed
 from pipelines.spec import ModelSpec, SessionSpec
+
+if TYPE_CHECKING:  # imported where it is used: it imports onnx (see _in_graph)
+    from appliance.models.prologue import Composed
 
 logger = logging.getLogger("appliance.models")
 

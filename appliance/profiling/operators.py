@@ -99,14 +99,6 @@ def stage_of(op_name: str) -> ModelStage:
     return COPY_STAGES.get(op_name, "compute")
 
 
-def place_operators(
-    ort: list[Event], events: list[Event], pid: int
-) -> tuple[list[Event], dict[str, int]]:
-    """`place`'s operators and placement."""
-    placed = place(ort, events, pid)
-    return placed.operators, placed.placement
-
-
 def place(ort: list[Event], events: list[Event], pid: int) -> Placed:
     """ORT's operators (`ort`: its runs and operators) moved onto the track of the
     `session.run` span in `events` that ran them, as trace events of process `pid`, and
@@ -159,10 +151,7 @@ def stage_totals(events: Iterable[Event]) -> dict[str, ModelStages]:
         args = e.get("args")
         args = args if isinstance(args, dict) else {}
         if is_operator(e):
-            model = out.setdefault(str(args.get("model", NO_MODEL)), ModelStages())
-            op_name = str(args.get("op_name", ""))
-            if op_name not in SUBGRAPH_OPS:
-                model.us[stage_of(op_name)] += e["dur"]
+            _add_stage(out.setdefault(str(args.get("model", NO_MODEL)), ModelStages()).us, e)
         elif e.get("name") == "session.run" and "stages_us" in args:
             runs[str(args.get("model", NO_MODEL))] += 1
         elif is_model_run(e):
@@ -177,10 +166,16 @@ def _stage_us(ops: list[Event]) -> dict[ModelStage, int]:
     their nodes are counted)."""
     us: dict[ModelStage, int] = dict.fromkeys(MODEL_STAGES, 0)
     for op in ops:
-        op_name = str((op.get("args") or {}).get("op_name", ""))
-        if op_name not in SUBGRAPH_OPS:
-            us[stage_of(op_name)] += int(op["dur"])
+        _add_stage(us, op)
     return us
+
+
+def _add_stage(us: dict[ModelStage, int], op: Event) -> None:
+    """The operator's µs to its stage (a subgraph container's nodes count, not it)."""
+    args = op.get("args")
+    op_name = str(args.get("op_name", "")) if isinstance(args, dict) else ""
+    if op_name not in SUBGRAPH_OPS:
+        us[stage_of(op_name)] += int(op["dur"])
 
 
 def with_stages(events: list[Event], runs: list[RunStages], pid: int) -> list[Event]:

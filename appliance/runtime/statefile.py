@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from appliance.atomic import write_atomic
 from appliance.config import AppConfig
 from appliance.errors import FileAccessError, LimitError
 from appliance.policy.files import FileKind, FilePolicy, shown_path
@@ -79,21 +80,7 @@ def write_document(path: Path, kind: str, body: Mapping[str, Any]) -> None:
     """`body` as the `kind` document at `path`, atomically (see the module docstring).
     OSError when the folder or the disk refuses: the old document is left as it was."""
     doc = {"format": FORMAT, "kind": kind, "version": VERSION, "saved_at": time.time(), **body}
-    data = json.dumps(doc, indent=1, sort_keys=True).encode()
-    folder = path.parent
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_folder(folder)
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True).encode(), durable=True)
 
 
 def read_document(path: Path, kind: str, files: FilePolicy) -> dict[str, Any] | None:
@@ -157,11 +144,3 @@ def set_aside(path: Path, why: str = "refused") -> Path:
         kept = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
     os.replace(path, kept)
     return kept
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

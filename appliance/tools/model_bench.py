@@ -109,7 +109,7 @@ def bench_model(
             session = profiling_session(loaded, spec.session, Path(tmp))
         for _ in range(warmup):
             session.run(None, feed)
-        latencies = _timed_runs(session, feed, duration_s, say)
+        latencies = timed_runs(session, feed, duration_s, say)
         if profile_path is not None:
             level = spec.session.graph_optimization
             _write_profile(profile_path, loaded, session, (dims[0], len(latencies), level), say)
@@ -317,7 +317,7 @@ def _write_profile(
     say(f"profile: {events} events, {mb:.1f} MB written in {time.perf_counter() - begin:.1f} s")
 
 
-def _timed_runs(
+def timed_runs(
     session: ort.InferenceSession,
     feed: dict[str, np.ndarray[Any, Any]],
     duration_s: float,

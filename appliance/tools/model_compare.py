@@ -14,18 +14,22 @@ then shifts every variant alike instead of favouring the one that ran first.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
 from appliance.models.providers import session_problems
 from appliance.models.session import PROVIDERS, LoadedModel, load_model, provider_problem
-from appliance.tools.model_bench import Progress, default_shape, input_shape, random_tensor
+from appliance.tools.model_bench import (
+    Progress,
+    default_shape,
+    input_shape,
+    random_tensor,
+    timed_runs,
+)
 from pipelines.spec import ModelSpec
 
 DEFAULT_ROUNDS = 5  # slices per variant: enough alternation to even out drift
@@ -168,23 +172,11 @@ def _alternate(
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             model = loaded[name]
-            latencies[name] += _run_for(model.session, {model.input_name: feed}, slice_s)
+            feeds = {model.input_name: feed}
+            latencies[name] += timed_runs(model.session, feeds, slice_s, _quiet)
             order.append(name)
         say(f"round {r + 1}/{rounds} done")
     return latencies, tuple(order)
-
-
-def _run_for(
-    session: ort.InferenceSession, feed: dict[str, np.ndarray[Any, Any]], seconds: float
-) -> list[float]:
-    """Runs for `seconds` (at least one); each run's seconds."""
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    while not times or time.perf_counter() < end:
-        begin = time.perf_counter()
-        session.run(None, feed)
-        times.append(time.perf_counter() - begin)
-    return times
 
 
 def _figures(name: str, model: LoadedModel, latencies: list[float], batch: int) -> VariantResult:
@@ -219,3 +211,7 @@ def format_comparison(c: Comparison) -> str:
             f"{v.samples_per_s:>10.2f}"
         )
     return "\n".join(lines)
+
+
+def _quiet(_message: str) -> None:
+    """A slice's own progress is not said: the rounds are."""

@@ -44,19 +44,19 @@ def decoder_factory(kind: str) -> DecoderFactory:
 
 def build_decoder(info: ModelInfo, options: DecodeOptions) -> Decoder:
     """Build and validate the decoder for `info.decoder` (all checks happen here)."""
-    try:
-        factory = decoder_factory(info.decoder)
-    except DecoderError as exc:
-        raise DecoderError(f"model {info.id!r}: {exc}") from None
-    return factory(info, options)
+    return _factory_of(info)(info, options)
 
 
 def decoder_prologue(info: ModelInfo) -> Prologue | None:
     """The pixel preprocessing `info.decoder` can leave to the graph for the model file
     `info` describes (None: none); DecoderError when the kind is unknown or the model
     does not fit it."""
+    return _factory_of(info).prologue(info)
+
+
+def _factory_of(info: ModelInfo) -> DecoderFactory:
+    """`info.decoder`'s class; DecoderError naming the model when the kind is unknown."""
     try:
-        factory = decoder_factory(info.decoder)
+        return decoder_factory(info.decoder)
     except DecoderError as exc:
         raise DecoderError(f"model {info.id!r}: {exc}") from None
-    return factory.prologue(info)

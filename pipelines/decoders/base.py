@@ -162,3 +162,11 @@ def check_multiple(info: ModelInfo, kind: str, size: tuple[int, int] | None, mul
             f"model {info.id!r}: decoder {kind!r} needs an input size in multiples of "
             f"{multiple}; {source} is {size[0]}x{size[1]}"
         )
+
+
+def convolutional_size(info: ModelInfo, kind: str, multiple: int) -> tuple[int, int] | None:
+    """A fully convolutional model's float32 NCHW image size (width, height): configured
+    or fixed, checked to be multiples of `multiple`; None: sized per frame."""
+    size = resolve_size(info, kind, check_image_input(info, kind, "NCHW", ("float32",)))
+    check_multiple(info, kind, size, multiple)
+    return size

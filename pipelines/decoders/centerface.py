@@ -27,13 +27,11 @@ from pipelines.decoders.base import (
     DecodeOptions,
     Transform,
     bgr_sample,
-    check_image_input,
-    check_multiple,
     composed,
+    convolutional_size,
     describe,
     dim_is,
     mismatch,
-    resolve_size,
 )
 from pipelines.decoders.nms import nms
 from pipelines.decoders.prologue import Prologue
@@ -53,7 +51,7 @@ class CenterFaceDecoder:
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
         _check_outputs(info)
-        size = _input_size(info)
+        size = convolutional_size(info, KIND, SIZE_MULTIPLE)
         self._in_graph = composed(info, KIND, _prologue(size))
         # Padding to the stride happens in the graph when the prologue does it.
         stride = 1 if self._in_graph else SIZE_MULTIPLE
@@ -64,7 +62,7 @@ class CenterFaceDecoder:
     @staticmethod
     def prologue(info: ModelInfo) -> Prologue:
         """RGB float32 planes, and the stride padding when the frame keeps its size."""
-        return _prologue(_input_size(info))
+        return _prologue(convolutional_size(info, KIND, SIZE_MULTIPLE))
 
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
         """BGR frame -> float32 [3,H,W] RGB 0..255 (H, W multiples of 32); with the
@@ -96,13 +94,6 @@ class CenterFaceDecoder:
             self._labels,
             landmarks=points_to_frame(points.astype(np.float32), transform),
         )
-
-
-def _input_size(info: ModelInfo) -> tuple[int, int] | None:
-    """The input (width, height) to letterbox to; None: the frame's own, padded."""
-    size = resolve_size(info, KIND, check_image_input(info, KIND, "NCHW", ("float32",)))
-    check_multiple(info, KIND, size, SIZE_MULTIPLE)
-    return size
 
 
 def _prologue(size: tuple[int, int] | None) -> Prologue:

@@ -38,13 +38,11 @@ from pipelines.decoders.base import (
     DecodeOptions,
     Transform,
     bgr_sample,
-    check_image_input,
-    check_multiple,
     composed,
+    convolutional_size,
     describe,
     dim_is,
     mismatch,
-    resolve_size,
 )
 from pipelines.decoders.prologue import Prologue
 from pipelines.decoders.resize import Resize, boxes_to_frame
@@ -78,7 +76,7 @@ class DbNetDecoder:
 
     def __init__(self, info: ModelInfo, options: DecodeOptions) -> None:
         _check_output(info)
-        size = _input_size(info)
+        size = convolutional_size(info, KIND, SIZE_MULTIPLE)
         self._in_graph = composed(info, KIND, PROLOGUE)
         self._fixed = None if size is None else Resize(size)
         self._labels = (info.labels[0],) if info.labels else ("text",)
@@ -87,7 +85,7 @@ class DbNetDecoder:
     @staticmethod
     def prologue(info: ModelInfo) -> Prologue:
         """The cast and the ImageNet normalisation, channels kept in BGR order."""
-        _input_size(info)
+        convolutional_size(info, KIND, SIZE_MULTIPLE)
         return PROLOGUE
 
     def preprocess(self, image: Image) -> tuple[Tensor, Transform]:
@@ -158,13 +156,6 @@ def unclipped_boxes(
         [grown[:, 0] * cos + grown[:, 1] * sin, grown[:, 0] * sin + grown[:, 1] * cos], 1
     )
     return np.concatenate([centre - half, centre + half], 1), grown.min(1)
-
-
-def _input_size(info: ModelInfo) -> tuple[int, int] | None:
-    """The configured or fixed input size (checked), else None: sized per frame."""
-    size = resolve_size(info, KIND, check_image_input(info, KIND, "NCHW", ("float32",)))
-    check_multiple(info, KIND, size, SIZE_MULTIPLE)
-    return size
 
 
 def _round_to_multiple(value: float) -> int:

@@ -3,6 +3,8 @@ person detector, and three real photos as its samples."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 import cv2
@@ -15,6 +17,7 @@ from pipelines.spec import ModelSpec
 from tests.support.models import MODELS, REPO
 
 IMAGES = REPO / "configs" / "media" / "sources"
+TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
 
 
 def load_cpu(model_id: str, path: Path, decoder: str = "tf_od") -> LoadedModel:
@@ -37,3 +40,8 @@ def frames() -> list[Tensor]:
         assert bgr is not None, f"cannot read {name}.png"
         out.append(np.ascontiguousarray(cv2.resize(bgr, (300, 300))[:, :, ::-1]))
     return out
+
+
+def outputs_of(futures: Sequence[Future[Sequence[Tensor]]]) -> list[Sequence[Tensor]]:
+    """Each future's outputs, waited for (at most TIMEOUT_S each)."""
+    return [f.result(timeout=TIMEOUT_S) for f in futures]

@@ -25,11 +25,7 @@ from appliance.models import (
 )
 from pipelines.models import Tensor
 from pipelines.spec import BatchingSpec
-from tests.models.conftest import load_cpu
-from tests.support.models import REPO
-
-TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
-IMAGES = REPO / "configs" / "media" / "sources"
+from tests.models.conftest import TIMEOUT_S, load_cpu, outputs_of
 
 MakeBatcher = Callable[..., tuple[ModelBatcher, list[BatchRecord]]]
 
@@ -57,10 +53,6 @@ def make_batcher() -> Iterator[MakeBatcher]:
         batcher.stop()
 
 
-def _results(futures: Sequence[Future[Sequence[Tensor]]]) -> list[Sequence[Tensor]]:
-    return [f.result(timeout=TIMEOUT_S) for f in futures]
-
-
 def _direct(model: LoadedModel, sample: Tensor) -> list[Tensor]:
     outputs = model.session.run(model.output_names, {model.input_name: sample[None]})
     return [o[0] for o in outputs]
@@ -83,7 +75,7 @@ def test_full_batch_is_dispatched_without_waiting_for_the_delay(
 
     with ThreadPoolExecutor(4) as pool:
         futures = list(pool.map(submit, streams))
-    _results(futures)
+    outputs_of(futures)
 
     assert len(records) == 1
     assert records[0].batch_size == 4
@@ -98,7 +90,7 @@ def test_partial_batch_is_dispatched_after_the_delay(
 ) -> None:
     batcher, records = make_batcher(person, max_batch_size=4, max_queue_delay_ms=150)
 
-    _results([batcher.submit(frames[0], "a"), batcher.submit(frames[1], "b")])
+    outputs_of([batcher.submit(frames[0], "a"), batcher.submit(frames[1], "b")])
 
     assert [(r.batch_size, r.stream_ids) for r in records] == [(2, ("a", "b"))]
     assert records[0].queue_wait_s[0] >= 0.150  # the oldest sample waited out the delay
@@ -109,11 +101,11 @@ def test_once_every_producer_waits_the_batch_goes_without_the_delay(
 ) -> None:
     batcher, records = make_batcher(person, max_batch_size=4, max_queue_delay_ms=1000)
     batcher.set_producers(1)  # one stream: no sample can keep it company
-    _results([batcher.submit(frames[0], "alone")])
+    outputs_of([batcher.submit(frames[0], "alone")])
     batcher.set_producers(2)
-    _results([*batcher.submit_many(frames[:2], "crops"), batcher.submit(frames[2], "other")])
+    outputs_of([*batcher.submit_many(frames[:2], "crops"), batcher.submit(frames[2], "other")])
     batcher.set_producers(2)
-    _results([batcher.submit(frames[0], "a")])  # the other producer is quiet: the delay runs
+    outputs_of([batcher.submit(frames[0], "a")])  # the other producer is quiet: the delay runs
 
     assert [(r.batch_size, r.stream_ids) for r in records] == [
         (1, ("alone",)), (3, ("crops", "crops", "other")), (1, ("a",))
@@ -130,8 +122,8 @@ def test_zero_delay_takes_whatever_is_waiting(
     batcher, records = make_batcher(person, max_batch_size=4, max_queue_delay_ms=0, start=False)
     queued = [batcher.submit(f, f"s{i}") for i, f in enumerate(frames)]
     batcher.start()
-    _results(queued)
-    _results([batcher.submit(frames[0], "alone")])
+    outputs_of(queued)
+    outputs_of([batcher.submit(frames[0], "alone")])
 
     assert [r.batch_size for r in records] == [3, 1]
     assert records[1].stream_ids == ("alone",)
@@ -144,7 +136,7 @@ def test_batched_outputs_equal_per_sample_runs(
     batcher, records = make_batcher(person, max_batch_size=4, max_queue_delay_ms=0, start=False)
     futures = [batcher.submit(f) for f in frames]
     batcher.start()
-    results = _results(futures)
+    results = outputs_of(futures)
 
     assert [r.batch_size for r in records] == [3]
     for frame, result in zip(frames, results, strict=True):
@@ -164,7 +156,7 @@ def test_fixed_batch_model_is_fed_one_sample_per_run(
     batcher, records = make_batcher(yolo, max_batch_size=4, max_queue_delay_ms=0, start=False)
     futures = [batcher.submit(s, f"s{i}") for i, s in enumerate(samples)]
     batcher.start()
-    results = _results(futures)
+    results = outputs_of(futures)
 
     assert [(r.batch_size, r.stream_ids) for r in records] == [(1, (f"s{i}",)) for i in range(3)]
     for sample, (output,) in zip(samples, results, strict=True):
@@ -180,7 +172,7 @@ def test_short_chunk_of_a_fixed_batch_is_zero_padded(
     batcher, records = make_batcher(double, max_batch_size=4, max_queue_delay_ms=0, start=False)
     futures = [batcher.submit(s) for s in samples]
     batcher.start()
-    results = _results(futures)
+    results = outputs_of(futures)
 
     assert [r.batch_size for r in records] == [2, 1]  # runs of 2: [1, 2] and [3, pad]
     assert [r[0].tolist() for r in results] == [[2.0] * 3, [4.0] * 3, [6.0] * 3]
@@ -198,7 +190,7 @@ def test_samples_of_different_shapes_are_never_mixed(
         batcher.submit(small[1], "small1"),
     ]
     batcher.start()
-    results = _results(futures)
+    results = outputs_of(futures)
 
     assert [r.stream_ids for r in records] == [("big0", "big1"), ("small0", "small1")]
     _assert_close(results[1][2], _direct(person, small[0])[2])

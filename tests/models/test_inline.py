@@ -24,11 +24,8 @@ from appliance.models import (
 )
 from pipelines.models import Tensor
 from pipelines.spec import BatchingSpec
-from tests.models.conftest import load_cpu
-from tests.support.models import REPO
+from tests.models.conftest import TIMEOUT_S, load_cpu, outputs_of
 
-TIMEOUT_S = 30.0  # generous upper bound for a future on a busy 2-core CI machine
-IMAGES = REPO / "configs" / "media" / "sources"
 Run = tuple[BatchRecord, str]  # a record and the name of the thread that ran it
 MakeBatcher = Callable[..., tuple[ModelBatcher, list[Run]]]
 
@@ -55,10 +52,6 @@ def make_batcher() -> Iterator[MakeBatcher]:
     yield make
     for batcher in made:
         batcher.stop()
-
-
-def _results(futures: Sequence[Future[Sequence[Tensor]]]) -> list[Sequence[Tensor]]:
-    return [f.result(timeout=TIMEOUT_S) for f in futures]
 
 
 def _in_thread(target: Callable[[], Any], name: str) -> None:
@@ -105,7 +98,7 @@ def test_two_producers_batch_together_on_the_batcher_thread(
 ) -> None:
     batcher, runs = make_batcher(person, producers=2, max_batch_size=4, max_queue_delay_ms=1000)
     futures = [batcher.submit(frames[0], "a"), batcher.submit(frames[1], "b")]
-    _results(futures)
+    outputs_of(futures)
 
     assert [(r.stream_ids, r.inline, name) for r, name in runs] == [
         (("a", "b"), False, "batch:person")
@@ -259,7 +252,7 @@ def test_a_busy_model_queues_and_keeps_a_streams_order(
     second = batcher.submit(frames[2], "cam")  # the model is free, but `first` waits
     assert not second.done()
     batcher.start()
-    _results([first, second])
+    outputs_of([first, second])
 
     assert [(r.stream_ids, r.inline, name) for r, name in runs] == [
         (("other",), True, "work:o"),

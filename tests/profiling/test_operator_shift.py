@@ -1,6 +1,6 @@
 """Where a profiling window puts ONNX Runtime's operators: on the track of the
 `session.run` span that ran them, moved rigidly by the least shift that puts ORT's run
-inside the span (appliance/profiling/operators.py, `place_operators`).
+inside the span (appliance/profiling/operators.py, `place`).
 
 ORT's clock and ours disagree by a little; in a live window the shift is usually a few
 µs, too small for a test of the whole runtime to tell a right shift from none. Here the
@@ -17,7 +17,7 @@ import pytest
 
 from appliance.models.batcher import BatchRecord
 from appliance.profiling.hooks import trace_batch
-from appliance.profiling.operators import SLACK_US, place_operators
+from appliance.profiling.operators import SLACK_US, place
 from appliance.profiling.tracer import Tracer
 
 MODEL = "person"
@@ -74,7 +74,8 @@ def test_operators_move_by_the_least_shift_that_puts_their_run_inside_its_span(
         *_ort_run(third["ts"] + 500, 3000, INSIDE_OPS, "inside"),
         *_ort_run(third["ts"] + 50_000, 3000, INSIDE_OPS, "nospan"),
     ]
-    placed, stats = place_operators(ort, events, pid=4242)
+    result = place(ort, events, pid=4242)
+    placed, stats = result.operators, result.placement
 
     expected = [
         *((f"early{i}_kernel_time", first, early + at + early_us, d)
