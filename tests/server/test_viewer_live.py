@@ -69,11 +69,17 @@ def test_the_player_comes_back_after_the_appliance_is_killed(browser: Any, tmp_p
         served.process.wait(10)
         page.tab.locator("#media:not([data-phase='playing'])").wait_for()
         # It says what it does and why, and no figure of the dead session stays.
-        page.tab.wait_for_function(
-            "() => document.getElementById('notice').textContent.includes('Retrying in')"
-        )
-        assert page.text("#notice").startswith("Video lost: "), page.text("#notice")
-        assert page.text("#video-status") == page.text("#notice")
+        # Both texts read at once, when the notice first says it retries: the page sets
+        # them together, and the retry (0.4 s later) changes both.
+        shown = page.tab.wait_for_function(
+            """() => {
+                const text = (id) => document.getElementById(id).innerText;
+                return text('notice').includes('Retrying in')
+                    && {notice: text('notice'), status: text('video-status')};
+            }"""
+        ).json_value()
+        assert shown["notice"].startswith("Video lost: "), shown["notice"]
+        assert shown["status"] == shown["notice"]
         for figure in ("#video-latency", "#predictions-latency", "#video-fps", "#msg-fps"):
             assert page.text(figure) == "–", figure
         page.tab.wait_for_function(
