@@ -25,6 +25,18 @@ def endpoint(url: str) -> str:
     return f"{host}:{port}" if port else host
 
 
+def origin(url: str) -> tuple[str, str, int]:
+    """A URL's origin as RFC 6454 has it: scheme, host and port (the scheme's default
+    when it names none), compared in lower case. A port that is no number counts as 0."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _PORTS.get(scheme, 0)
+    except ValueError:
+        port = 0
+    return scheme, (parts.hostname or "").lower(), port
+
+
 def connect_problem(url: str, cause: BaseException) -> str:
     """A failed connection: the name did not resolve, or the host refused, timed out,
     or cannot be reached."""
