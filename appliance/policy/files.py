@@ -37,7 +37,9 @@ from appliance.sources.base import source_kind
 from appliance.sources.config import SourceConfig
 
 # FFmpeg options that let a demuxer open more than the URL it was given (libavformat's
-# protocol lists, the concat demuxer's `safe`, HLS's extension checks, the HTTP proxy).
+# protocol lists, the concat demuxer's `safe`, HLS's extension checks, the HTTP proxy),
+# or read a file the request policy never checked (its TLS layer's CA, certificate and
+# key files: `source.tls.ca_file` is the checked way).
 UNSAFE_FFMPEG_OPTIONS = frozenset(
     {
         "protocol_whitelist",
@@ -47,6 +49,10 @@ UNSAFE_FFMPEG_OPTIONS = frozenset(
         "allowed_segment_extensions",
         "extension_picky",
         "http_proxy",
+        "ca_file",
+        "cafile",
+        "cert_file",
+        "key_file",
     }
 )
 
@@ -67,7 +73,7 @@ class FileKind(StrEnum):
     LABELS = "labels"
     MODEL = "model"
     VIDEO = "video"  # streamed by FFmpeg, never read whole: no cap
-    CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key
+    CERTIFICATE = "certificate"  # a sink's TLS CA, certificate or key; a camera's CA
     SECRET = "secret"  # a password read from a file (a mounted secret)
     BASELINE = "baseline"  # profiling.watch.baseline: `appliance trace fingerprint`'s
     STATE = "state"  # a document under server.state_dir (appliance/runtime/statefile.py)
@@ -133,12 +139,15 @@ class FilePolicy:
         return resolved
 
     def check_source(self, source: SourceConfig, where: str) -> None:
-        """A video file goes through the rules (no cap: FFmpeg streams it). Under the
-        request policy, FFmpeg options that widen what it may open are refused (422): an
-        HLS playlist or concat list may name any file, and these options decide whether
-        FFmpeg follows (its `protocol_whitelist`, demuxers' `safe`, ...)."""
+        """A video file goes through the rules (no cap: FFmpeg streams it), a camera's
+        `tls.ca_file` as a certificate. Under the request policy, FFmpeg options that
+        widen what it may open are refused (422): an HLS playlist or concat list may name
+        any file, and these options decide whether FFmpeg follows (its
+        `protocol_whitelist`, demuxers' `safe`, ...)."""
         if source_kind(source.url) == "file":
             self.path(source.url, FileKind.VIDEO, f"{where} source.url")
+        if source.tls.ca_file is not None:
+            self.path(source.tls.ca_file, FileKind.CERTIFICATE, f"{where} source.tls.ca_file")
         if self.roots is None:
             return
         unsafe = sorted(k for k in source.options if k.lower() in UNSAFE_FFMPEG_OPTIONS)

@@ -8,6 +8,7 @@ do not read, a missing "//", whitespace, a port that is no number) before anythi
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -52,6 +53,19 @@ class DecoderConfig(Strict):
     device: Annotated[int, Field(ge=0, le=63)] = 0  # the CUDA device index (nvidia-smi's)
 
 
+class SourceTlsConfig(Strict):
+    """How an `https://` or `rtsps://` camera's certificate is checked (`source.tls`),
+    before any request, and so its credentials, is sent (appliance/sources/tls.py)."""
+
+    # false: any certificate is accepted, so whoever answers at the camera's address gets
+    # its credentials; a WARNING names the stream each time it starts.
+    verify: bool = True
+    # The CA certificates (PEM) trusted for this camera instead of the system's store; a
+    # camera's self-signed certificate is its own CA. A relative path starts at the
+    # config's folder; over the API, it must lie under the file roots.
+    ca_file: Path | None = None
+
+
 class BackoffConfig(Strict):
     """Capped exponential backoff with jitter between reconnect attempts."""
 
@@ -75,6 +89,7 @@ class SourceConfig(Strict):
     options: dict[str, str] = Field(default_factory=dict)  # extra FFmpeg/PyAV options
     decoder_threads: DecoderThreads = 0
     decoder: DecoderConfig = DecoderConfig()
+    tls: SourceTlsConfig = SourceTlsConfig()  # https and rtsps only
 
     @field_validator("url")
     @classmethod

@@ -34,6 +34,7 @@ from appliance.sources.config import SourceConfig
 from appliance.sources.opener import open_source
 from appliance.sources.pacing import Pacer
 from appliance.sources.slot import LatestFrame
+from appliance.sources.tls import uses_tls
 from pipelines.types import Frame, Image
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,12 @@ class Grabber:
         """Start the thread; call once."""
         if self._thread is not None:
             raise RuntimeError(f"grabber {self.stream_id} already started")
+        if uses_tls(self._cfg.url) and not self._cfg.tls.verify:
+            log.warning(
+                "stream %r: source.tls.verify is false: the camera's TLS certificate is "
+                "not checked, so whoever answers at its address receives its credentials",
+                self.stream_id,
+            )
         self._thread = threading.Thread(target=self._run, name=f"grab:{self.stream_id}")
         self._thread.daemon = True  # never keeps the process alive; stop() joins it
         self._thread.start()

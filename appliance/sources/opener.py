@@ -12,6 +12,7 @@ from appliance.sources.base import SourceError, VideoSource, mask_url, source_ki
 from appliance.sources.config import SourceConfig
 from appliance.sources.pyav import open_pyav
 from appliance.sources.rtp import UnsupportedCodecError, open_rtp
+from appliance.sources.tls import camera_tls
 
 
 def open_source(
@@ -29,12 +30,13 @@ def open_source(
     RTSP cameras go to the RTP reader (rtp.py) unless `reader: ffmpeg` or FFmpeg
     `options` are configured, or their video is neither H.264 nor H.265. Blocks up to
     `cfg.open_timeout_s` (twice, at worst, when an unsupported codec is found first).
-    `stop` lets another thread end `frames()`.
+    `stop` lets another thread end `frames()`. An https or rtsps camera's certificate is
+    checked by every reader (`source.tls`, appliance/sources/tls.py).
     """
     refusal = hosts.connect_refusal(cfg.url)
     if refusal is not None:
         raise SourceError(f"{mask_url(cfg.url)}: {refusal}")
     if source_kind(cfg.url) == "rtsp" and cfg.reader == "auto" and not cfg.options:
         with contextlib.suppress(UnsupportedCodecError):
-            return open_rtp(cfg, stop=stop)
+            return open_rtp(cfg, camera_tls(cfg, resolve_path), stop=stop)
     return open_pyav(cfg, resolve_path, stop=stop)

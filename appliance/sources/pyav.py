@@ -32,6 +32,7 @@ from appliance.sources.base import (
 from appliance.sources.config import DecoderConfig, SourceConfig
 from appliance.sources.http import http_format
 from appliance.sources.problems import ffmpeg_problem, no_answer
+from appliance.sources.tls import CameraTls, camera_tls, certificate_problem
 from pipelines.types import Image
 
 # Longest one live read blocks, seconds: bounds how late a stop request or a stall is
@@ -40,6 +41,11 @@ READ_SLICE_S = 0.5
 _MICROSECONDS = 1_000_000  # FFmpeg's socket timeouts are in microseconds
 # Every NVDEC generation decodes H.264 (NVIDIA Video Codec SDK's support matrix).
 _PROBE_CODEC = "h264"
+# FFmpeg's RTSP reader hands its options on to its TLS layer (`tls_verify`, `ca_file`) in
+# the FFmpeg 8.1 of PyAV 18.1's wheels (libavformat 62.12: an untrusted rtsps server gets
+# nothing, tests/security/test_camera_tls.py); FFmpeg 7's rtsp.c opens its TLS connection
+# with no options, unchecked, so an older FFmpeg reads rtsps only with `verify: false`.
+RTSPS_VERIFIED = av.library_versions["libavformat"] >= (62, 12)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +208,13 @@ def open_pyav(
     path. Blocks up to `cfg.open_timeout_s`. `stop` lets another thread end `frames()`.
     """
     live = source_kind(cfg.url) != "file"
-    target, fmt, options = _live_target(cfg) if live else _file_target(cfg, resolve_path)
+    tls = camera_tls(cfg, resolve_path) if live else None
+    target, fmt, options = _live_target(cfg, tls) if live else _file_target(cfg, resolve_path)
     label = mask_url(target)
     read_timeout = min(cfg.stall_timeout_s, READ_SLICE_S) if live else cfg.stall_timeout_s
     plan = DecoderPlan.of(cfg.decoder)
     timeouts = (cfg.open_timeout_s, read_timeout)
-    container = _open_container(target, label, fmt, options, timeouts, plan.hwaccel)
+    container = _open_container(target, label, fmt, options, timeouts, plan.hwaccel, tls)
     try:
         return PyAVSource(
             container,
@@ -230,9 +237,11 @@ def _open_container(
     options: dict[str, str],
     timeouts: tuple[float, float],
     hwaccel: HWAccel | None,
+    tls: CameraTls | None,
 ) -> av.container.InputContainer:
     """av.open with (open, read) timeouts and the hardware decoder (None: software);
-    SourceError naming `label` when it fails."""
+    SourceError naming `label` when it fails (a TLS camera's certificate, when that is
+    why: FFmpeg says only "Input/output error")."""
     started = time.perf_counter()
     try:
         return av.open(target, format=fmt, options=options, timeout=timeouts, hwaccel=hwaccel)
@@ -241,7 +250,10 @@ def _open_container(
         # (RTSP: "Invalid data"); the elapsed time tells the real story.
         if time.perf_counter() - started >= timeouts[0]:
             raise SourceError(f"{label}: {no_answer(target, timeouts[0])}") from None
-        problem = ffmpeg_problem(target, exc)  # None for files and devices
+        problem = None
+        if tls is not None and isinstance(exc, OSError):
+            problem = certificate_problem(target, tls, timeouts[0])
+        problem = problem or ffmpeg_problem(target, exc)  # None for files and devices
         raise SourceError(f"{label}: {problem or describe(exc)}") from None
 
 
@@ -256,19 +268,27 @@ def _file_target(cfg: SourceConfig, resolve_path: Callable[[str], Path]) -> _Tar
     return str(path), None, dict(cfg.options)
 
 
-def _live_target(cfg: SourceConfig) -> _Target:
-    """A live URL with the demuxer and options its kind needs; the user's options win."""
+def _live_target(cfg: SourceConfig, tls: CameraTls | None) -> _Target:
+    """A live URL with the demuxer and options its kind needs, and its TLS camera's
+    certificate check (`tls`); the user's options win."""
     kind = source_kind(cfg.url)
     # A dead camera must not hold a socket read forever (FFmpeg >= 5 calls it `timeout`;
     # the old RTSP `stimeout` is gone). The interrupt callback bounds reads as well.
     socket_timeout = str(int(cfg.open_timeout_s * _MICROSECONDS))
     fmt: str | None = None
-    options: dict[str, str] = {}
+    options: dict[str, str] = {} if tls is None else dict(tls.ffmpeg)
     if kind == "rtsp":
-        options = {"rtsp_transport": cfg.transport, "timeout": socket_timeout}
+        if tls is not None and tls.verify and not RTSPS_VERIFIED:
+            raise SourceError(
+                f"{mask_url(cfg.url)}: this FFmpeg's RTSP reader cannot check an rtsps "
+                "camera's certificate (libavformat < 62.12): set source.tls.verify: false "
+                "to read it unchecked, or use our reader (reader: auto, no options; H.264 "
+                "and H.265)"
+            )
+        options |= {"rtsp_transport": cfg.transport, "timeout": socket_timeout}
     elif kind == "http":
-        fmt = http_format(cfg.url, cfg.open_timeout_s)
-        options = {"timeout": socket_timeout}
+        fmt = http_format(cfg.url, cfg.open_timeout_s, None if tls is None else tls.context)
+        options |= {"timeout": socket_timeout}
     elif kind == "v4l2":
         fmt = "v4l2"
     return cfg.url, fmt, {**options, **cfg.options}

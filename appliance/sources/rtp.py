@@ -53,6 +53,7 @@ from appliance.sources.depacketize import (
 from appliance.sources.problems import answered, no_answer, not_rtsp
 from appliance.sources.pyav import READ_SLICE_S, DecoderPlan, decoder_name, describe
 from appliance.sources.reach import connect_problem
+from appliance.sources.tls import CameraTls, untrusted
 from pipelines.types import Image
 
 # aiortsp logs every request, and its errors with the server's whole answer; the source
@@ -282,15 +283,18 @@ class _Unwrap:
         return timestamp + self._offset
 
 
-def open_rtp(cfg: SourceConfig, *, stop: threading.Event | None = None) -> RtpSource:
-    """Set up and play the camera's video; SourceError (UnsupportedCodecError for codecs other
-    than H.264/H.265) naming the masked URL. Blocks up to `cfg.open_timeout_s`."""
+def open_rtp(
+    cfg: SourceConfig, tls: CameraTls | None, *, stop: threading.Event | None = None
+) -> RtpSource:
+    """Set up and play the camera's video (`tls`: an rtsps camera's certificate check);
+    SourceError (UnsupportedCodecError for codecs other than H.264/H.265) naming the masked
+    URL. Blocks up to `cfg.open_timeout_s`."""
     label = mask_url(cfg.url)
     loop = asyncio.new_event_loop()
     stack = contextlib.AsyncExitStack()
     try:
         receiver, codec, media = loop.run_until_complete(
-            asyncio.wait_for(_play(cfg, stack), cfg.open_timeout_s)
+            asyncio.wait_for(_play(cfg, tls, stack), cfg.open_timeout_s)
         )
         return RtpSource(
             loop,
@@ -319,23 +323,22 @@ def open_rtp(cfg: SourceConfig, *, stop: threading.Event | None = None) -> RtpSo
 
 
 async def _play(
-    cfg: SourceConfig, stack: contextlib.AsyncExitStack
+    cfg: SourceConfig, tls: CameraTls | None, stack: contextlib.AsyncExitStack
 ) -> tuple[_Receiver, Codec, dict[str, Any]]:
     url = urlsplit(cfg.url)
     user = unquote(url.username) if url.username else None
     password = unquote(url.password) if url.password else None
-    tls = url.scheme.lower() == "rtsps"  # RTSP over TLS: port 322, media interleaved
     connection = _Connection(
         url.hostname,
-        url.port or (322 if tls else 554),
+        url.port or (554 if tls is None else 322),  # rtsps: port 322, media interleaved
         user,
         password,
         logger=_QUIET,
         timeout=cfg.open_timeout_s,
-        ssl=ssl.create_default_context() if tls else None,
+        ssl=None if tls is None else tls.context,
     )
     await stack.enter_async_context(connection)
-    kind = TCPTransport if cfg.transport == "tcp" or tls else UDPTransport
+    kind = TCPTransport if cfg.transport == "tcp" or tls is not None else UDPTransport
     # Its own no-data timeout backs up the reader's stall check, which speaks first.
     transport = kind(connection, logger=_QUIET, timeout=cfg.stall_timeout_s + 1.0)
     await stack.enter_async_context(transport)
@@ -401,6 +404,8 @@ def _open_error(exc: Exception, cfg: SourceConfig) -> str:
         return no_answer(cfg.url, cfg.open_timeout_s)
     if isinstance(exc, RTSPConnectionError):
         cause = exc.__cause__
+        if isinstance(cause, ssl.SSLCertVerificationError):  # a ValueError too: first
+            return untrusted(cause)
         if isinstance(cause, ValueError):  # aiortsp's parser: the bytes were not RTSP
             return not_rtsp(cfg.url)
         return connect_problem(cfg.url, cause or exc)

@@ -180,3 +180,76 @@ def server_context(ca: trustme.CA, *names: str) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(*names).configure_cert(context)
     return context
+
+
+class TlsProxy:
+    """TLS in front of a plain TCP server on 127.0.0.1 (an RTSP camera becomes an rtsps
+    one: RTSP over TCP, media interleaved, is one connection). Records what each client
+    sent after its handshake, as RecordingServer does; threads named `tls-proxy`."""
+
+    def __init__(self, backend_port: int, tls: ssl.SSLContext) -> None:
+        self._backend = ("127.0.0.1", backend_port)
+        self._tls = tls
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.received = bytearray()
+        self.handshakes: list[str | None] = []  # each client's TLS error, None: completed
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept, name="tls-proxy")
+        self._accepting.start()
+
+    def url(self, userinfo: str, path: str) -> str:
+        return f"rtsps://{userinfo}@127.0.0.1:{self.port}{path}"
+
+    def stop(self) -> None:
+        for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._accepting.join(WAIT_S)
+        for thread in self._threads:
+            thread.join(WAIT_S)
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # shut down by stop()
+                return
+            self._sockets.append(client)
+            self._start(self._open, client)
+
+    def _start(self, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name="tls-proxy")
+        self._threads.append(thread)
+        thread.start()
+
+    def _open(self, client: socket.socket) -> None:
+        try:
+            secure = self._tls.wrap_socket(client, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            self.handshakes.append(str(exc) or type(exc).__name__)
+            return
+        self.handshakes.append(None)
+        self._sockets.append(secure)
+        backend = socket.create_connection(self._backend)
+        self._sockets.append(backend)
+        self._start(self._pump, backend, secure, None)
+        self._pump(secure, backend, self.received)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, record: bytearray | None) -> None:
+        """Copy until either side ends, then end both."""
+        try:
+            while chunk := source.recv(65536):
+                if record is not None:
+                    record += chunk
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
