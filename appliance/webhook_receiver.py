@@ -55,7 +55,10 @@ def verify_webhook(
     """The delivery, when its `X-Appliance-Signature` signs its id and `body` (the raw
     bytes received, before any JSON parsing) with `secret`, at a time within
     `tolerance_s` of `now` (default: this machine's clock); WebhookVerificationError
-    saying why otherwise. `headers`: any mapping, names matched in any case."""
+    saying why otherwise, for every malformed header too (a value that is not text, a
+    time that is not ASCII digits, a digest that is not hex): never another exception,
+    so a receiver that answers it 4xx answers every bad request so. `headers`: any
+    mapping, names matched in any case."""
     signature = _header(headers, SIGNATURE_HEADER)
     delivery_id = _header(headers, DELIVERY_HEADER)
     # The id is signed between '.'s: one with a '.' could shift bytes between id and body.
@@ -71,10 +74,17 @@ def verify_webhook(
 
 
 def _header(headers: Mapping[str, str], name: str, *, required: bool = True) -> str:
-    value = headers.get(name)
+    """The header's value, `name` matched in any case; WebhookVerificationError when it
+    is missing (and `required`) or is not text: the mapping is whatever the receiver's
+    framework hands over, and a delivery's headers are the sender's choice."""
+    value: object = headers.get(name)
     if value is None:  # a plain dict keeps the case it was given
         wanted = name.lower()
-        value = next((v for k, v in headers.items() if k.lower() == wanted), None)
+        value = next(
+            (v for k, v in headers.items() if isinstance(k, str) and k.lower() == wanted), None
+        )
+    if value is not None and not isinstance(value, str):
+        raise WebhookVerificationError(f"{name}: not text (got {type(value).__name__})")
     if not value and required:
         raise WebhookVerificationError(f"{name}: missing (not a delivery from the appliance?)")
     return value or ""

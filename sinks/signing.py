@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import threading
 import time
 from collections import OrderedDict
 
 SCHEME = "v1"
 DEFAULT_TOLERANCE_S = 300.0  # five minutes, as Stripe's libraries default to
+_TIME = re.compile(r"[0-9]{1,12}", re.ASCII)  # Unix seconds: 12 digits last past year 30000
+_DIGEST = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)  # HMAC-SHA256, hex
 
 
 class SignatureError(ValueError):
@@ -30,7 +33,7 @@ class SignatureError(ValueError):
 
 def signature(secret: bytes, timestamp: int, message_id: str, body: bytes) -> str:
     """The header value `t=<timestamp>,v1=<hex digest>` for one message."""
-    return f"t={timestamp},{SCHEME}={_digest(secret, timestamp, message_id, body)}"
+    return f"t={timestamp},{SCHEME}={digest(secret, timestamp, message_id, body)}"
 
 
 def sign(secret: bytes, message_id: str, body: bytes, now: float | None = None) -> str:
@@ -56,31 +59,41 @@ def verify(
             f"signature time {timestamp} is {now - timestamp:+.0f} s from now "
             f"(tolerance {tolerance_s:.0f} s): a replay or a wrong clock"
         )
-    expected = _digest(secret, timestamp, message_id, body)
+    expected = digest(secret, timestamp, message_id, body)
     if not any(hmac.compare_digest(expected, d) for d in digests):
         raise SignatureError("signature does not match (wrong secret, id or body)")
     return timestamp
 
 
-def _digest(secret: bytes, timestamp: int, message_id: str, body: bytes) -> str:
+def digest(secret: bytes, timestamp: int, message_id: str, body: bytes) -> str:
+    """The v1 digest (64 hex digits) of `body` with `message_id` at `timestamp`: what a
+    signature carries, and what tells one signed message from another."""
     signed = f"{timestamp}.{message_id}.".encode() + body
     return hmac.new(secret, signed, hashlib.sha256).hexdigest()
 
 
 def _parse(header: str) -> tuple[int, list[str]]:
-    """`t=...,v1=...[,v1=...]`: the time and every v1 digest (a key rotation sends two)."""
+    """`t=...,v1=...[,v1=...]`: the time and every v1 digest (a key rotation sends two).
+    The header is the sender's choice, any text: whatever it holds, a malformed one is a
+    SignatureError, never another exception (one escaping here stopped paho's network
+    thread). Only ASCII counts: `str.isdigit` takes "²" and `int` the digits of every
+    script, and `hmac.compare_digest` refuses non-ASCII text (TypeError)."""
+    if not isinstance(header, str):
+        raise SignatureError(f"malformed signature: text expected, got {type(header).__name__}")
     timestamp: int | None = None
     digests: list[str] = []
     for part in header.split(",")[:8]:  # a few parts at most: no unbounded work
         key, sep, value = part.strip().partition("=")
         if not sep:
             continue
-        if key == "t" and value.isdigit() and len(value) <= 12:
+        if key == "t" and _TIME.fullmatch(value):
             timestamp = int(value)
-        elif key == SCHEME and len(value) == 64:
-            digests.append(value)
+        elif key == SCHEME and _DIGEST.fullmatch(value):
+            digests.append(value.lower())
     if timestamp is None or not digests:
-        raise SignatureError(f"malformed signature: expected t=<unix time>,{SCHEME}=<hex>")
+        raise SignatureError(
+            f"malformed signature: expected t=<unix time, ASCII digits>,{SCHEME}=<64 hex digits>"
+        )
     return timestamp, digests
 
 
@@ -112,6 +125,13 @@ class ReplayGuard:
             if len(self._until) > self._max_ids:
                 self._until.popitem(last=False)
         return not seen
+
+    def held(self, now: float | None = None) -> list[tuple[str, float]]:
+        """The ids held within the window and until when each (Unix seconds), in the
+        order they came: what a receiver keeps to hold them across a restart."""
+        with self._lock:
+            self._expire(time.time() if now is None else now)
+            return list(self._until.items())
 
     def forget(self, message_id: str) -> None:
         """Accept `message_id` again (its handling failed: let its retry through)."""
