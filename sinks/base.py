@@ -91,6 +91,25 @@ class Sink(Protocol):
     def status(self) -> SinkStatus: ...
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+class KeptDocument(Protocol):
+    """A small document a sink keeps across restarts of the appliance, in its state
+    folder (`server.state_dir`): written whole and atomically, readable by the owner only.
+    The runtime gives each sink its own (appliance/runtime/sinkstate.py)."""
+
+    def read(self, model: type[M]) -> M | None:
+        """The kept document validated as `model`; None when none is kept yet.
+        ValueError saying why when the one found cannot be used (it is set aside)."""
+        ...
+
+    def write(self, body: BaseModel) -> None:
+        """Keep `body` from now on; OSError when the folder or the disk refuses (the
+        document kept before is left as it was)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class SinkContext:
     """What the runtime gives every sink it builds, beside the sink's validated config.
@@ -103,6 +122,9 @@ class SinkContext:
     # broker drops the older session of a duplicate id), and only one takes commands.
     client_suffix: str = ""
     take_commands: bool = True  # False: commands off, whatever the sink's config says
+    # This sink's document across restarts (MQTT: the command signatures already used);
+    # None without a state folder.
+    kept: KeptDocument | None = None
 
 
 class SinkKind(Protocol):

@@ -30,7 +30,7 @@ from appliance.observe.metrics import Metrics
 from appliance.policy.files import FileKind, FilePolicy
 from appliance.policy.masking import mask_url
 from pipelines.types import Detections, FrameResult
-from sinks.base import Sink, SinkContext, SinkStatus
+from sinks.base import KeptDocument, Sink, SinkContext, SinkStatus
 from sinks.mqtt.commands import CommandHandler
 from sinks.registry import sink_class
 
@@ -119,8 +119,11 @@ class Outputs:
         files: FilePolicy | None = None,
         client_suffix: str = "",
         take_commands: bool = True,
+        documents: Callable[[str], KeptDocument] | None = None,
     ) -> None:
         self._configs = dict(configs)
+        # Each sink's document across restarts, by its name (None: no server.state_dir).
+        self._documents = documents
         # False: MQTT sinks leave commands off whatever their config says (the workers of
         # `serve --workers` but one: appliance/workers/commands.py).
         self._take_commands = take_commands
@@ -173,6 +176,7 @@ class Outputs:
             on_command=self._on_command,
             client_suffix=self._client_suffix,
             take_commands=self._take_commands,
+            kept=None if self._documents is None else self._documents(name),
         )
         return sink_class(kind).build(name, _with_checked_files(name, cfg, self._files), context)
 

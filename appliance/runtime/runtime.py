@@ -45,6 +45,7 @@ from appliance.runtime.retuning import Retuned, apply_tuning
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.sharding import Shard
 from appliance.runtime.shutdown import SINK_DRAIN_S, Shutdown
+from appliance.runtime.sinkstate import sink_documents
 from appliance.runtime.state import StreamsState
 from appliance.runtime.streams import Stream
 from appliance.runtime.supervisor import Supervisor, restart_stalled
@@ -102,6 +103,7 @@ class Runtime:
             self.files,
             client_suffix="" if worker is None else f"-w{worker}",
             take_commands=take_commands,
+            documents=sink_documents(config, worker, self.files),  # runtime/sinkstate.py
         )
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)

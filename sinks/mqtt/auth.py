@@ -9,27 +9,27 @@ property `signature`, sinks.signing's header over its full topic and its payload
 The topic is the signed id, so a signed restart of one stream cannot be moved to another.
 A signature is refused when it is missing, malformed, does not match, lies outside
 `tolerance_s` of the appliance's clock, or was already used (the same time, topic and
-payload: a replay) within that window. The response topic and correlation data are not
-signed: they only steer the answer, which stays under the prefix (mqtt_commands).
+payload: a replay) within that window, in this process or, with a state folder, an
+earlier one; without one, when it was made before the sink started (mqtt_replay). The
+response topic and correlation data are not signed: they only steer the answer, which
+stays under the prefix (mqtt_commands).
 """
 
 from __future__ import annotations
 
+from sinks.base import KeptDocument
 from sinks.mqtt.config import MqttCommands
-from sinks.signing import ReplayGuard, SignatureError, signature, verify
+from sinks.mqtt.replay import UsedSignatures
+from sinks.signing import SignatureError, digest, verify
 
 PROPERTY = "signature"  # the MQTT 5 user property that carries the signature
-# Signatures remembered within the tolerance window, the oldest forgotten first: a replay
-# gets through only after this many newer signed commands in one window (5 minutes).
-MAX_SEEN = 10_000
 
 
 class CommandAuth:
-    """Checks commands' signatures and remembers the used ones."""
+    """Checks commands' signatures; the used ones are remembered (mqtt_replay)."""
 
-    def __init__(self, secret: bytes, tolerance_s: float) -> None:
-        self._secret, self._tolerance_s = secret, tolerance_s
-        self._seen = ReplayGuard(tolerance_s, MAX_SEEN)
+    def __init__(self, secret: bytes, tolerance_s: float, used: UsedSignatures) -> None:
+        self._secret, self._tolerance_s, self._used = secret, tolerance_s, used
 
     def refusal(
         self, topic: str, payload: bytes, header: str | None, now: float | None = None
@@ -46,16 +46,15 @@ class CommandAuth:
             return f"bad signature: {exc}"
         # The message's own digest is its id: the topic alone would be every profiling
         # command's, and the header may carry a second v1 to vary it by.
-        if not self._seen.accept(
-            signature(self._secret, signed_at, topic, payload), signed_at, now
-        ):
-            return "replayed: this signature was already used (sign each command anew)"
-        return None
+        return self._used.refusal(digest(self._secret, signed_at, topic, payload), signed_at, now)
 
 
-def command_auth(sink: str, cfg: MqttCommands) -> CommandAuth | None:
-    """The check for `cfg.auth` (None: `none`, every command runs). ValueError, naming the
-    field, when `hmac` has no key: `secret_file` is read by the runtime, through its file
+def command_auth(
+    sink: str, cfg: MqttCommands, kept: KeptDocument | None = None
+) -> CommandAuth | None:
+    """The check for `cfg.auth` (None: `none`, every command runs), with the signatures
+    already used read from `kept` (None: no state folder). ValueError, naming the field,
+    when `hmac` has no key: `secret_file` is read by the runtime, through its file
     policy, into `secret` before the sink is built."""
     if not cfg.enabled or cfg.auth == "none":
         return None
@@ -65,7 +64,8 @@ def command_auth(sink: str, cfg: MqttCommands) -> CommandAuth | None:
         raise ValueError(
             f"sinks.{sink}.commands.{field}: no HMAC key (the file was not read, or is empty)"
         )
-    return CommandAuth(key.encode("utf-8"), cfg.tolerance_s)
+    used = UsedSignatures(sink, cfg.tolerance_s, kept)  # read now: the sink's start
+    return CommandAuth(key.encode("utf-8"), cfg.tolerance_s, used)
 
 
 def signature_of(user_properties: object) -> str | None:

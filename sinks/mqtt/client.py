@@ -3,15 +3,19 @@
 paho runs the network on its own thread (`loop_start`): it connects, reconnects with
 backoff (`reconnect_delay_set`) and calls the callbacks below there. They do no work of
 their own: each turns what paho reports into one call of the sink's `LinkEvents` on the
-event loop (`call_soon_threadsafe`, aiortc's explicit thread → loop hand-over).
+event loop (`call_soon_threadsafe`, aiortc's explicit thread → loop hand-over). Each is
+guarded (mqtt_guard): an exception is logged and counted, and never ends paho's thread;
+should that thread end all the same, `revive` starts it again (the sink checks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import sys
+import threading
 from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Protocol, cast
@@ -21,10 +25,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from sinks.base import SinkState
+from sinks.base import KeptDocument, SinkState
 from sinks.mqtt.auth import command_auth, signature_of
 from sinks.mqtt.commands import CommandTopics, Request, parse
 from sinks.mqtt.config import MqttConfig
+from sinks.mqtt.guard import CallbackGuard
 
 log = logging.getLogger("sinks.mqtt")
 
@@ -74,6 +79,24 @@ def build_client(cfg: MqttConfig) -> mqtt.Client:
     return client
 
 
+# paho has no public view of its network thread: these read what paho 2.x keeps of it.
+def _network_thread_alive(client: mqtt.Client) -> bool:
+    """Whether paho's network thread runs: it clears `_thread` as it ends (`_thread_main`)."""
+    thread = getattr(client, "_thread", None)
+    return isinstance(thread, threading.Thread) and thread.is_alive()
+
+
+def _close_wakeup_pair(client: mqtt.Client) -> None:
+    """Close the socket pair by which `publish` wakes paho's thread, once it has ended:
+    `loop_start` opens a new one and leaves the old open, and `loop_stop` leaves it too
+    (only the client's `__del__` and `reinitialise` close it)."""
+    for name in ("_sockpairR", "_sockpairW"):
+        sock = getattr(client, name, None)
+        if isinstance(sock, socket.socket):
+            sock.close()
+        setattr(client, name, None)
+
+
 class Link:
     """One paho client, its Last Will, and its callbacks handed to the loop."""
 
@@ -84,20 +107,23 @@ class Link:
         events: LinkEvents,
         loop: asyncio.AbstractEventLoop,
         topics: CommandTopics,
+        kept: KeptDocument | None = None,
     ) -> None:
         self.name, self.cfg, self._events, self._loop = name, cfg, events, loop
         self._topics = topics  # the commands requests may name (the sink's handler's)
         self._prefix = cfg.topic_prefix
-        self._auth = command_auth(name, cfg.commands)  # used on paho's thread only
+        self._auth = command_auth(name, cfg.commands, kept)  # used on paho's thread only
         self.attempts = 0  # connection attempts, each one counted by paho's thread
+        self.guard = guard = CallbackGuard(name)  # no exception ends paho's thread
+        self._closing = False  # close() began: paho's thread ends, and stays ended
         self.client = client = build_client(cfg)
-        client.on_pre_connect = self._on_pre_connect
-        client.on_connect = self._on_connect
-        client.on_connect_fail = self._on_connect_fail
-        client.on_disconnect = self._on_disconnect
-        client.on_publish = self._on_publish
-        client.on_subscribe = self._on_subscribe
-        client.on_message = self._on_message
+        client.on_pre_connect = guard(self._on_pre_connect)
+        client.on_connect = guard(self._on_connect)
+        client.on_connect_fail = guard(self._on_connect_fail)
+        client.on_disconnect = guard(self._on_disconnect)
+        client.on_publish = guard(self._on_publish)
+        client.on_subscribe = guard(self._on_subscribe)
+        client.on_message = guard(self._on_message)
         qos = max(cfg.qos, 1)
         client.will_set(f"{self._prefix}/status", b"offline", qos, cfg.retain_status)
 
@@ -106,10 +132,27 @@ class Link:
         self.client.connect_async(self.cfg.host, self.cfg.port, self.cfg.keepalive_s)
         self.client.loop_start()
 
+    def revive(self) -> bool:
+        """Start paho's network thread again if it has ended while the link should run
+        (past the callback guard: a bug in paho, a caller's `loop_stop`); True when it
+        had. The connection is dropped then, so that paho connects afresh: while nobody
+        read it, keep-alives and acknowledgements went unanswered."""
+        if self._closing or _network_thread_alive(self.client):
+            return False
+        _close_wakeup_pair(self.client)
+        self.client.loop_start()
+        sock = self.client.socket()
+        if isinstance(sock, socket.socket):  # ssl.SSLSocket too
+            with suppress(OSError):  # already closed by the peer: paho sees it either way
+                sock.shutdown(socket.SHUT_RDWR)  # paho reads the end: on_disconnect, reconnect
+        return True
+
     async def close(self) -> None:
         """DISCONNECT (the broker then drops the Will) and join paho's thread."""
+        self._closing = True
         self.client.disconnect()
         await asyncio.to_thread(self.client.loop_stop)  # its waits last ≤ 1 s each
+        _close_wakeup_pair(self.client)  # else left to the client's __del__, whenever that runs
 
     def _post(self, fn: Any, *args: Any) -> None:
         with suppress(RuntimeError):  # the loop has closed: nobody is listening
@@ -169,6 +212,12 @@ class Link:
         self._post(self._events.acked, mid)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        request = self._request(msg)
+        if request is not None:
+            self._post(self._events.request, request)
+
+    def _request(self, msg: mqtt.MQTTMessage) -> Request | None:
+        """The command `msg` carries, checked (refused: `error` set); None for our own."""
         props, payload = msg.properties, bytes(msg.payload)
         request = parse(
             msg.topic[len(self._prefix) + 1 :],
@@ -178,11 +227,10 @@ class Link:
             getattr(props, "CorrelationData", None),
             prefix=self._prefix,
             topics=self._topics,
+            retained=bool(msg.retain),
         )
-        if request is not None and request.error is None and self._auth is not None:
-            header = signature_of(getattr(props, "UserProperty", None))
-            refusal = self._auth.refusal(msg.topic, payload, header)
-            if refusal is not None:
-                request = replace(request, error=refusal, auth_refused=True)
-        if request is not None:
-            self._post(self._events.request, request)
+        if request is None or request.error is not None or self._auth is None:
+            return request
+        header = signature_of(getattr(props, "UserProperty", None))
+        refusal = self._auth.refusal(msg.topic, payload, header)
+        return request if refusal is None else replace(request, error=refusal, auth_refused=True)

@@ -16,8 +16,10 @@ elsewhere would let any client make it publish, under its identity, where that c
 not. So these are refused with an answer and never reach the handler: a payload that is
 too large or not a JSON object, a topic that names no known command, an `id` that is not
 an integer or a short printable string (nothing of it is echoed), a response topic outside
-`<prefix>/cmd/response/`, correlation data over MAX_CORRELATION_BYTES. `id` and
-`correlation` name the request; the handler gets the other keys as the command's
+`<prefix>/cmd/response/`, correlation data over MAX_CORRELATION_BYTES, a message that
+comes retained (a broker sets the retain flag on a retained message it hands to a new
+subscription, MQTT 5 §3.3.1.3: kept there, it would run again at every reconnect). `id`
+and `correlation` name the request; the handler gets the other keys as the command's
 arguments (the runtime validates them as the HTTP API does). A handler's KeyError /
 ValueError (an unknown stream, a bad argument) becomes an error answer with its message.
 """
@@ -56,6 +58,12 @@ MAX_ID_CHARS = 128  # an echoed string id
 MAX_ID = 2**63  # an echoed integer id lies in (-MAX_ID, MAX_ID): a 64-bit integer
 MAX_CORRELATION_BYTES = 128  # MQTT 5 correlation data echoed with the answer
 MAX_RESPONSE_CHARS = 256  # a response topic's levels below <prefix>/cmd/response/
+# A broker hands a retained message to every new subscription, the appliance's own on
+# each (re)connect: a retained command would run again at every reconnect and restart.
+RETAINED = (
+    "retained: a command kept by the broker runs again each time the appliance "
+    "subscribes; publish commands with retain false"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +88,10 @@ def parse(
     *,
     prefix: str,
     topics: CommandTopics,
+    retained: bool = False,
 ) -> Request | None:
-    """The request on topic `<prefix>/<rest>`; None for our own answers' topics."""
+    """The request on topic `<prefix>/<rest>`; None for our own answers' topics.
+    `retained`: the message came with the retain flag (the broker kept it)."""
     if _is_ours(rest):
         return None
     command, args = topics.route(rest)
@@ -93,6 +103,8 @@ def parse(
         body, error = _body(payload)
     if error is None and command is None:
         error = f"unknown command topic {rest!r} (known: {topics.known})"
+    if error is None and retained:
+        error = RETAINED
     request_id, id_error = _request_id(body)
     topic_error = _response_topic_refusal(reply_topic, prefix)
     too_long = correlation is not None and len(correlation) > MAX_CORRELATION_BYTES

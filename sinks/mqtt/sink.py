@@ -11,9 +11,9 @@
 
 Threads: workers `offer` onto the OutboxQueue; paho's own network thread connects,
 reconnects with backoff and reports to the event loop (mqtt_client.Link); one loop task
-publishes. States (sinks.base.SinkState): starting, connected, reconnecting, auth_failed,
-tls_failed, refused (another CONNACK refusal), stopped; each change is logged once, not
-every retry.
+publishes, another starts paho's thread again should it end (Link.revive). States
+(sinks.base.SinkState): starting, connected, reconnecting, auth_failed, tls_failed,
+refused (another CONNACK refusal), stopped; each change is logged once, not every retry.
 
 Delivery: the task takes a message from the queue only while connected and while fewer
 than IN_FLIGHT are unacknowledged, so paho's own (unbounded) queue never holds more than
@@ -46,7 +46,7 @@ from paho.mqtt.properties import Properties
 from pydantic import BaseModel
 
 from pipelines.types import FrameResult, iso_utc
-from sinks.base import OutboxQueue, SinkContext, SinkState, SinkStatus
+from sinks.base import KeptDocument, OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
 from sinks.mqtt.client import IN_FLIGHT, Link
 from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer, topics_of
@@ -56,6 +56,7 @@ from sinks.mqtt.events import EventDetector, event_message
 log = logging.getLogger("sinks.mqtt")
 
 STOP_ACK_S = 2.0  # at stop, how long the retained "offline" may take to be acknowledged
+WATCH_S = 1.0  # how often the sink checks that paho's network thread still runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +87,14 @@ class MqttSink:
         *,
         on_command: CommandHandler | None = None,
         observe_send: Callable[[float], None] | None = None,
+        kept: KeptDocument | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._prefix = config.topic_prefix
         self._status_qos = max(config.qos, 1)  # state must not be lost silently
         self._on_command = on_command
+        self._kept = kept  # the signatures commands used, across restarts (mqtt_auth)
         self._observe_send = observe_send
         self._queue: OutboxQueue[Outgoing] = OutboxQueue(
             config.queue.max_messages, config.queue.max_bytes
@@ -114,6 +117,8 @@ class MqttSink:
         self._wake = asyncio.Event()  # something the delivery task waits on changed
         self._link: Link | None = None
         self._task: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None  # revives paho's network thread
+        self._network_restarts = 0
 
     @classmethod
     def build(cls, name: str, config: BaseModel, context: SinkContext) -> MqttSink:
@@ -129,6 +134,7 @@ class MqttSink:
             config.model_copy(update=update),
             on_command=context.on_command,
             observe_send=context.observe_send,
+            kept=context.kept,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -136,7 +142,8 @@ class MqttSink:
         """Begin connecting (paho's thread retries until it works) and delivering."""
         loop = asyncio.get_running_loop()
         self._queue.bind(loop)
-        self._link = Link(self.name, self.config, self, loop, topics_of(self._on_command))
+        topics = topics_of(self._on_command)
+        self._link = Link(self.name, self.config, self, loop, topics, self._kept)
         commands = self.config.commands
         if commands.enabled and commands.auth == "none":
             log.warning(
@@ -148,6 +155,7 @@ class MqttSink:
             )
         self._link.start()
         self._task = loop.create_task(self._deliver(), name=f"mqtt-{self.name}")
+        self._watch = loop.create_task(self._watch_network(), name=f"mqtt-{self.name}-watch")
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Deliver for up to `drain_timeout_s`, publish `offline`, disconnect; what is
@@ -169,6 +177,8 @@ class MqttSink:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._until(lambda: not self._unacked), STOP_ACK_S)
         self._hanging_up = True
+        if self._watch is not None:
+            self._watch.cancel()  # paho's thread ends now, on purpose
         await self._link.close()
         self._set_state(SinkState.STOPPED, self._last_error)
 
@@ -244,6 +254,8 @@ class MqttSink:
                 "broker": f"{self.config.host}:{self.config.port}",
                 "connect_attempts": 0 if self._link is None else self._link.attempts,
                 "in_flight": len(self._unacked),
+                "callback_errors": 0 if self._link is None else self._link.guard.errors,
+                "network_restarts": self._network_restarts,
                 **(commands if self.config.commands.enabled else {}),
             },
         )
@@ -302,6 +314,19 @@ class MqttSink:
     def _status_message(self, payload: bytes) -> Outgoing:
         topic = f"{self._prefix}/status"
         return Outgoing(topic, payload, self._status_qos, self.config.retain_status)
+
+    async def _watch_network(self) -> None:
+        """Defence in depth: should paho's network thread end while the sink runs (no
+        callback can end it: mqtt_guard), say so and start it again."""
+        assert self._link is not None
+        while True:
+            await asyncio.sleep(WATCH_S)
+            if not self._link.revive():
+                continue
+            self._network_restarts += 1
+            error = f"the network thread had ended; restarted ({self._network_restarts} so far)"
+            log.error("mqtt sink %s: %s", self.name, error)
+            self._set_state(SinkState.RECONNECTING, error)
 
     # -- facts from paho's thread, applied on the loop ----------------------------------
     def acked(self, mid: int) -> None:

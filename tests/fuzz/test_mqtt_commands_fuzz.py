@@ -224,3 +224,12 @@ def test_non_finite_id(token: str) -> None:
     reply = run(answer(request, _handler))
     assert reply["ok"] is False
     json.loads(encode(reply).decode("utf-8"), parse_constant=_no_constants)
+
+
+@fuzz(100)
+@given(TOPICS, PAYLOADS)
+def test_a_retained_request_never_runs(rest: str, payload: bytes) -> None:
+    """A message the broker hands over as retained is refused whatever it holds: kept
+    there, it would run again each time the appliance subscribes."""
+    request = parse(rest, payload, 4096, prefix=PREFIX, topics=COMMANDS, retained=True)
+    assert request is None or request.error is not None

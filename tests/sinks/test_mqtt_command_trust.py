@@ -61,14 +61,17 @@ def appliance(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture
 def client(appliance: LiveServer, broker: Broker, subscriber: MakeSubscriber) -> Subscriber:
     """An MQTT 5 client on the reply topics (and a victim's topic); the appliance has
-    subscribed once a command of this client is answered."""
+    subscribed, and takes commands signed now, once one of this client's is answered
+    by the handler (not refused as signed before the sink started, in its first second)."""
     sub: Subscriber = subscriber(
         broker, "site/cmd/reply", "site/cmd/response/#", "victim/#", protocol=mqtt.MQTTv5
     )
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         ping = send(sub, "site/cmd/streams/none/restart", {"id": f"ping-{uuid.uuid4()}"})
-        if _answers(sub, ping, 1.0):
+        ping_id = json.loads(ping)["id"]
+        answers = [m for m in _answers(sub, ping, 1.0) if _id(m) == ping_id]
+        if any(json.loads(m.payload).get("error") == "unknown stream 'none'" for m in answers):
             return sub
     raise AssertionError("the appliance never answered a command")
 
