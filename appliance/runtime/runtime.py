@@ -269,7 +269,10 @@ class Runtime:
         """Compile the stream's workflow and start it; StreamExistsError if the id runs,
         LimitError past limits.max_streams. A `requested` stream (over the API) has its
         files checked by the request policy, now and whenever it restarts, and is kept in
-        the state: StateSaveError (it is stopped again) when it cannot be."""
+        the state: StateSaveError (it is stopped again) when it cannot be, ConfigError
+        when its credentials could be kept in clear only (state.check)."""
+        if requested:
+            self.state.check(cfg)
         stream = self._start_stream(cfg, requested)
         if requested:
             try:

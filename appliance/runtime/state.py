@@ -6,7 +6,10 @@ The merge rule: **a change made over the API holds for an id until the config fi
 entry for that id changes.** Each entry is the stream as the API left it (`spec`: the
 StreamConfig, or null for a removal), `over`: the sha256 of the file's entry for that id
 when the change was made (its `model_dump_json`; null when the file did not name the id),
-and `at`, when (seconds since the epoch).
+and `at`, when (seconds since the epoch). A spec whose source URL holds credentials keeps
+it masked, the whole URL sealed beside it (`sealed_url`, appliance/runtime/sealing.py);
+without APPLIANCE_STATE_KEY such a stream is refused over the API (422), and a document an
+older version wrote in clear is sealed at the next start with a key (else kept, WARNING).
 
 - an id the file does not name (`over` null): the API's stream is restored, its files
   checked by the request policy, as when it was added;
@@ -18,8 +21,8 @@ and `at`, when (seconds since the epoch).
   dropped with a WARNING.
 
 A stream of the state that cannot start (its workflow file gone, its host no longer
-allowed, a limit) is logged as an ERROR and kept: fixing the cause and restarting brings
-it back; a DELETE of its id forgets it.
+allowed, a limit, its URL sealed under another key) is logged as an ERROR and kept: fixing
+the cause and restarting brings it back; a DELETE of its id forgets it.
 
 Files: `<state_dir>/streams.json` for one process, `worker-<I>.json` for worker I of
 `serve --workers N`. Worker I adopts the documents of workers that no longer exist
@@ -41,11 +44,20 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.config import AppConfig, StreamConfig
+from appliance.config import AppConfig, ConfigError, StreamConfig
 from appliance.errors import StateSaveError, UnknownStreamError
 from appliance.observe.status import StateStatus
 from appliance.policy.files import FilePolicy
+from appliance.policy.masking import mask_url
 from appliance.runtime.reload import ReloadPlan
+from appliance.runtime.sealing import (
+    CLEAR_FIX,
+    MAKE_KEY,
+    UNSEAL_FIX,
+    Sealer,
+    SealError,
+    has_credentials,
+)
 from appliance.runtime.sharding import Shard
 from appliance.runtime.statefile import (
     StateFileError,
@@ -73,6 +85,18 @@ class Entry(BaseModel):
     spec: StreamConfig | None
     over: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None
     at: float
+    # The spec's source URL, whole, sealed (Fernet); the spec holds it masked. None: the
+    # URL holds no credentials, or an older version wrote it in clear.
+    sealed_url: str | None = None
+
+    @property
+    def in_clear(self) -> bool:
+        """Credentials written in clear (by an older version, or with no key since)."""
+        return (
+            self.sealed_url is None
+            and self.spec is not None
+            and (has_credentials(self.spec.source.url))
+        )
 
 
 class _Body(BaseModel):
@@ -111,9 +135,15 @@ class StreamsState:
     `status` may be read from any thread. Without `server.state_dir`, it keeps nothing."""
 
     def __init__(
-        self, folder: Path | None, shown: str, worker: Shard | None, files: FilePolicy
+        self,
+        folder: Path | None,
+        shown: str,
+        worker: Shard | None,
+        files: FilePolicy,
+        sealer: Sealer | None = None,
     ) -> None:
         self.folder, self._shown, self._worker, self._files = folder, shown, worker, files
+        self._sealer = sealer or Sealer.from_env()  # APPLIANCE_STATE_KEY, read at start
         name = SINGLE if worker is None else f"worker-{worker.index}.json"
         self.path = None if folder is None else folder / name
         self._file: dict[str, str] = {}  # the config file's entries (every shard's): digests
@@ -147,13 +177,19 @@ class StreamsState:
         file by the rule; `share`: the ids of the config's streams this process runs."""
         if self.path is None:
             return Restore(frozenset(), [])
+        if self._sealer.given and not self._sealer.usable:
+            log.error(
+                "%s: streams with credentials are not kept (make one with %s)",
+                self._sealer.problem,
+                MAKE_KEY,
+            )
         try:
             found = self._read(self.path)
         except StateFileError as exc:
             log.error("%s; started from the config alone", exc)
             self._problem, found = str(exc), {}
         adopted = self._adopt(found)
-        self._entries = self._current(found)
+        self._entries = self._sealed_at_start(self._current(found))
         if adopted or self._entries != found:
             self._save_at_start(adopted)
         # The file's ids the API changed: the file's entry is not started. One another
@@ -161,7 +197,11 @@ class StreamsState:
         held = frozenset(sid for sid, e in self._entries.items() if e.over is not None)
         for sid in sorted(held - set(share)):
             log.info("stream %r: changed over the API, now another process's: kept", sid)
-        ours = (e.spec for sid, e in self._entries.items() if sid in share or sid not in held)
+        ours = [
+            self._unsealed(sid, e)
+            for sid, e in self._entries.items()
+            if sid in share or sid not in held
+        ]
         return Restore(held, [spec for spec in ours if spec is not None])
 
     def _read(self, path: Path) -> dict[str, Entry]:
@@ -216,6 +256,48 @@ class StreamsState:
         for path in adopted:
             path.unlink(missing_ok=True)
 
+    def _sealed_at_start(self, entries: dict[str, Entry]) -> dict[str, Entry]:
+        """The entries an older version wrote in clear, sealed now with a key; without
+        one, kept as they are and said (WARNING)."""
+        clear = sorted(sid for sid, e in entries.items() if e.in_clear)
+        if clear and not self._sealer.usable:
+            log.warning(
+                "state file %s holds the credentials of stream(s) %s in clear (%s): %s",
+                self.path,
+                ", ".join(map(repr, clear)),
+                self._sealer.problem,
+                CLEAR_FIX,
+            )
+            return entries
+        return {sid: self._sealed(e) if e.in_clear else e for sid, e in entries.items()}
+
+    def _sealed(self, entry: Entry) -> Entry:
+        """`entry` as the document keeps it: a URL with credentials masked in its spec and
+        sealed beside it (its spec as it is when the URL holds none)."""
+        if entry.spec is None or not has_credentials(url := entry.spec.source.url):
+            return entry
+        source = entry.spec.source.model_copy(update={"url": mask_url(url)})
+        spec = entry.spec.model_copy(update={"source": source})
+        return entry.model_copy(update={"spec": spec, "sealed_url": self._sealer.seal(url)})
+
+    def _unsealed(self, stream_id: str, entry: Entry) -> StreamConfig | None:
+        """The spec to start, its URL unsealed; None (an ERROR said) when it cannot be."""
+        if entry.spec is None or entry.sealed_url is None:
+            return entry.spec
+        try:
+            url = self._sealer.unseal(entry.sealed_url)
+        except SealError as exc:
+            log.error(
+                "stream %r of the state file %s not started: %s (kept there: %s)",
+                stream_id,
+                self.path,
+                exc,
+                UNSEAL_FIX,
+            )
+            return None
+        source = entry.spec.source.model_copy(update={"url": url})
+        return entry.spec.model_copy(update={"source": source})
+
     def _current(self, entries: Mapping[str, Entry]) -> dict[str, Entry]:
         """The entries the rule keeps against the file as it is now; the others logged."""
         kept = {}
@@ -240,9 +322,17 @@ class StreamsState:
         return kept
 
     # -- changes over the API ------------------------------------------------------------
+    def check(self, cfg: StreamConfig) -> None:
+        """Before a stream is added over the API: ConfigError (422) naming `source.url`
+        when it holds credentials that this state folder could keep in clear only."""
+        if self.path is not None and not self._sealer.usable and has_credentials(cfg.source.url):
+            raise ConfigError([f"source.url: {self._sealer.refusal()}"], f"stream {cfg.id!r}")
+
     def added(self, cfg: StreamConfig) -> None:
-        """A stream started over the API; StateSaveError if it cannot be kept."""
-        self._change(cfg.id, Entry(spec=cfg, over=self._file.get(cfg.id), at=time.time()))
+        """A stream started over the API (`check`ed first); StateSaveError if it cannot
+        be kept."""
+        entry = Entry(spec=cfg, over=self._file.get(cfg.id), at=time.time())
+        self._change(cfg.id, self._sealed(entry) if self._sealer.usable else entry)
 
     def removed(self, stream_id: str, running: bool) -> bool:
         """A stream removed over the API, kept before it stops; True when there is a

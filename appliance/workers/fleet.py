@@ -96,6 +96,11 @@ class Fleet(Gateway):
             self.owners.setdefault(stream_id, owner_of(stream_id, self.clients.count))
 
     # -- the rules ----------------------------------------------------------------------
+    def admit(self, spec: dict[str, Any]) -> None:
+        """A camera whose credentials the store could keep in clear only: 422, nowhere
+        started (fleetstore.py)."""
+        self.store.admit(spec)
+
     def placement(self, stream_id: str) -> int:
         """PLACE: the owner by the rule, whatever the loads."""
         return owner_of(stream_id, self.clients.count)

@@ -115,6 +115,10 @@ class Gateway:
                 return member.index
         return 0
 
+    def admit(self, spec: dict[str, Any]) -> None:
+        """Before a new stream `spec` (the POST body) is forwarded: raise to refuse it
+        here (a fleet's store that could not keep it). The workers check for themselves."""
+
     def placement(self, stream_id: str) -> int:
         """A new stream's worker: the least loaded; ties by the sharding rule's weight."""
         loads = [0] * self.clients.count
@@ -208,11 +212,13 @@ async def add_stream(request: web.Request) -> web.StreamResponse:
     gw = gateway_of(request)
     body = await request.read()
     try:
-        stream_id = json.loads(body).get("id")
+        spec = json.loads(body)
+        stream_id = spec.get("id")
     except (ValueError, AttributeError):
         stream_id = None  # not a stream: a worker answers what is wrong with it
     if not isinstance(stream_id, str):
         return await gw.clients.forward(gw.any_worker(), request, streaming=False, body=body)
+    gw.admit(spec)
     await gw.refresh_owners()
     index = gw.owners.get(stream_id)  # taken: its worker answers 409
     index = gw.placement(stream_id) if index is None else index
