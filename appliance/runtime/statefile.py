@@ -6,7 +6,9 @@ across restarts (docs/deploy.md, "Durable runtime changes").
   leaves the old document or the new one, never half of one (POSIX rename(2) is atomic
   within a file system; the folder's fsync makes the rename itself durable, as
   SQLite's and etcd's writers do). Files and folder are the owner's only (0600, 0700):
-  a document holds sources' URLs with their credentials.
+  a document holds what users added, their cameras' credentials sealed
+  (appliance/runtime/sealing.py), and a document of an older version may hold them in
+  clear.
 - **Read through the file policy** (appliance/policy/files.py): a regular file, at most
   `limits.max_state_bytes`, never a FIFO or a device swapped in.
 - **Refused as a whole** when it is not one of ours (another program's file, a newer
