@@ -25,7 +25,7 @@ from appliance.config import StreamConfig
 from appliance.runtime.runtime import Runtime
 from appliance.runtime.sharding import Shard
 from appliance.runtime.statefile import write_document
-from tests.server.live import LiveServer
+from tests.server.live import LiveServer, wait_for
 from tests.state.conftest import DRAW, Boot, config_doc, origins, write_config
 from tests.support.rtsp import RtspServer, RtspServerFactory
 
@@ -49,11 +49,8 @@ def assert_no_password(data: bytes) -> None:
 
 
 def wait_running(rt: Runtime, stream_id: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while rt.stream_status(stream_id).state != "running":
-        status = rt.stream_status(stream_id)
-        assert time.monotonic() < deadline, f"{stream_id} not running: {status.last_error}"
-        time.sleep(0.05)  # polls the runtime's status: the state is not an event here
+    """Until the stream runs: the camera let it in, so its password came back whole."""
+    wait_for(lambda: rt.stream_status(stream_id).state == "running", WAIT_S, f"{stream_id} running")
 
 
 @pytest.fixture
