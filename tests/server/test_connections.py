@@ -39,8 +39,8 @@ MANY = 2000
 HEAD_TIMEOUT = "limits.header_timeout_s"
 MAX_OPEN = "limits.max_connections"
 MAX_PER_CLIENT = "limits.max_connections_per_client"
-PARTIAL = b"GET /health HTTP/1.1\r\nHost: appliance\r\n"  # no blank line: never complete
-WHOLE = b"GET /health HTTP/1.1\r\nHost: appliance\r\n\r\n"
+PARTIAL = b"GET /health HTTP/1.1\r\nHost: localhost\r\n"  # no blank line: never complete
+WHOLE = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_an_event_stream_outlives_both_timeouts(
     sock = sockets(server.port)
     began = time.monotonic()
     sock.sendall(
-        b"GET /v1/streams/cam/events HTTP/1.1\r\nHost: appliance\r\n"
+        b"GET /v1/streams/cam/events HTTP/1.1\r\nHost: localhost\r\n"
         + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
     )
     sock.settimeout(WAIT_S)

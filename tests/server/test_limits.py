@@ -181,7 +181,7 @@ def test_a_request_past_its_time_is_cut_short_with_408(limited: LiveServer) -> N
     # A client that announces a body and never sends it holds its handler in read().
     with socket.create_connection(("127.0.0.1", limited.port), timeout=10) as conn:
         conn.sendall(
-            f"POST {VALIDATE} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"POST {VALIDATE} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n"
             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
         )
         answer = conn.recv(65536).decode()
