@@ -21,6 +21,7 @@ import http
 import http.client
 import json
 import os
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -31,6 +32,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from appliance.client_transport import CA_FILE_ENV, opener
 from appliance.observe.status import (
     ModelStatus,
     Readiness,
@@ -98,17 +100,31 @@ class ApplianceConnectionError(ApplianceClientError):
 class ApplianceClient:
     """Typed calls for every route of docs/api.md, one blocking request each."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        ca_file: str | Path | None = None,
+        unix_socket: Path | None = None,
+    ) -> None:
         """`url`: the appliance's base URL; `token`: bearer token, by default the
         APPLIANCE_API_TOKEN environment variable; `timeout`: seconds per request.
 
         `user:password@` in `url` is sent as HTTP Basic auth (for a proxy in front of the
-        appliance) unless there is a bearer token; `self.url` shows it masked."""
+        appliance) unless there is a bearer token; `self.url` shows it masked.
+
+        `https://` is checked against the system's CAs, or a private CA's PEM file:
+        `ca_file`, by default the APPLIANCE_CA_FILE environment variable (ValueError
+        naming the file when it does not load). `unix_socket`: send every request to
+        that socket instead (client_transport.py)."""
         base = url.rstrip("/")
         self.url = mask_url(base)  # what messages show
         self.timeout = timeout
         self._token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._base, self._basic = _split_userinfo(base)
+        self._opener = opener(ca_file, unix_socket)
 
     def health(self) -> dict[str, Any]:
         """Liveness: `{"status": "ok"}` when the process and its event loop answer."""
@@ -235,7 +251,7 @@ class ApplianceClient:
         req = self._build("GET", _stream_path(stream_id) + "/events", None)
         try:
             # No read timeout: an idle stream sends a comment every 15 s.
-            with urllib.request.urlopen(req, timeout=max(self.timeout, 60.0)) as resp:
+            with self._opener.open(req, timeout=max(self.timeout, 60.0)) as resp:
                 for raw in resp:
                     line = raw.decode("utf-8").rstrip("\n")
                     if line.startswith("data: "):
@@ -254,7 +270,7 @@ class ApplianceClient:
         """One request; the answer's body, or an error named for the failure."""
         req = self._build(method, path, body)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=self.timeout) as resp:
                 return bytes(resp.read())
         except urllib.error.HTTPError as err:
             with err:
@@ -361,6 +377,11 @@ def _reason(url: str, exc: BaseException) -> str:
     """Why `url` did not answer: refused, unresolved, timed out (as a camera's fault is
     said), or the error's own words."""
     reason = getattr(exc, "reason", None) or exc  # URLError wraps the socket's error
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (
+            f"its TLS certificate is not trusted ({reason.verify_message}): give its CA "
+            f"with --ca-file or ${CA_FILE_ENV}"
+        )
     if isinstance(reason, OSError):
         return connect_problem(url, reason)
     return str(reason) or type(reason).__name__

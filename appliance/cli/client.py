@@ -29,6 +29,7 @@ from appliance.client import (
     ApplianceClient,
     ApplianceConnectionError,
 )
+from appliance.client_transport import CA_FILE_ENV, CaFileError
 from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
 from appliance.policy.masking import mask_url
 
@@ -105,6 +106,12 @@ def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help=f"the appliance (default ${URL_ENV} or {DEFAULT_URL})")
     common.add_argument("--token", help=f"the API bearer token (default ${TOKEN_ENV})")
+    common.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="PEM",
+        help=f"trust this CA for an https URL (default ${CA_FILE_ENV}, else the system's CAs)",
+    )
     return common
 
 
@@ -131,6 +138,9 @@ def _guarded(command: Command) -> Command:
                 file=sys.stderr,
             )
             return EXIT_UNREACHABLE
+        except CaFileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
 
     return run
 
@@ -145,7 +155,7 @@ def _detail_lines(details: Any) -> list[str]:
 
 def _client(args: argparse.Namespace) -> ApplianceClient:
     url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    return ApplianceClient(url, token=args.token)
+    return ApplianceClient(url, token=args.token, ca_file=args.ca_file)
 
 
 # -- streams ----------------------------------------------------------------------------

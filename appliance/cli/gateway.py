@@ -10,7 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, load_config, parse_config
+from appliance.client_transport import CaFileError, tls_context
+from appliance.config import AppConfig, ConfigError, load_config, parse_config
 from appliance.workers.replicas import Address, parse_replicas
 
 
@@ -29,7 +30,14 @@ def add_gateway_command(sub: Any) -> None:
         type=_replicas_arg,
         metavar="HOST:PORT,...",
         help="the replicas' API addresses in shard order: replica I runs --shard I/N, N "
-        "being how many are listed",
+        "being how many are listed; https://HOST:PORT for a replica served over TLS",
+    )
+    p.add_argument(
+        "--replica-ca",
+        type=Path,
+        metavar="PEM",
+        help="check the https:// replicas' certificates against this CA (default: the "
+        "system's CAs)",
     )
     p.add_argument(
         "--config",
@@ -66,7 +74,21 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else config.server.port
     state_dir = None if args.state_dir is None else args.state_dir.resolve()
     replicas: list[Address] = args.replicas
-    return asyncio.run(serve_fleet(config, replicas, host, port, state_dir, args.insecure))
+    try:
+        replica_tls = None if args.replica_ca is None else tls_context(args.replica_ca)
+    except CaFileError as exc:
+        raise ConfigError([f"--replica-ca: {exc}"], "gateway") from None
+    fleet = serve_fleet(
+        config,
+        replicas,
+        host,
+        port,
+        state_dir,
+        args.insecure,
+        config_path=args.config,
+        replica_tls=replica_tls,
+    )
+    return asyncio.run(fleet)
 
 
 def _config(path: Path | None) -> AppConfig:

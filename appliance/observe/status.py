@@ -240,6 +240,8 @@ class Readiness:
     """Stream id -> why it stalled (restarted; listed until it processes a frame again)."""
     insecure: bool
     """The API is open without a token on a non-loopback address (--insecure)."""
+    tls: bool
+    """The API is served over TLS (`server.tls`)."""
     sinks: dict[str, str]
     """Sink name -> state; informational: a sink that is down does not make it unready."""
     profiling: ProfilingStatus
@@ -256,7 +258,7 @@ class Readiness:
     entries; null without a state folder."""
 
     @classmethod
-    def of(cls, status: RuntimeStatus, insecure: bool) -> Readiness:
+    def of(cls, status: RuntimeStatus, insecure: bool, tls: bool = False) -> Readiness:
         started = status.started_at or None
         return cls(
             ready=status.ready,
@@ -264,6 +266,7 @@ class Readiness:
             waiting=status.waiting,
             stalled=status.stalled,
             insecure=insecure,
+            tls=tls,
             sinks={s.name: s.state for s in status.sinks},
             profiling=status.profiling,
             shard=status.shard,

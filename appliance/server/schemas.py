@@ -12,6 +12,7 @@ from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus
 # POST /v1/profiling's body is the MQTT `profiling` command's arguments: one model, defined
 # in the command catalogue (one validation rule for both), re-exported for the routes.
 from appliance.runtime.commands import ProfilingRequest as ProfilingRequest  # noqa: PLC0414
+from appliance.server.tls import TlsReloaded
 
 WorkflowRef = str | dict[str, Any]  # a path (relative to the config file) or an inline workflow
 
@@ -144,6 +145,9 @@ class Reloaded(BaseModel):
     removed: list[str]
     restarted: list[str]
     unchanged: list[str]
+    tls: TlsReloaded | None = Field(
+        None, description="served over TLS: the certificate files read again; absent over HTTP"
+    )
 
 
 # A Chrome trace (appliance.profiling's conventions), as a literal JSON Schema: its events

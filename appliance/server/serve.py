@@ -28,6 +28,8 @@ from appliance.server.connections import ConnectionGuard
 from appliance.server.lifecycle import ACCESS_LOG, Listener, bind_policy, run
 from appliance.server.routes.tune import TUNE
 from appliance.server.shutdown import in_own_thread
+from appliance.server.tls import ApiTls
+from appliance.server.tls import reload_logged as reload_tls_logged
 from pipelines.errors import WorkflowError
 
 log = logging.getLogger("appliance.server")
@@ -65,6 +67,9 @@ class Server:
         )
         self.app = build_app(runtime, policy, host)  # a worker: the gateway's host
         self.app[INSECURE] = policy.insecure
+        # server.tls read now (files that do not load stop the start), and again by each
+        # reload from the runtime's config as it then is. A worker's socket is private.
+        self.tls = None if unix is not None else ApiTls.of(runtime.config, lambda: runtime.config)
         self.drain_timeout_s = runtime.config.server.drain_timeout_s
         self._port = port
         # Slow and idle connections are closed, and the open ones capped (connections.py).
@@ -76,7 +81,7 @@ class Server:
         )
         # A `--workers` worker logs no access lines: its gateway logs each request once.
         access = ACCESS_LOG if unix is None else None
-        self._listener = Listener(self.app, guard, access_log=access)
+        self._listener = Listener(self.app, guard, access_log=access, tls=self.tls)
 
     @property
     def port(self) -> int:
@@ -90,7 +95,7 @@ class Server:
         if self.unix is not None:
             log.info("serving on %s", f"unix:{self.unix}")
         else:
-            url = f"http://{self.host}:{self.port}"
+            url = f"{self._listener.scheme}://{self.host}:{self.port}"
             log.info("serving on %s: watch the streams at %s/, the API at %s/docs", url, url, url)
 
     async def main_loop(self, stop: asyncio.Event) -> None:
@@ -141,7 +146,8 @@ class Server:
         return self.runtime.stop_outputs() and streams_ok and tune_ok
 
     async def reload_logged(self, why: str) -> None:
-        """A reload that is not a request (SIGHUP): its outcome goes to the log only."""
+        """A reload that is not a request (SIGHUP): its outcome goes to the log only.
+        Taken, it reads server.tls's files again too."""
         try:
             loop = asyncio.get_running_loop()
             summary = (await loop.run_in_executor(None, self.runtime.reload)).summary()
@@ -151,6 +157,7 @@ class Server:
             log.exception("config reload (%s) failed", why)
         else:
             log.info("config reloaded (%s): %s", why, summary)
+            reload_tls_logged(self.tls, why)
 
 
 async def serve(

@@ -5,12 +5,15 @@ libraries really load here (`get_available_providers()` lists what was compiled 
 what works); each GPU's memory and utilisation and the driver, from NVML (the `cuda`
 extra's nvidia-ml-py); PyAV's FFmpeg with its H.264/H.265 decoders, the hardware decoders
 compiled in and the hardware devices it can really open; with `--config`, the decoder each
-stream would get and why; the versions of what the appliance runs on.
+stream would get and why, and whether the API would be served over TLS (server.tls) and
+its files load (readable, the key the certificate's, and until when it is valid); the
+versions of what the appliance runs on.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -37,7 +40,10 @@ def add_doctor_command(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="what this machine offers: providers, GPU, codecs")
     doctor.add_argument("--json", action="store_true")
     doctor.add_argument(
-        "--config", type=Path, help="also say which decoder each of its streams would get"
+        "--config",
+        type=Path,
+        help="also say which decoder each of its streams would get, and whether its API "
+        "would be served over TLS",
     )
     doctor.set_defaults(func=cmd_doctor)
 
@@ -65,7 +71,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for stream in report.get("streams", []):
         why = f" ({stream['problem']})" if stream["problem"] else ""
         print(f"  stream {stream['id']}: hwaccel {stream['hwaccel']} -> {stream['decoder']}{why}")
+    if "api" in report:
+        print(f"api: {api_line(report['api'])}")
     return 0
+
+
+def api_line(api: dict[str, Any]) -> str:
+    """`api_tls`'s report in one line."""
+    if not api["tls"]:
+        return "plain HTTP (server.tls is not set)"
+    cert = api["certificate"]
+    if cert is None:
+        return f"over TLS, but its files do not load: {api['problem']}"
+    shown = f"{cert['subject']}, serial {cert['serial']}, valid until {cert['not_after']}"
+    return f"over TLS ({shown})" + (f": {api['problem']}" if api["problem"] else "")
 
 
 def _print_gpus(gpus: dict[str, Any]) -> None:
@@ -101,6 +120,7 @@ def examine(config: Path | None = None) -> dict[str, Any]:
     }
     if config is not None:
         report["streams"] = stream_decoders(config)
+        report["api"] = api_tls(config)
     return report
 
 
@@ -187,6 +207,26 @@ def stream_decoders(config: Path) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def api_tls(config: Path) -> dict[str, Any]:
+    """Whether `appliance serve --config` would serve the API over TLS (`tls`) and, if so,
+    the certificate its files make (`certificate`: subject, serial, validity), read as
+    the server reads them, or why they do not (`problem`: a file not readable, a key
+    that is not the certificate's, a certificate not valid now)."""
+    from appliance.config import load_config
+    from appliance.policy.files import FilePolicy
+    from appliance.server.tls import TlsFileError, load
+
+    loaded = load_config(config)
+    if loaded.server.tls is None:
+        return {"tls": False, "certificate": None, "problem": None}
+    try:
+        _, cert = load(loaded.server.tls, FilePolicy.owner(loaded))
+    except TlsFileError as exc:
+        return {"tls": True, "certificate": None, "problem": str(exc)}
+    problem = "not valid now: clients refuse it" if cert.expired else None
+    return {"tls": True, "certificate": dataclasses.asdict(cert), "problem": problem}
 
 
 def _media() -> dict[str, Any]:

@@ -328,6 +328,8 @@ def _why(exc: BaseException) -> str:
     """A failed call in a few words: `timed out`, `connection refused`."""
     if isinstance(exc, TimeoutError):
         return TIMED_OUT
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):  # an https:// replica's
+        return f"its TLS certificate is not trusted ({exc.certificate_error}): see --replica-ca"
     if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno:
         # The OS's words for its errno, not aiohttp's whole sentence.
         return os.strerror(exc.os_error.errno).lower()

@@ -11,6 +11,7 @@ other workers leave commands off (`Outputs(take_commands=False)`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,8 +36,11 @@ def worker_commands(
 
 
 def gateway_commands(url: str, token: str | None, timeout_s: float) -> CommandDispatch:
-    """A command handler that runs each command through the gateway's API at `url`."""
-    return forwarding(ApplianceClient(url, token, timeout_s))
+    """A command handler that runs each command through the gateway's API at `url`
+    (`unix:PATH`: the gateway's own socket, as `serve --workers` gives it)."""
+    own = Path(url.removeprefix("unix:")) if url.startswith("unix:") else None
+    base = url if own is None else "http://localhost"  # the Host header, over the socket
+    return forwarding(ApplianceClient(base, token, timeout_s, unix_socket=own))
 
 
 def forwarding(client: CommandClient) -> CommandDispatch:

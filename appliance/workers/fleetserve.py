@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 
-from appliance.config import AppConfig
+from appliance.config import AppConfig, load_config
 from appliance.policy.files import FilePolicy
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
 from appliance.server.lifecycle import Listener, bind_policy, run
+from appliance.server.tls import ApiTls
+from appliance.server.tls import reload_logged as reload_tls_logged
 from appliance.workers.clients import MemberClients
 from appliance.workers.fleet import RECONCILE_EVERY_S, Fleet, build_fleet
 from appliance.workers.fleetstore import FleetStore
@@ -40,12 +44,28 @@ async def serve_fleet(
     state_dir: Path | None = None,
     insecure: bool = False,
     stop: asyncio.Event | None = None,
+    *,
+    config_path: Path | None = None,
+    replica_tls: ssl.SSLContext | None = None,
 ) -> int:
     """Run until `stop` is set or a signal arrives: the exit status (0 clean). ConfigError
-    before anything starts for an exposed bind without a token, or a port in use."""
+    before anything starts for an exposed bind without a token, a port in use, or TLS
+    files (server.tls) that do not load. `config_path`: where `config` was read (its
+    server.tls is read there again at each reload); `replica_tls`: how `https://`
+    replicas' certificates are checked (default: the system's CAs)."""
     policy = bind_policy(config.server, host, insecure=insecure, environ=os.environ, log=log)
     stop = stop or asyncio.Event()
-    clean = await run(FleetProcess(config, replicas, policy, host, port, state_dir), stop)
+    process = FleetProcess(
+        config,
+        replicas,
+        policy,
+        host,
+        port,
+        state_dir,
+        config_path=config_path,
+        replica_tls=replica_tls,
+    )
+    clean = await run(process, stop)
     return 0 if clean else 1
 
 
@@ -61,10 +81,16 @@ class FleetProcess:
         host: str,
         port: int,
         state_dir: Path | None,
+        *,
+        config_path: Path | None = None,
+        replica_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.drain_s = config.server.drain_timeout_s
-        self.replicas = ReplicaSet(addresses)
+        # server.tls read now, and from the file again at each reload (tls.py).
+        source = functools.partial(load_config, config_path) if config_path else lambda: config
+        self.tls = ApiTls.of(config, source)
+        self.replicas = ReplicaSet(addresses, replica_tls)
         # Toward the replicas, the same token (one config, one Secret for the fleet).
         self.clients = MemberClients(self.replicas, policy.token, config.limits.request_timeout_s)
         self.store = FleetStore(state_dir, FilePolicy.owner(config))
@@ -78,7 +104,8 @@ class FleetProcess:
             config,
             connection_hits=guard.hits,
         )
-        self._listener = Listener(build_fleet(self.fleet, config.server.max_body_bytes), guard)
+        app = build_fleet(self.fleet, config.server.max_body_bytes)
+        self._listener = Listener(app, guard, tls=self.tls)
         self._reconciler: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
@@ -89,7 +116,7 @@ class FleetProcess:
         await self._listener.listen(self.host, self.port)
         self.replicas.start(self.clients)
         self._reconciler = asyncio.create_task(self._reconcile_forever(), name="fleet-reconcile")
-        url = f"http://{self.host}:{self._listener.port}"
+        url = f"{self._listener.scheme}://{self.host}:{self._listener.port}"
         shown = ", ".join(f"{r.index}: {r.address}" for r in self.replicas.replicas)
         log.info(
             "gateway on %s for %d replicas (%s): the API at %s/docs",
@@ -121,7 +148,8 @@ class FleetProcess:
     async def reload_logged(self, why: str) -> None:
         """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
         the outcome goes to the log only (appliance/workers/reloads.py)."""
-        await reload_logged(self.fleet, why, log)
+        if await reload_logged(self.fleet, why, log):
+            reload_tls_logged(self.tls, why, log)
 
     async def _reconcile_forever(self) -> None:
         """A pass at once, then every RECONCILE_EVERY_S; a pass that fails is logged and

@@ -41,6 +41,7 @@ from appliance.server.routes import PROBES, PUBLIC, ROUTES
 from appliance.server.routes.config import dry_run
 from appliance.server.routes.tune import tune_per_process
 from appliance.server.routing import Fanout, Route
+from appliance.server.tls import TLS, tls_reloaded
 from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import (
     merge_lists,
@@ -161,6 +162,7 @@ async def ready(request: web.Request) -> web.Response:
         bodies,
         gw.members_view(),
         insecure=gw.policy.insecure,
+        tls=TLS in request.app,
         shard=gw.shard,
         noun=gw.clients.noun,
     )
@@ -283,7 +285,10 @@ def any_worker(route: Route) -> Handler:
 
 async def reload(request: web.Request) -> web.Response:
     """Every worker re-reads the file; see `reload_all`."""
-    status, body = await reload_all(gateway_of(request), dry_run(request))
+    checking = dry_run(request)
+    status, body = await reload_all(gateway_of(request), checking)
+    if status == 200:  # the gateway's own listener: its certificate files read again
+        body = {**body, **tls_reloaded(request.app, checking)}
     return web.json_response(body, status=status)
 
 

@@ -74,10 +74,12 @@ def merge_readiness(
     insecure: bool,
     shard: str | None,
     noun: str = "worker",
+    tls: bool = False,
 ) -> dict[str, Any]:
     """GET /ready's shape over all members: ready when every member is up and ready.
     `workers` is the gateway's view of each (a worker's state, pid and restarts; a
-    replica's address and state), shown under `workers` or `replicas` (`noun`)."""
+    replica's address and state), shown under `workers` or `replicas` (`noun`).
+    `insecure`, `tls`: the gateway's own listener's (its members' are private)."""
     ready = len(answers) == len(workers) and all(a.get("ready") for a in answers.values())
     sinks: dict[str, set[str]] = {}
     for answer in answers.values():
@@ -93,6 +95,7 @@ def merge_readiness(
         "waiting": [s for a in answers.values() for s in a.get("waiting", [])],
         "stalled": {k: v for a in answers.values() for k, v in a.get("stalled", {}).items()},
         "insecure": insecure,
+        "tls": tls,
         # One sink per worker: one state when they agree, else each state seen.
         "sinks": {name: "/".join(sorted(states)) for name, states in sorted(sinks.items())},
         "profiling": first.get("profiling", {}),

@@ -36,21 +36,22 @@ async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
     return 200, merge_reloads([body for _, body in answers.values()])
 
 
-async def reload_logged(gw: Gateway, why: str, log: logging.Logger) -> None:
+async def reload_logged(gw: Gateway, why: str, log: logging.Logger) -> bool:
     """`reload_all`, with its outcome in the log only, in the words of one process's
-    (SIGHUP's path)."""
+    (SIGHUP's path). True when it was applied."""
     try:
         status, body = await reload_all(gw)
     except MemberUnavailableError as exc:
         log.error("config reload (%s) refused, nothing changed: %s", why, exc.message)
-        return
+        return False
     except Exception:  # a reload must never take the gateway down
         log.exception("config reload (%s) failed", why)
-        return
+        return False
     if status == 200:
         log.info("config reloaded (%s): %s", why, body)
-        return
+        return True
     error = body.get("error", {}) if isinstance(body, dict) else {}
     details = "\n  ".join(["", *error.get("details", [])])
     message = error.get("message", body)
     log.error("config reload (%s) refused, nothing changed: %s%s", why, message, details)
+    return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,22 +36,33 @@ CONNECTIONS_PER_REPLICA = 100  # aiohttp's default pool size, per replica
 
 @dataclass(frozen=True, slots=True)
 class Address:
-    """A replica's `HOST:PORT` (an IPv6 host in brackets: `[::1]:8080`)."""
+    """A replica's `HOST:PORT` (an IPv6 host in brackets: `[::1]:8080`), `https://` in
+    front when it serves its API over TLS (server.tls)."""
 
     host: str
     port: int
+    https: bool = False
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        where = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"https://{where}" if self.https else where
+
+    @property
+    def url(self) -> str:
+        """The base URL of its API."""
+        return str(self) if self.https else f"http://{self}"
 
     @classmethod
     def parse(cls, text: str) -> Address:
         """ValueError saying what is wrong with `text`."""
-        host, sep, port = text.strip().rpartition(":")
+        rest = text.strip()
+        https = rest.startswith("https://")
+        host, sep, port = rest.removeprefix("https://").removeprefix("http://").rpartition(":")
         host = host.removeprefix("[").removesuffix("]")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{text!r}: expected HOST:PORT (e.g. 10.0.0.5:8080)")
-        return cls(host, int(port))
+            example = "10.0.0.5:8080, or https://10.0.0.5:8443 for TLS"
+            raise ValueError(f"{text!r}: expected HOST:PORT (e.g. {example})")
+        return cls(host, int(port), https)
 
 
 def parse_replicas(text: str) -> list[Address]:
@@ -120,8 +132,11 @@ class ReplicaSet:
     noun = "replica"
     fatal: str | None = None  # the gateway never gives up on its replicas
 
-    def __init__(self, addresses: Sequence[Address]) -> None:
+    def __init__(self, addresses: Sequence[Address], tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: how the `https://` replicas' certificates are checked (default: the
+        system's CAs)."""
         self.replicas = [Replica(i, a) for i, a in enumerate(addresses)]
+        self._tls = tls
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -134,8 +149,10 @@ class ReplicaSet:
         return self._task is not None and not self._task.done()
 
     def dial(self, index: int) -> tuple[aiohttp.BaseConnector, str]:
-        connector = aiohttp.TCPConnector(limit=CONNECTIONS_PER_REPLICA)
-        return connector, f"http://{self.replicas[index].address}"
+        address = self.replicas[index].address
+        checked: ssl.SSLContext | bool = True if self._tls is None else self._tls
+        connector = aiohttp.TCPConnector(limit=CONNECTIONS_PER_REPLICA, ssl=checked)
+        return connector, address.url
 
     def down(self, index: int) -> str | None:
         replica = self.replicas[index]

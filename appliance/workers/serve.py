@@ -25,18 +25,19 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.config import AppConfig
+from appliance.config import AppConfig, load_config
 from appliance.runtime.sharding import Shard, assign
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
 from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.serve import EXIT_MARGIN_S
 from appliance.server.shutdown import in_own_thread
+from appliance.server.tls import ApiTls
+from appliance.server.tls import reload_logged as reload_tls_logged
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway
 from appliance.workers.procs import WorkerSet
 from appliance.workers.reloads import reload_logged
-from appliance.workers.replicas import Address
 
 log = logging.getLogger("appliance.workers")
 
@@ -61,7 +62,8 @@ class WorkerOptions:
         gateway: str | None = None,
         state_dir: Path | None = None,
     ) -> list[str]:
-        """Worker `index`'s argv; worker 0 gets the `gateway` URL for MQTT commands. Each
+        """Worker `index`'s argv; worker 0 gets the `gateway` (`unix:PATH`, the gateway's
+        own socket) for MQTT commands. Each
         gets `state_dir` (absolute): it re-reads the file, which may not name the folder
         a `--state-dir` gave the gateway."""
         # Kept as written (fmt: skip): each option beside its value, as on a command line.
@@ -113,8 +115,11 @@ class Supervisor:
         self.drain_s = config.server.drain_timeout_s
         self.count = options.count
         self._stop = stop
+        # server.tls read now (files that do not load start nothing), and again from the
+        # file at each reload, as the workers read it.
+        self.tls = ApiTls.of(config, functools.partial(load_config, options.config_path))
         self._socket_dir = Path(tempfile.mkdtemp(prefix="appliance-"))  # 0700: only we connect
-        self._bound: str | None = None  # the gateway's URL once it listens (port 0 till then)
+        self._bound: str | None = None  # the gateway's own socket once it listens
 
         named = config.server.state_dir
         state_dir = None if named is None else config.resolve(named)
@@ -134,7 +139,7 @@ class Supervisor:
         shard_name = None if shard is None else str(shard)
         self.gateway = Gateway(self.clients, policy, shard_name, owners, connection_hits=guard.hits)
         app = build_gateway(self.gateway, config.server.max_body_bytes)
-        self._listener = Listener(app, guard)
+        self._listener = Listener(app, guard, tls=self.tls)
         self._watchdog: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
@@ -142,12 +147,16 @@ class Supervisor:
         await self.clients.open()
         await self._listener.listen(self.host, self.port)
         port = self._listener.port
-        self._bound = gateway_url(self.host, port)
+        # Worker 0's MQTT commands come back on a socket of our private folder: never
+        # over the network, nor through the public port's TLS.
+        own = self._socket_dir / "gateway.sock"
+        await self._listener.also_listen(own)
+        self._bound = f"unix:{own}"
         self.workers.on_fatal = functools.partial(
             asyncio.get_running_loop().call_soon_threadsafe, self._stop.set
         )
         self.workers.start()
-        url = f"http://{self.host}:{port}"
+        url = f"{self._listener.scheme}://{self.host}:{port}"
         log.info(
             "serving on %s with %d workers: watch the streams at %s/, the API at %s/docs",
             url,
@@ -186,17 +195,8 @@ class Supervisor:
     async def reload_logged(self, why: str) -> None:
         """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
         the outcome goes to the log only (appliance/workers/reloads.py)."""
-        await reload_logged(self.gateway, why, log)
-
-
-def gateway_url(host: str, port: int) -> str:
-    """How a worker on this machine reaches the gateway bound to host:port: a wildcard
-    bind is reached on loopback."""
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://{Address(host, port)}"  # an IPv6 host in brackets
+        if await reload_logged(self.gateway, why, log):
+            reload_tls_logged(self.tls, why, log)
 
 
 async def _watch(clients: WorkerClients) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -64,15 +65,19 @@ def write_config(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
 
 @dataclass
 class Served:
-    """A running `appliance serve` process."""
+    """A running `appliance serve` process; `context`: the client's TLS context (its CA)
+    when it serves https."""
 
     process: subprocess.Popen[str]
     url: str
     log_path: Path
+    context: ssl.SSLContext | None = None
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            with urllib.request.urlopen(
+                self.url + path, timeout=timeout, context=self.context
+            ) as resp:
                 return int(resp.status), bytes(resp.read())
         except urllib.error.HTTPError as err:
             return int(err.code), bytes(err.read())
@@ -126,9 +131,11 @@ def start_served(
     *extra: str,
     env: dict[str, str] | None = None,
     port: int | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Served:
     """`appliance serve --config PATH --port PORT ...` in a subprocess, up (/health);
-    a free port unless one is given (an appliance started again where it was)."""
+    a free port unless one is given (an appliance started again where it was). `tls`:
+    it serves https (server.tls), and this client context trusts its certificate."""
     port = port or free_port()
     log_path = log_dir / f"serve-{port}-{time.monotonic_ns()}.log"
     with log_path.open("w") as log:  # the child keeps its own descriptor
@@ -139,7 +146,8 @@ def start_served(
             text=True,
             env=env or clean_env(),
         )
-    served = Served(proc, f"http://127.0.0.1:{port}", log_path)
+    scheme = "http" if tls is None else "https"
+    served = Served(proc, f"{scheme}://127.0.0.1:{port}", log_path, tls)
     try:
         served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
     except BaseException:

@@ -8,15 +8,19 @@ from appliance.server.context import in_thread, runtime_of
 from appliance.server.errors import InvalidError
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Reloaded
+from appliance.server.tls import tls_reloaded
 
 
 async def reload(request: web.Request) -> web.Response:
     """Re-read the config file: streams added, removed or changed there are started,
     stopped or restarted; unchanged ones and streams added over the API keep running.
     Everything is validated before anything changes. `?dry_run=true`: validate and
-    answer what would change, change nothing."""
-    plan = await in_thread(runtime_of(request).reload, dry_run(request))
-    return web.json_response(plan.summary())
+    answer what would change, change nothing. Served over TLS, the certificate files
+    are read again too (`tls`: what new connections get; the old one if they fail)."""
+    checking = dry_run(request)
+    plan = await in_thread(runtime_of(request).reload, checking)
+    # server.tls's files read again once the config is taken (tls.py): never refused.
+    return web.json_response({**plan.summary(), **tls_reloaded(request.app, checking)})
 
 
 def dry_run(request: web.Request) -> bool:

@@ -18,6 +18,7 @@ from appliance.server.auth import INSECURE
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Health
+from appliance.server.tls import TLS
 
 
 async def health(request: web.Request) -> web.Response:
@@ -33,14 +34,16 @@ async def health(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     """Readiness: models loaded, every stream past `starting`, none stalled (a stalled
     stream counts until its restarted stream processes a frame), the runtime alive.
-    `insecure`: the API is open without a token on an exposed address."""
+    `insecure`: the API is open without a token on an exposed address; `tls`: it is
+    served over TLS."""
     rt = runtime_of(request)
     status = await in_thread(rt.status)
     # The trace folder as the config names it, not the host's absolute path.
     folder = shown_path(rt.config, status.profiling.trace_dir, rt.config.profiling.dir)
     profiling = dataclasses.replace(status.profiling, trace_dir=folder)
     status = dataclasses.replace(status, profiling=profiling)
-    body = Readiness.of(status, insecure=request.app.get(INSECURE, False))
+    insecure, tls = request.app.get(INSECURE, False), TLS in request.app
+    body = Readiness.of(status, insecure=insecure, tls=tls)
     return web.json_response(as_json(body), status=200 if body.ready else 503)
 
 
