@@ -43,7 +43,8 @@ agrees with each pod's APPLIANCE_SHARD=auto/<replicaCount> (its ordinal out of t
 {{- $service := include "appliance.replicasService" . -}}
 {{- $addresses := list -}}
 {{- range $i := until (int .Values.replicaCount) -}}
-{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc:8080" $fullname $i $service $.Release.Namespace) -}}
+{{- $scheme := ternary "https://" "" (not (empty $.Values.tls.secretName)) -}}
+{{- $addresses = append $addresses (printf "%s%s-%d.%s.%s.svc:8080" $scheme $fullname $i $service $.Release.Namespace) -}}
 {{- end -}}
 {{- join "," $addresses -}}
 {{- end -}}
@@ -60,6 +61,31 @@ agrees with each pod's APPLIANCE_SHARD=auto/<replicaCount> (its ordinal out of t
     secretKeyRef:
       name: {{ include "appliance.secretName" . }}
       key: token
+{{- end -}}
+{{- end -}}
+
+{{/* The probes' scheme: HTTPS when the API is served over TLS (kubelet does not check
+the certificate of an HTTPS probe). */}}
+{{- define "appliance.probeScheme" -}}
+{{- if .Values.tls.secretName }}, scheme: HTTPS{{ end -}}
+{{- end -}}
+
+{{/* The TLS Secret (tls.secretName), mounted whole at /etc/appliance-tls: its ca.crt is
+optional, and kubelet updates the files when cert-manager renews it. */}}
+{{- define "appliance.tlsMount" -}}
+{{- if .Values.tls.secretName -}}
+- name: tls
+  mountPath: /etc/appliance-tls
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "appliance.tlsVolume" -}}
+{{- if .Values.tls.secretName -}}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+    defaultMode: 0400
 {{- end -}}
 {{- end -}}
 
