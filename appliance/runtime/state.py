@@ -92,11 +92,8 @@ class Entry(BaseModel):
     @property
     def in_clear(self) -> bool:
         """Credentials written in clear (by an older version, or with no key since)."""
-        return (
-            self.sealed_url is None
-            and self.spec is not None
-            and (has_credentials(self.spec.source.url))
-        )
+        spec = self.spec
+        return self.sealed_url is None and spec is not None and has_credentials(spec.source.url)
 
 
 class _Body(BaseModel):
