@@ -222,5 +222,5 @@ def test_no_request_reads_the_tls_files_even_inside_the_file_roots(
     path = write_yaml(tmp_path, {"server": {"tls": TLS, "file_roots": ["."]}}, "config.yaml")
     requests = request_policy(load_config(path), path)
     for name in ("tls/key.pem", "tls/cert.pem"):
-        with pytest.raises(FileAccessError, match=r"secret file the config names \(server\.tls"):
+        with pytest.raises(FileAccessError, match="never read over the API"):
             requests.read_bytes(tmp_path / name, FileKind.CERTIFICATE)
