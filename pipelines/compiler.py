@@ -312,22 +312,45 @@ def compile_workflow(
 
 
 def parse_workflow(
-    source: WorkflowSpec | Mapping[str, Any], max_blocks: int | None = None
+    source: WorkflowSpec | Mapping[str, Any],
+    max_blocks: int | None = None,
+    *,
+    quote: bool = True,
 ) -> WorkflowSpec:
     """Validate the document's structure; raises WorkflowError with locations, or
-    TooManyBlocksError (counted before anything else is validated) past `max_blocks`."""
+    TooManyBlocksError (counted before anything else is validated) past `max_blocks`.
+
+    `quote` False: the document is a file whose content the caller may not see (one a
+    request named): until it is found to be a workflow, problems quote nothing of it (no
+    value it holds, nor its name), and a mapping with keys a workflow does not have is
+    said to be no workflow without naming them."""
     if isinstance(source, WorkflowSpec):
         _check_count(source.blocks, source.name, max_blocks)
         return source
     if not isinstance(source, Mapping):
         raise WorkflowError([f"(top): expected a mapping, got {type(source).__name__}"])
-    _check_count(source.get("blocks"), source.get("name"), max_blocks)
+    name = source.get("name") if quote and isinstance(source.get("name"), str) else "workflow"
+    _check_count(source.get("blocks"), name, max_blocks)
+    if not quote:
+        _check_fields(source)
     try:
         return WorkflowSpec.model_validate(source)
     except ValidationError as exc:
-        name = source.get("name") if isinstance(source.get("name"), str) else "workflow"
-        problems = [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
+        problems = [
+            f"{format_location(e['loc'])}: {pydantic_message(e, show_input=quote)}"
+            for e in exc.errors()
+        ]
         raise WorkflowError(problems, str(name)) from None
+
+
+def _check_fields(source: Mapping[str, Any]) -> None:
+    """A document with keys that are no workflow's: no workflow, its keys not named."""
+    unknown = [key for key in source if key not in WorkflowSpec.model_fields]
+    if unknown:
+        fields = ", ".join(WorkflowSpec.model_fields)
+        raise WorkflowError(
+            [f"(top): not a workflow: {len(unknown)} key(s) that a workflow has not ({fields})"]
+        )
 
 
 def _check_count(blocks: object, name: object, max_blocks: int | None) -> None:

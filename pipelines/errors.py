@@ -24,15 +24,19 @@ def format_location(loc: Iterable[int | str]) -> str:
 SECRET_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "signature", "credential")
 
 
-def pydantic_message(error: Mapping[str, Any], known: Iterable[str] = ()) -> str:
+def pydantic_message(
+    error: Mapping[str, Any], known: Iterable[str] = (), *, show_input: bool = True
+) -> str:
     """Pydantic's message for one error, with the value it got (expected vs got), and
-    without pydantic's own prefixes. A secret field's value is not shown. `known`: the
-    parameters there are, for a did-you-mean on an unknown one."""
+    without pydantic's own prefixes. A secret field's value is not shown, nor any value
+    without `show_input` (a document read from a file a request named: its values are
+    the file's content). `known`: the parameters there are, for a did-you-mean on an
+    unknown one."""
     kind = error.get("type")
     if kind == "extra_forbidden":
         return "unknown parameter" + did_you_mean(str(error["loc"][-1]), known)
     msg = str(error["msg"]).removeprefix("Value error, ")
-    if kind not in ("missing", "value_error") and "input" in error:
+    if show_input and kind not in ("missing", "value_error") and "input" in error:
         field = str((error.get("loc") or ("",))[-1]).lower()
         if any(word in field for word in SECRET_WORDS):
             value = error["input"]

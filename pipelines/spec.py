@@ -14,11 +14,13 @@ outputs:                  # what leaves the workflow: name -> reference
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from pipelines.errors import WorkflowError
 
@@ -116,8 +118,10 @@ class ModelSpec(_Strict):
         from pipelines.decoders import DECODERS  # the registry of output formats
 
         if v is not None and v not in DECODERS:
+            # Not a ValueError that quotes `v`: pydantic_message shows the value it got,
+            # where it may (a file a request named: not).
             known = ", ".join(sorted(DECODERS))
-            raise ValueError(f"unknown decoder {v!r} (known: {known})")
+            raise PydanticCustomError("unknown_decoder", f"unknown decoder (known: {known})")
         return v
 
 
@@ -159,7 +163,7 @@ def load_yaml(text: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ValueError(f"invalid YAML{at}: {exc.problem or exc.context}") from None
+        raise ValueError(f"invalid YAML{at}: {_unquoted(exc.problem or exc.context)}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"invalid YAML: {type(exc).__name__}") from None
     except RecursionError:  # PyYAML's composer recurses once per nesting level
@@ -173,6 +177,24 @@ def load_yaml(text: str) -> Any:
     if _expanded_nodes(data) > MAX_DOCUMENT_NODES:
         raise ValueError(f"the document expands to over {MAX_DOCUMENT_NODES} values (aliases)")
     return data
+
+
+# What PyYAML quotes in a problem that is not the text's: a token's kind ('<scalar>',
+# '<block end>') or one punctuation mark (':', ','). Anything else it quotes is the text
+# (an alias, a tag, an anchor, a character that cannot start a token).
+_TOKEN_QUOTE = re.compile(r"'<[a-z ]+>'|'[^\w\s'\\]'", re.ASCII)
+_QUOTE = re.compile(r"['\"]")
+
+
+def _unquoted(problem: str | None) -> str:
+    """PyYAML's `problem`, cut before the first thing it quotes of the text."""
+    text, start = problem or "", 0
+    while (quote := _QUOTE.search(text, start)) is not None:
+        token = _TOKEN_QUOTE.match(text, quote.start())
+        if token is None:
+            return text[: quote.start()].rstrip(" ,;:") or "cannot be read"
+        start = token.end()
+    return text
 
 
 def _expanded_nodes(data: Any) -> int:

@@ -128,7 +128,7 @@ def test_invalid_config_lists_every_problem_and_starts_nothing(write_config: Wri
     assert "4 problem(s)" in err
     assert "server.port:" in err
     known = "centerface, dbnet, tf_od, yolo"
-    assert f"models.person.decoder: unknown decoder 'ssd' (known: {known})" in err
+    assert f"models.person.decoder: unknown decoder (known: {known}) (got 'ssd')" in err
     assert "streams[0].source.url: must not be empty" in err
     # Not "file not found": a URL of a kind no reader takes is named as such.
     assert "streams[1].source.url: unsupported URL scheme 'rtmp' (supported: rtsp," in err

@@ -34,7 +34,7 @@ from typing import Any
 
 from appliance.errors import LimitError
 from appliance.models.batcher import BatchRecord, ModelBatcher
-from appliance.models.errors import ModelLoadError
+from appliance.models.errors import ModelLoadError, as_declared
 from appliance.models.providers import resolve_session_paths
 from appliance.models.session import PROCESS, LoadedModel, load_model
 from appliance.models.tuned import ModelTuning, describe_tuning, tuned
@@ -123,6 +123,7 @@ class ModelPool:
         same place, the new definition loads as the model's successor; from another
         place (or an empty `place`: an inline document), ModelConflictError."""
         resolved = _resolved(spec, files, where)
+        shown = _names(spec, resolved)
         place = where if place is None else place
         released: list[ModelBatcher] = []
         try:
@@ -130,7 +131,8 @@ class ModelPool:
                 known = self._current.get(model_id)
                 if known is None:
                     released = self._make_room(where)
-                    self._make_current(self._load(model_id, resolved, files, where, place))
+                    loaded = self._load(model_id, resolved, files, where, place, shown)
+                    self._make_current(loaded)
                 elif known.declared != resolved:
                     if not place or known.place != place:
                         raise ModelConflictError(
@@ -138,7 +140,7 @@ class ModelPool:
                             f"at {known.where}"
                         )
                     # Loaded first: a definition that fails to load replaces nothing.
-                    successor = self._load(model_id, resolved, files, where, place)
+                    successor = self._load(model_id, resolved, files, where, place, shown)
                     released = self._succeed(known, successor)
                 self._take(model_id, pin)
                 return self._batchers[model_id]
@@ -257,10 +259,19 @@ class ModelPool:
 
     # -- under the lock ----------------------------------------------------------------
     def _load(
-        self, model_id: str, declared: ModelSpec, files: FilePolicy, where: str, place: str
+        self,
+        model_id: str,
+        declared: ModelSpec,
+        files: FilePolicy,
+        where: str,
+        place: str,
+        shown: Mapping[str, str],
     ) -> _Loaded:
-        def read_labels(path: Any) -> str:
-            return files.read_labels(path, f"{where}.labels_file")
+        """`shown`: each checked path of `declared` -> the name it was declared by, which
+        messages use (a request's answer names no folder of the host)."""
+
+        def read_labels(path: Any) -> str:  # by its declared name: the same file, checked
+            return files.read_labels(shown.get(str(path), path), f"{where}.labels_file")
 
         def open_model(spec: ModelSpec) -> LoadedModel:
             try:
@@ -272,7 +283,7 @@ class ModelPool:
                     cache_dir=PROCESS.model_cache,
                 )
             except ModelLoadError as exc:  # located where the config declares the model
-                reason = str(exc).removeprefix(f"model {model_id!r}: ")
+                reason = as_declared(str(exc).removeprefix(f"model {model_id!r}: "), shown)
                 raise ModelLoadError(f"{where}: {reason}") from exc
 
         spec = tuned(declared, self._tuning.get(model_id))
@@ -399,6 +410,12 @@ def _describe(batcher: ModelBatcher, users: int, pinned: bool) -> ModelStatus:
         pinned=pinned,
         preprocess="host" if info.prologue is None else "graph",
     )
+
+
+def _names(declared: ModelSpec, resolved: ModelSpec) -> dict[str, str]:
+    """Each checked, absolute path of `resolved` -> its name in `declared`."""
+    pairs = [(resolved.path, declared.path), (resolved.labels_file, declared.labels_file)]
+    return {str(path): str(name) for path, name in pairs if path is not None}
 
 
 def _resolved(spec: ModelSpec, files: FilePolicy, where: str) -> ModelSpec:

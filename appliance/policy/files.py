@@ -11,19 +11,23 @@ Two policies exist per runtime (docs/security.md):
   config names (passwords, TLS keys) are never among them.
 
 The rules, in the order they are checked, so that a refused path reveals nothing about
-what lies outside the roots: under a root → exists → not a denied file (the config, a
-secret: matched by device and inode, so another link to one is refused too) → a regular
-file (no devices, FIFOs, sockets, directories) → at most the kind's size cap. Reads are
-bounded by the cap as well (a file may grow between the check and the read), the open
-never blocks (O_NONBLOCK: a FIFO swapped in after the check cannot hang a request), and
-the opened file is checked again (a denied file swapped in after the check is refused).
-A labels file is also capped in lines and their length (`read_labels`). Messages name the
-rule and the path as it was given, never the file's content.
+what lies outside the roots: under a root → not hidden nor named like a secret (requests
+only: where the file really lies, below its root) → exists → not a denied file (the
+config, a secret: matched by device and inode, so another link to one is refused too) →
+a regular file (no devices, FIFOs, sockets, directories) → at most the kind's size cap.
+Reads are bounded by the cap as well (a file may grow between the check and the read),
+the open never blocks (O_NONBLOCK: a FIFO swapped in after the check cannot hang a
+request), and the opened file is checked again (a denied file swapped in after the check
+is refused). A labels file must read as one: capped in lines and their length, and no
+line that is a setting or a key (`read_labels`). Messages name the rule and the path as
+it was given, never the file's content.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -57,6 +61,30 @@ UNSAFE_FFMPEG_OPTIONS = frozenset(
 )
 
 
+# Names that hold keys and passwords by convention, refused to a request even inside the
+# roots (matched case-insensitively against the name of the file where it really lies).
+# Hidden files and folders are refused before this list: `.env`, `.netrc`, `.pgpass`,
+# `.git-credentials`, `.ssh/`, `.aws/`, `.docker/`, `.kube/` all start with a dot.
+SECRET_NAMES = (
+    "*.env",  # dotenv files named for their environment: prod.env
+    "*.pem",  # PEM keys and certificates (TLS, cloud SDKs' service keys)
+    "*.key",  # private keys: the TLS key a sink or the API uses
+    "*.p12",  # PKCS #12 key stores (a key with its certificate)
+    "*.pfx",  # the same, Windows' name
+    "*.asc",  # OpenPGP armoured keys (FFmpeg would even render them as text: tty)
+    "id_rsa*",  # OpenSSH's key files and their .pub beside them
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "credentials*",  # AWS's shared credentials file, Google's credentials.json
+    "secret*",  # secrets.yaml, a Kubernetes Secret written out
+)
+# A line of a labels file that is some other kind of text (a labels file has one class
+# name a line: COCO's, ImageNet's and Open Images' have no such line): a setting, as
+# dotenv, shell, INI, properties, YAML and JSON write it (`NAME=value`, `export NAME=1`,
+# `name = value`, `name: value`, `"name": value`), or PEM armour (`-----BEGIN ...`).
+_SETTING = r"""(?:export\s+)?["']?[A-Za-z_][A-Za-z0-9_.-]*["']?\s*(?:=|:(?:\s|$)).*"""
+_NOT_A_LABEL = re.compile(rf"{_SETTING}|-----[A-Z0-9 ]+-----.*", re.ASCII | re.DOTALL)
 CERTIFICATE_BYTES = 1024 * 1024  # a PEM bundle of every public CA is about 200 KB
 SECRET_BYTES = 4096  # a password or a token, with room to spare
 # What to do about a path outside the roots, ending every such refusal's rule.
@@ -188,8 +216,10 @@ class FilePolicy:
 
     def read_labels(self, name: Path | str, where: str = "") -> str:
         """A labels file's text: one class name a line, at most `limits.max_labels` of them
-        and each at most `limits.max_label_chars` long (LimitError, 413), so that a labels
-        file, whose names come back in answers, cannot carry an arbitrary text file."""
+        and each at most `limits.max_label_chars` long (LimitError, 413), and no line that
+        is a setting or PEM armour (FileAccessError, 422: `_NOT_A_LABEL`), so that a
+        labels file, whose names come back in answers, cannot carry a settings file, a
+        key or an arbitrary text file back. The refusal names the line's number only."""
         text = self.read_text(name, FileKind.LABELS, where)
         labels = [label for line in text.splitlines() if (label := line.strip())]
         prefix = f"{where}: " if where else ""
@@ -203,6 +233,13 @@ class FilePolicy:
                     f"{prefix}labels file {str(name)!r}: label {i} has {len(label)} characters"
                 )
                 raise LimitError("limits.max_label_chars", chars, message, status=413)
+        for i, line in enumerate(text.splitlines(), 1):
+            if _NOT_A_LABEL.fullmatch(line.strip()):
+                rule = (
+                    f"not a labels file (line {i} is a setting or a key, not a class name: "
+                    "one class name a line)"
+                )
+                raise FileAccessError(FileKind.LABELS, str(name), rule, where, 422)
         return text
 
     # -- the rules -------------------------------------------------------------------
@@ -213,10 +250,30 @@ class FilePolicy:
         # `~` is the owner's shorthand; in a request it is just a directory name.
         p = Path(text).expanduser() if self.roots is None else Path(text)
         resolved = (p if p.is_absolute() else self.base / p).resolve()
-        if self.roots is not None and not any(resolved.is_relative_to(r) for r in self.roots):
+        if self.roots is None:
+            return resolved
+        if not any(resolved.is_relative_to(r) for r in self.roots):
             rule, fix = self._outside_rule()
             raise FileAccessError(kind, text, rule, where, fix=fix)
+        refused = self._secret_name(resolved)
+        if refused is not None:
+            raise FileAccessError(kind, text, f"{refused} is never read over the API", where)
         return resolved
+
+    def _secret_name(self, resolved: Path) -> str | None:
+        """Why a request may not have `resolved` by its name, or None: a hidden file or
+        folder below its root, or a secret's conventional name (SECRET_NAMES). Below the
+        root only: a root may itself lie in a hidden folder (`~/.config/appliance`), and
+        the owner chose it. Of several roots that hold it, the nearest counts: a hidden
+        folder the config names as a root is the owner's choice too."""
+        roots = self.roots or ()
+        root = max((r for r in roots if resolved.is_relative_to(r)), key=lambda r: len(r.parts))
+        hidden = next((p for p in resolved.relative_to(root).parts if p.startswith(".")), None)
+        if hidden is not None:
+            return f"a hidden file or folder ({hidden!r})"
+        name = resolved.name.lower()
+        pattern = next((p for p in SECRET_NAMES if fnmatch.fnmatchcase(name, p)), None)
+        return None if pattern is None else f"a file named like a secret ({pattern!r})"
 
     def _outside_rule(self) -> tuple[str, str]:
         """The refusal's rule and what to do about it (FileAccessError's `rule` and `fix`):

@@ -71,8 +71,10 @@ class WorkflowCache:
         workflow's block count, refused before any other work on it).
         """
         document, origin, base, path = read_workflow(files, workflow, where)
+        # A file a request named is quoted in no problem until it is found a workflow.
+        quote = path is None or not files.restricted
         try:
-            spec = parse_workflow(document, self._max_blocks)
+            spec = parse_workflow(document, self._max_blocks, quote=quote)
             digest = workflow_digest(spec)
             cached = self._cached(digest)
             if cached is not None:
@@ -196,7 +198,9 @@ def read_workflow(
     """`workflow_document`'s answer and the file's checked path (None: inline)."""
     if isinstance(workflow, Path):
         path = files.path(workflow, FileKind.WORKFLOW, where)
-        text = files.read_text(path, FileKind.WORKFLOW, where)
-        origin = f"{where} ({path})" if where else str(path)
+        text = files.read_text(workflow, FileKind.WORKFLOW, where)
+        # Named as given (relative to the config, or as the request wrote it): an answer
+        # names no folder of the host. `path`, the checked one, is the file's identity.
+        origin = f"{where} ({workflow})" if where else str(workflow)
         return parse_workflow_text(text, origin), origin, path.parent, path
     return workflow, where, files.base, None

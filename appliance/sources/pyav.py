@@ -37,6 +37,10 @@ from pipelines.types import Image
 
 # Longest one live read blocks, seconds: bounds how late a stop request or a stall is
 # seen. A slice that runs out leaves the demuxer usable; reading simply continues.
+# FFmpeg's demuxers that draw a text file's characters into video frames (libavformat's
+# tty.c: .txt, .nfo, .asc, .ans, ...; bintext.c): a stream of one would show any text
+# file it may name (a key, a .env) as video. Refused once FFmpeg has chosen one.
+TEXT_FORMATS = frozenset({"tty", "bin", "xbin", "adf", "idf"})
 READ_SLICE_S = 0.5
 _MICROSECONDS = 1_000_000  # FFmpeg's socket timeouts are in microseconds
 # Every NVDEC generation decodes H.264 (NVIDIA Video Codec SDK's support matrix).
@@ -215,6 +219,9 @@ def open_pyav(
     plan = DecoderPlan.of(cfg.decoder)
     timeouts = (cfg.open_timeout_s, read_timeout)
     container = _open_container(target, label, fmt, options, timeouts, plan.hwaccel, tls)
+    if (demuxer := container.format.name) in TEXT_FORMATS:
+        container.close()
+        raise SourceError(f"{label}: not a video: FFmpeg reads it as text ({demuxer})")
     try:
         return PyAVSource(
             container,

@@ -5,6 +5,11 @@ then named, as given, by its absolute path, by a symlink and by a hard link, in 
 field of the API that takes a path, and looked for in every answer and in every GET
 route of the table (docs/security.md, "Files: one access policy").
 
+Secrets the config does not name are planted too, under the names such files have by
+convention (`.env` beside the workflow files, `.ssh/id_ed25519`, `server.pem`,
+`credentials`, ...): named as given, absolute or through a symlink of an innocent name,
+they are refused by name (issue 39).
+
 The sinks point at closed ports: they start (reading their files through the owner's
 policy, as a real deployment does) and retry in the background.
 """
@@ -56,7 +61,26 @@ class Planted:
 class Setup:
     server: LiveServer
     config_dir: Path
-    planted: list[Planted]
+    planted: list[Planted]  # the secret files the config names
+    named: list[Planted]  # files it does not name, named like secrets: `field` is the rule
+
+
+# Secrets by their conventional names, in the roots (relative to the config's folder),
+# and the rule that refuses each: a hidden file or folder, or a secret's name.
+HIDDEN, SECRET_NAME = "a hidden file or folder", "a file named like a secret"
+NAMED = {
+    "workflows/.env": HIDDEN,
+    ".env": HIDDEN,
+    ".ssh/id_ed25519": HIDDEN,
+    "workflows/.git/config": HIDDEN,
+    "workflows/server.pem": SECRET_NAME,
+    "../shared/tls.key": SECRET_NAME,
+    "id_rsa": SECRET_NAME,
+    "credentials": SECRET_NAME,
+    "workflows/secrets.yaml": SECRET_NAME,
+    "prod.env": SECRET_NAME,
+    "keystore.p12": SECRET_NAME,
+}
 
 
 def _pem(folder: Path) -> dict[str, str]:
@@ -107,6 +131,18 @@ def _plant(config_dir: Path, shared: Path) -> tuple[dict[str, Any], list[Planted
     return sinks, planted
 
 
+def _plant_named(config_dir: Path) -> list[Planted]:
+    """NAMED, each holding its own secret as a settings file would."""
+    planted = []
+    for name, rule in NAMED.items():
+        path = config_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        secret = f"planted-named-{uuid.uuid4().hex}"
+        path.write_text(f"API_TOKEN={secret}\n")
+        planted.append(Planted(rule, path, secret))
+    return planted
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     base = tmp_path_factory.mktemp("secret-files")
@@ -114,7 +150,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     config_dir.mkdir()
     shared.mkdir()
     sinks, planted = _plant(config_dir, shared)
-    clip = {**demo_stream("clip"), "outputs": list(sinks)}
+    named = _plant_named(config_dir)
+    write_yaml(config_dir / "workflows", detect_workflow(), "people.yaml")
+    clip = {**demo_stream("clip"), "workflow": "workflows/people.yaml", "outputs": list(sinks)}
     doc = {
         "server": {"token": TOKEN, "file_roots": [".", "../shared", str(MODELS)]},
         "models": {"person": person_model()},
@@ -124,7 +162,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     }
     server = LiveServer(write_yaml(config_dir, doc, "config.yaml"), token=TOKEN).start()
     wait_for(lambda: server.stream("clip")["frames_processed"] > 0, WAIT_S, "clip processing")
-    yield Setup(server, config_dir, planted)
+    yield Setup(server, config_dir, planted, named)
     assert server.stop()
 
 
@@ -145,7 +183,7 @@ def _image() -> str:
     return base64.b64encode(jpg.tobytes()).decode()
 
 
-def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
+def requests_naming(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
     """Every field of the API that names a file, set to `name`."""
     inline = detect_workflow("m")
     model = {**person_model(), "path": name}
@@ -166,7 +204,7 @@ def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
 
 
 def _assert_clean(setup: Setup, where: str, text: str) -> None:
-    for planted in setup.planted:
+    for planted in [*setup.planted, *setup.named]:
         assert planted.secret not in text, f"{planted.field}'s secret leaked in {where}: {text}"
 
 
@@ -174,7 +212,7 @@ def test_no_api_call_reads_a_secret_file_the_config_names(setup: Setup) -> None:
     server = setup.server
     for i, planted in enumerate(setup.planted):
         for name in _names(setup, planted, i):
-            for what, (method, path, body) in _requests(name).items():
+            for what, (method, path, body) in requests_naming(name).items():
                 reply = server.call(method, path, json_body=body)
                 _assert_clean(setup, f"{what} = {name!r}", reply.body.decode())
                 # Where a labels file read would come back: the models' labels.
@@ -201,6 +239,29 @@ def test_no_api_call_reads_a_secret_file_the_config_names(setup: Setup) -> None:
         _assert_clean(setup, f"GET {path}", reply.body.decode(errors="replace"))
 
 
+def test_no_api_call_reads_a_file_named_like_a_secret(setup: Setup) -> None:
+    """Refused by name wherever it lies in the roots, however it is named: as given,
+    absolute, or through a symlink whose own name says nothing."""
+    server = setup.server
+    for i, planted in enumerate(setup.named):
+        link = setup.config_dir / f"plain-{i}.txt"
+        if not link.exists():
+            link.symlink_to(planted.path)
+        relative = os.path.relpath(planted.path, setup.config_dir)
+        for name in (relative, str(planted.path), link.name):
+            for what, (method, path, body) in requests_naming(name).items():
+                reply = server.call(method, path, json_body=body)
+                _assert_clean(setup, f"{what} = {name!r}", reply.body.decode())
+                models = server.call("GET", "/v1/models").body.decode()
+                _assert_clean(setup, f"GET /v1/models after {what} = {name!r}", models)
+                assert (reply.status, reply.error["code"]) == (403, "forbidden"), (what, name)
+                rule = f"{planted.field} ("
+                assert rule in reply.error["message"], (what, name, reply.error)
+                assert "is never read over the API" in reply.error["message"]
+    assert server.call("GET", "/v1/streams/leak").status == 404
+    assert [m["id"] for m in server.get_json("/v1/models")["models"]] == ["person"]
+
+
 def test_answers_name_the_configs_paths_relative_to_it(setup: Setup) -> None:
     """The trace folder, a webhook's dead-letter file and the file roots as the config
     names them; no answer spells out the config folder's absolute path."""
@@ -214,6 +275,8 @@ def test_answers_name_the_configs_paths_relative_to_it(setup: Setup) -> None:
     assert roots in refused.error["message"], refused.error
     window = profiling_window(server)
     for _, path, reply in get_routes(server, ["clip"], window):
+        if path == "/v1/audit":  # the requests as they were sent: above, absolute paths
+            continue
         text = reply.body.decode(errors="replace")
         assert str(setup.config_dir) not in text, (path, text[:2000])
 

@@ -92,12 +92,12 @@ def test_a_config_workflow_over_the_limit_is_refused_at_start(
     live_server: LiveFactory, tmp_path: Path
 ) -> None:
     """The error names the stream, the workflow file and the limit."""
-    path = write_yaml(tmp_path, chain(300), "deep.yaml")
+    write_yaml(tmp_path, chain(300), "deep.yaml")
     stream = {**demo_stream("cam"), "workflow": "deep.yaml"}
     with pytest.raises(LimitError) as caught:
         live_server(config_doc(stream))
-    assert str(caught.value) == (
-        f"streams[0].workflow ({path}): workflow 'chain' has 300 blocks (limits.max_blocks = 256)"
+    assert str(caught.value) == (  # the file named as the config names it
+        "streams[0].workflow (deep.yaml): workflow 'chain' has 300 blocks (limits.max_blocks = 256)"
     )
 
 
