@@ -210,5 +210,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise  # redirects and the like are answers, not errors
         return from_http_exception(request, exc)
+    except ConnectionError as exc:
+        if not _client_left(request):
+            return from_exception(request, exc)
+        # Nobody to answer, and nothing wrong here: aiohttp ends the connection quietly.
+        # An ERROR with its traceback for each would let any client fill the log.
+        log.debug("%s %s: the client left (%s)", request.method, request.path, exc)
+        raise
     except Exception as exc:
         return from_exception(request, exc)
+
+
+def _client_left(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import re
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +32,11 @@ JPEG_QUALITY = 80  # OpenCV's default is 95: a fifth of the bytes for a preview
 MJPEG_BOUNDARY = "frame"
 MJPEG_TYPE = f"multipart/x-mixed-replace; boundary={MJPEG_BOUNDARY}"
 MAX_MJPEG_FPS = 30.0
+# `max_fps` as a plain decimal: float() also takes "5\n", "1e1", "nan" and other scripts'
+# digits ("٥" is 5).
+_DECIMAL = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
+
+log = logging.getLogger("appliance.server")
 
 
 def _stream_id(request: web.Request) -> str:
@@ -80,7 +88,7 @@ async def result_events(request: web.Request) -> web.StreamResponse:
         )
         await response.prepare(request)
         _small_buffers(request)
-        with contextlib.suppress(ConnectionResetError):  # the client left: nothing to say
+        with _until_the_client_leaves(request):
             await _send_events(request, response, rt, stream_id)
         return response
 
@@ -118,7 +126,7 @@ async def video_mjpeg(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         _small_buffers(request)
-        with contextlib.suppress(ConnectionResetError):
+        with _until_the_client_leaves(request):
             await _send_frames(request, response, rt, stream_id, interval)
         return response
 
@@ -141,6 +149,17 @@ async def _send_frames(
         await request.writer.drain()  # as for events: a slow reader skips frames
 
 
+@contextlib.contextmanager
+def _until_the_client_leaves(request: web.Request) -> Iterator[None]:
+    """A reader that goes away ends its answer, and that is no error: a DEBUG line, so
+    that dropping readers cannot fill the log. A write then raises ConnectionResetError,
+    or a plain ConnectionError ("Connection lost") while it waits for the socket."""
+    try:
+        yield
+    except ConnectionError as exc:
+        log.debug("%s %s: the client left (%s)", request.method, request.path, exc)
+
+
 def _small_buffers(request: web.Request) -> None:
     """Keep little in flight to a reader, so one that falls behind makes our writes wait
     (and skip to the newest result) within a few KB, instead of the kernel queueing up
@@ -156,10 +175,7 @@ def _small_buffers(request: web.Request) -> None:
 
 def _max_fps(request: web.Request) -> float:
     text = request.query.get("max_fps", "10")
-    try:
-        fps = float(text)
-    except ValueError:
-        fps = -1.0
+    fps = float(text) if _DECIMAL.fullmatch(text) else -1.0
     if not 0 < fps <= MAX_MJPEG_FPS:
         raise InvalidError("invalid query", [f"max_fps: a number in (0, {MAX_MJPEG_FPS:g}]"])
     return fps
