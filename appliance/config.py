@@ -51,7 +51,10 @@ class ConfigError(Exception):
         super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
 
 
-_STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A stream's or a sink's id, matched whole: pydantic's `pattern` runs Rust's regex (its
+# `$` is the end of the text), Python's through fullmatch (its `$` also passes "id\n").
+_ID = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+_STREAM_ID = rf"^{_ID}$"
 
 
 class OutputConfig(Strict):
@@ -204,7 +207,7 @@ def sink_configs(config: AppConfig) -> dict[str, BaseModel]:
     problems: list[str] = []
     for name, raw in config.sinks.items():
         where = f"sinks.{name}"
-        if not re.match(_STREAM_ID, name):
+        if not re.fullmatch(_ID, name):
             problems.append(f"{where}: a sink name is letters, digits, '_', '.', '-'")
             continue
         kind = raw.get("type") if isinstance(raw, dict) else None

@@ -127,7 +127,7 @@ def add_tune_command(sub: Any) -> None:
 
 def parse_duration(text: str) -> float:
     """`90s`, `10m`, `1h` or plain seconds (`45`, `2.5`) as seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", text)
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smh]?)\s*", text)
     if match is None or float(match[1]) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a duration such as 90s, 10m, 1h or 600")
     return float(match[1]) * UNITS[match[2]]

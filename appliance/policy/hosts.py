@@ -41,13 +41,14 @@ NOT_ALLOWED = "host not allowed (server.allowed_source_hosts)"
 
 # RFC 1123 labels; "_" as some internal names have it. A final "." is the root.
 _LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
-_HOST_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
+_HOST_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")  # fullmatch: `$` passes "a\n"
 
 
 def parse_entry(entry: str) -> str | Network:
     """One entry of the list: a host name (lower case, without a final ".") or a network
-    (an address is a network of one). ValueError naming what it should be."""
-    text = entry.strip()
+    (an address is a network of one). ValueError naming what it should be. Taken as
+    written: "cam\n" is no host name (nor is " cam")."""
+    text = entry
     if "/" in text:
         try:
             return _unmapped_network(ipaddress.ip_network(text, strict=False))
@@ -56,7 +57,7 @@ def parse_entry(entry: str) -> str | Network:
     address = _address(text)
     if address is not None:
         return ipaddress.ip_network(address)
-    if not _HOST_NAME.match(text) or text.replace(".", "").isdigit():
+    if not _HOST_NAME.fullmatch(text) or text.replace(".", "").isdigit():
         raise ValueError(
             f"{entry!r} is not a host name, IP address or CIDR network"
             " (no wildcards: list each name, or the network)"

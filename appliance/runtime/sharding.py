@@ -42,7 +42,12 @@ __all__ = [
 ]
 
 ENV = "APPLIANCE_SHARD"  # `INDEX/COUNT`, or `auto/COUNT`: INDEX from the hostname's `-N`
-_ORDINAL = re.compile(r"-(\d+)$")  # a StatefulSet pod's name: `<set>-<ordinal>`
+_ORDINAL = re.compile(r"-([0-9]+)\Z")  # a StatefulSet pod's name: `<set>-<ordinal>`
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit and int() take any script's (`٣` is 3)."""
+    return text.isascii() and text.isdigit()
 
 
 def weight(index: int, stream_id: str) -> int:
@@ -117,7 +122,7 @@ class Shard:
         """`INDEX/COUNT` (`1/3`), or `auto/COUNT`: INDEX is the hostname's trailing `-N`
         (a Kubernetes StatefulSet pod, `appliance-2`). ValueError says what is wrong."""
         index, sep, count = text.strip().partition("/")
-        if not sep or not count.isdigit() or not (index.isdigit() or index == "auto"):
+        if not (sep and _digits(count) and (_digits(index) or index == "auto")):
             raise ValueError(f"shard {text!r}: expected INDEX/COUNT (e.g. 1/3) or auto/COUNT")
         if index == "auto":
             host = hostname()

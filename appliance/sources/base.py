@@ -18,7 +18,9 @@ from pipelines.types import Image
 
 SourceKind = Literal["rtsp", "http", "v4l2", "file"]
 
-_V4L2_DEVICE = re.compile(r"^/dev/video\d+$")
+# Matched whole (fullmatch), in ASCII digits: `$` would also match before a final newline
+# and `\d` any script's digits, and what is no device is a file, for the file policy.
+_V4L2_DEVICE = re.compile(r"/dev/video[0-9]{1,3}")
 
 
 class StreamState(StrEnum):
@@ -158,6 +160,6 @@ def source_kind(url: str) -> SourceKind:
     scheme, sep, _ = url.partition("://")
     if sep and scheme.lower() in URL_KINDS:
         return URL_KINDS[scheme.lower()]
-    if _V4L2_DEVICE.match(url):
+    if _V4L2_DEVICE.fullmatch(url):
         return "v4l2"
     return "file"
