@@ -287,9 +287,9 @@ def test_another_place_declaring_the_model_differently_is_still_a_conflict(
     with pytest.raises(ModelConflictError) as caught:
         rt.reload()
 
-    message = str(caught.value)
-    assert f"({other}) models.faces" in message
-    assert f"({setup.workflow}) models.faces" in message
+    message = str(caught.value)  # both files named as the config names them
+    assert f"({other.name}) models.faces" in message
+    assert f"({setup.workflow.name}) models.faces" in message
     assert rt.pool.handles["faces"] is old
     assert "other-cam" not in rt.streams
     serving(old)
