@@ -41,6 +41,8 @@ from appliance.observe.status import (
     WindowStatus,
 )
 from appliance.policy.masking import mask_url
+from appliance.server.auth import ACTOR_HEADER
+from appliance.server.routes.access import AuditList, Caller
 from appliance.server.routes.regressions import Rebaselined
 from appliance.server.schemas import Reloaded, Removed, RunResult, Validated
 from appliance.sources.reach import connect_problem
@@ -106,6 +108,7 @@ class ApplianceClient:
         token: str | None = None,
         timeout: float = 30.0,
         *,
+        actor: str | None = None,
         ca_file: str | Path | None = None,
         unix_socket: Path | None = None,
     ) -> None:
@@ -113,7 +116,9 @@ class ApplianceClient:
         APPLIANCE_API_TOKEN environment variable; `timeout`: seconds per request.
 
         `user:password@` in `url` is sent as HTTP Basic auth (for a proxy in front of the
-        appliance) unless there is a bearer token; `self.url` shows it masked.
+        appliance) unless there is a bearer token; `self.url` shows it masked. `actor`:
+        whom an admin token acts for (the appliance's own forwarding: `mqtt`), as the
+        audit records it.
 
         `https://` is checked against the system's CAs, or a private CA's PEM file:
         `ca_file`, by default the APPLIANCE_CA_FILE environment variable (ValueError
@@ -125,6 +130,7 @@ class ApplianceClient:
         self._token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._base, self._basic = _split_userinfo(base)
         self._opener = opener(ca_file, unix_socket)
+        self._actor = actor
 
     def health(self) -> dict[str, Any]:
         """Liveness: `{"status": "ok"}` when the process and its event loop answer."""
@@ -219,6 +225,16 @@ class ApplianceClient:
         it failed, 404 if unknown."""
         return cast(dict[str, Any], self._json("GET", _window_path(window_id) + "/trace"))
 
+    def whoami(self) -> Caller:
+        """The token's name and role, as the appliance knows it (`viewer`, `operator`,
+        `admin`; `anonymous` and admin where no token is configured)."""
+        return _parse(Caller, self._json("GET", "/v1/me"))
+
+    def audit(self, limit: int = 100) -> AuditList:
+        """The appliance's recent changes, newest first (admin only): who, what, on what,
+        how it ended."""
+        return _parse(AuditList, self._json("GET", f"/v1/audit?limit={limit}"))
+
     def regressions(self) -> WatchReport:
         """The regression watch: the host's slowdown if any (`host`), every `active`
         regression (a block, a model's session.run or queue wait, a frame age) with its
@@ -300,6 +316,8 @@ class ApplianceClient:
             headers["Authorization"] = f"Bearer {self._token}"
         elif self._basic:
             headers["Authorization"] = f"Basic {self._basic}"
+        if self._actor is not None:
+            headers[ACTOR_HEADER] = self._actor
         return headers
 
 

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from appliance.client import ApplianceAPIError, ApplianceConnectionError
 from appliance.errors import UnknownStreamError, WindowBusyError
+from appliance.observe.audit import AuditLog
 from appliance.observe.status import Latency, StreamStatus, WindowStatus
+from appliance.policy.roles import Role
 from appliance.runtime.commands import (
     CATALOGUE,
     TOPICS,
@@ -131,6 +133,7 @@ class FakeRuntime:
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
     busy: bool = False
+    audit: AuditLog = field(default_factory=AuditLog)
 
     def restart_stream(self, stream_id: str) -> object:
         self.calls.append(("restart_stream", stream_id))
@@ -189,6 +192,14 @@ def test_the_runtime_runs_each_command_through_its_entry() -> None:
     runtime.busy = True
     with pytest.raises(ValueError, match="w0"):  # a refusal the sender hears, not a bug
         run(handler("profiling", {"duration_s": 1}))
+    # Each command the runtime carried out (or refused) is in its audit, as `mqtt`'s.
+    entries = [(e.who, e.action, e.target, e.outcome) for e in runtime.audit.recent()]
+    assert entries == [
+        ("mqtt", "profiling.start", None, "refused"),
+        ("mqtt", "stream.restart", "nope", "refused"),
+        ("mqtt", "profiling.start", "w1", "ok"),
+        ("mqtt", "stream.restart", "cam", "ok"),
+    ]
 
 
 def test_the_gateway_forwards_each_command_through_its_entry() -> None:
@@ -235,6 +246,8 @@ def test_an_added_entry_is_routed_and_run_without_touching_the_parser() -> None:
         "cmd/streams/{stream}/snapshot/{size}",
         lambda runtime, args: camera.snapshot(args),
         lambda client, args: camera.snapshot(args),
+        Role.VIEWER,
+        "stream.snapshot",
     )
     catalogue = {**CATALOGUE, "snapshot": entry}
     handler = CommandDispatch(lambda command, args: command.run(FakeRuntime(), args), catalogue)

@@ -338,7 +338,7 @@ def test_cameras_of_a_replica_never_reached_are_named_with_their_urls_masked(
     replicas = ReplicaSet([Address("127.0.0.1", port)])
     clients = MemberClients(replicas, TOKEN, 5.0)
     store = FleetStore(None, FilePolicy.owner(config))
-    fleet = Fleet(clients, replicas, AuthPolicy(TOKEN), store, config)
+    fleet = Fleet(clients, replicas, AuthPolicy.admin_only(TOKEN), store, config)
     store.specs = {"added-x": {"id": "added-x", "source": {"url": secret}, "workflow": DRAW}}
     replicas.replicas[0].mark(False, "connection refused")
     shown = fleet.unavailable_streams(answered=set())

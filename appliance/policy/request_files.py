@@ -11,7 +11,8 @@ reach (appliance/policy/files.py applies it; docs/security.md, "Files: one acces
   API token) and every file the config names for a secret. Those are found by walking
   each sink's validated config for paths at any depth: every path in a sink's config is
   a credential (a password file, a TLS CA, certificate or key, a signing secret), so a
-  new secret field is denied without a change here.
+  new secret field is denied without a change here; and so are `server.tokens`' token
+  files and `server.tls`' certificate and key.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def denied_files(config: AppConfig, config_path: Path | None) -> dict[Path, str]
     for name, cfg in sink_configs(config).items():
         for where, path in _paths(cfg, f"sinks.{name}"):
             denied[config.resolve(path)] = f"a secret file the config names ({where})"
+    server = config.server  # the API's own secrets: its tokens' files, its TLS key
+    for where, path in [*_paths(server.tokens, "server.tokens"), *_paths(server.tls, "server.tls")]:
+        denied[config.resolve(path)] = f"a secret file the config names ({where})"
     return denied
 
 

@@ -6,6 +6,10 @@ one typed table. An entry says everything about its command:
     topic       its MQTT topic below the prefix; `{field}` levels fill the model's fields
     run         how a runtime carries it out (CommandRuntime: the methods it may call)
     forward     how a client of the API does it (CommandClient: `serve --workers`'s gateway)
+    role        the least role it needs: the HTTP route's that does the same; over MQTT a
+                command acts as an operator (docs/security.md, "Roles"), so the
+                catalogue holds no admin command (tests/security/test_roles.py)
+    action      what the audit calls it, as the HTTP route's `audit` does (`stream.restart`)
 
 The MQTT parser gets only the topics (`TOPICS`, plain data: sinks/ never imports
 appliance/); `CommandDispatch` validates a command's arguments and performs it through
@@ -18,6 +22,10 @@ The arguments are the body of the HTTP route that does the same, validated the s
 POST /v1/profiling's ProfilingRequest (appliance/server/schemas.py imports it from here);
 `restart` takes the stream from its topic, as POST /v1/streams/{id}/restart from its path,
 and, as that route does, reads nothing from the body.
+
+Each command a runtime carries out is recorded in its audit as done by `mqtt`
+(MQTT_ACTOR); one forwarded to the gateway is recorded by the worker that runs it, as
+`mqtt via <the admin token's name>`.
 
 Threads: the dispatch runs on the sinks loop and does the work on the loop's executor.
 KeyError (an unknown stream) and ValueError (bad arguments, a refusal) are answered to
@@ -34,10 +42,14 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import WindowBusyError
+from appliance.observe.audit import AuditLog
 from appliance.observe.status import StreamStatus, WindowStatus, as_json
+from appliance.policy.roles import Role
 from pipelines.errors import format_location, pydantic_message
 
 A = TypeVar("A", bound=BaseModel)
+MQTT_ACTOR = "mqtt"  # who the audit says a command from the broker is from
+MQTT_ROLE = Role.OPERATOR  # the most a command over MQTT may need
 Answer = dict[str, Any]  # the `result` of a command's answer, as JSON
 
 
@@ -67,6 +79,9 @@ class CommandRuntime(Protocol):
     """The runtime's methods the catalogue calls (appliance.runtime.runtime.Runtime has
     them); a Protocol, so this module need not import the runtime that imports it."""
 
+    @property
+    def audit(self) -> AuditLog: ...
+
     def restart_stream(self, stream_id: str) -> object: ...
 
     def stream_status(self, stream_id: str) -> StreamStatus: ...
@@ -95,6 +110,8 @@ class Command(Generic[A]):
     topic: str
     run: Callable[[CommandRuntime, A], Answer]
     forward: Callable[[CommandClient, A], Answer]
+    role: Role
+    action: str
 
     def validate(self, args: Mapping[str, Any]) -> A:
         """The arguments as `args`' model; ValueError listing every problem as
@@ -135,8 +152,24 @@ def _window(window: WindowStatus) -> Answer:
 CATALOGUE: Mapping[str, Command[Any]] = {
     command.name: command
     for command in (
-        Command("restart", RestartArgs, "cmd/streams/{stream}/restart", _restart, _restart_through),
-        Command("profiling", ProfilingRequest, "cmd/profiling", _profile, _profile_through),
+        Command(
+            "restart",
+            RestartArgs,
+            "cmd/streams/{stream}/restart",
+            _restart,
+            _restart_through,
+            Role.OPERATOR,
+            "stream.restart",
+        ),
+        Command(
+            "profiling",
+            ProfilingRequest,
+            "cmd/profiling",
+            _profile,
+            _profile_through,
+            Role.OPERATOR,
+            "profiling.start",
+        ),
     )
 }
 
@@ -172,5 +205,22 @@ class CommandDispatch:
 
 
 def runtime_commands(runtime: CommandRuntime) -> CommandDispatch:
-    """The commands carried out by `runtime` itself (one process: the default handler)."""
-    return CommandDispatch(lambda command, args: command.run(runtime, args))
+    """The commands carried out by `runtime` itself (one process: the default handler),
+    each recorded in its audit as MQTT_ACTOR's."""
+    return CommandDispatch(lambda command, args: _audited(runtime, command, args))
+
+
+def _audited(runtime: CommandRuntime, command: Command[Any], args: BaseModel) -> Answer:
+    target = getattr(args, "stream", None)
+    try:
+        answer = command.run(runtime, args)
+    except (KeyError, ValueError) as exc:  # answered to the sender: a refusal
+        detail = str(exc.args[0]) if exc.args else type(exc).__name__
+        runtime.audit.record(MQTT_ACTOR, command.action, target, "refused", detail=detail)
+        raise
+    except Exception as exc:
+        runtime.audit.record(MQTT_ACTOR, command.action, target, "failed", detail=repr(exc))
+        raise
+    window = answer.get("id") if command.name == "profiling" else None
+    runtime.audit.record(MQTT_ACTOR, command.action, target or window)
+    return answer

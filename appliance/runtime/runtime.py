@@ -19,6 +19,7 @@ from appliance.errors import StateSaveError, UnknownStreamError
 from appliance.models import ModelBatcher
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
+from appliance.observe.audit import AuditLog
 from appliance.observe.blocklatency import BlockLatencies, StreamLatency
 from appliance.observe.latest import LatestResults
 from appliance.observe.metrics import Metrics
@@ -105,6 +106,7 @@ class Runtime:
             take_commands=take_commands,
             documents=sink_documents(config, worker, self.files),  # runtime/sinkstate.py
         )
+        self.audit = AuditLog(self.outputs.publish_event)  # changes: who, what, how it ended
         self.latest = LatestResults()  # every stream's newest result, for the API to read
         self.outputs.subscribe(self.latest)
         self._block_latency = BlockLatencies()  # each stream's recent per-block latency
@@ -131,7 +133,7 @@ class Runtime:
         self.pool.on_release = self.workflows.forget_model
         self.profiler.open_windows(self.pool, lambda: list(self.streams))
         # The running streams by id, and what each is wired to (appliance/runtime/running.py).
-        self.streams = RunningStreams(
+        self.streams: RunningStreams = RunningStreams(
             lambda: self.config,  # as it is when a stream starts: reloads replace it
             outputs=self.outputs,
             metrics=self.metrics,

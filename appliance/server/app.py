@@ -4,11 +4,10 @@ these routes (openapi.py). Handlers stay thin; runtime work leaves the loop."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from aiohttp import web
 
 from appliance.runtime.runtime import Runtime
+from appliance.server.audit import audit_middleware
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import (
     MAX_BODY,
@@ -17,10 +16,11 @@ from appliance.server.context import (
     WATCHERS,
     WORK_SLOTS,
 )
+from appliance.server.crosssite import CrossSite, cross_site_middleware
 from appliance.server.errors import REFUSALS, error_middleware
 from appliance.server.limits import Watchers, WorkSlots, timeout_middleware
 from appliance.server.openapi import build_openapi
-from appliance.server.routes import PROBES, PUBLIC, ROUTES, STREAMING
+from appliance.server.routes import ROUTES, STREAMING
 from appliance.server.routes.tune import TUNE
 from appliance.server.routes.webrtc import WEBRTC
 from appliance.server.webrtc.sessions import WebRtcSessions
@@ -34,11 +34,13 @@ def build_app(
 ) -> web.Application:
     """The application for `runtime`, guarded by `policy` (see AuthPolicy.for_bind);
     `bind_host`, the address served on, is WebRTC's host candidate by default."""
-    policy = dataclasses.replace(policy, open_paths=PROBES, public_paths=PUBLIC)
+    policy = policy.with_routes(ROUTES)
     max_body = runtime.config.server.max_body_bytes
     limits = runtime.limits
     middlewares = [
+        audit_middleware(runtime.audit, ROUTES),  # outermost: it sees the answer sent
         error_middleware,
+        cross_site_middleware(CrossSite.for_bind(runtime.config.server, bind_host)),
         auth_middleware(policy),
         timeout_middleware(limits.request_timeout_s, STREAMING),
     ]

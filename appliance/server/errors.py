@@ -90,6 +90,12 @@ class UnauthorizedError(ApiError):
     status = 401
 
 
+class ForbiddenError(ApiError):
+    """A valid token whose role is too low for the route (auth.py)."""
+
+    status = 403
+
+
 class PayloadTooLargeError(ApiError):
     status = 413
 

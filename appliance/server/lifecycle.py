@@ -31,6 +31,7 @@ from typing import Protocol
 from aiohttp import web
 
 from appliance.config import ConfigError
+from appliance.policy.files import FilePolicy
 from appliance.server.auth import AuthPolicy, is_loopback
 from appliance.server.config import ServerConfig
 from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
@@ -67,11 +68,13 @@ def bind_policy(
     insecure: bool,
     environ: Mapping[str, str],
     log: logging.Logger,
+    files: FilePolicy | None = None,
 ) -> AuthPolicy:
     """The auth policy for serving on `host` (AuthPolicy.for_bind: ConfigError for an
-    exposed bind without a token unless `insecure`); warned on `log` when it is open, and
-    when an exposed bind has no TLS."""
-    policy = AuthPolicy.for_bind(server, host, insecure=insecure, environ=environ)
+    exposed bind without a token unless `insecure`, or a token that cannot be read
+    through `files`, the owner's policy); warned on `log` when it is open, and when an
+    exposed bind has no TLS."""
+    policy = AuthPolicy.for_bind(server, host, insecure=insecure, environ=environ, files=files)
     if policy.insecure:
         log.warning(
             "serving without a token on %s: anyone who can reach this port controls the appliance",

@@ -12,28 +12,37 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from appliance.config import StreamConfig
+from appliance.policy.roles import Role
 from appliance.server.auth import AuthPolicy
+from appliance.server.crosssite import SAFE_METHODS
 from appliance.server.routing import JSON, Route, Schema
 from appliance.server.schemas import Error
 
 REF = "#/components/schemas/{model}"
 ERRORS = {
-    400: "malformed JSON, a body that is not an object, an undecodable image",
+    400: "malformed JSON, a body that is not an object, an undecodable image; a Host header "
+    "that names no name of this appliance (server.allowed_hosts)",
     401: "missing or wrong bearer token",
-    403: "a file the access policy refuses (outside the file roots, the config or a secret "
-    "file it names, not a regular file)",
+    403: "the token's role is below the one the operation needs (`x-role`), or a file the "
+    "access policy refuses (outside the file roots, the config or a secret file it names, "
+    "not a regular file); a change sent by a page of another origin (Origin, Sec-Fetch-Site: "
+    "server.allowed_origins)",
     404: "unknown stream or profiling window id",
     408: "the request took longer than limits.request_timeout_s and was cancelled",
     409: "conflict with the running state, or a count limit reached; nothing was changed",
     413: "body over server.max_body_bytes, or an image or file over its limit",
-    415: "neither JSON nor multipart/form-data",
+    415: "a body of a type the operation does not take (the types of its requestBody)",
     422: "the body parses but does not validate; `details` lists every problem",
     429: "limits.max_concurrent_runs workflow requests at work; retry after Retry-After",
     501: "`serve --workers` only: tuning runs per process (`appliance tune --config FILE`)",
     503: "the change could not be kept in server.state_dir (the folder named, the OS error); "
     "it was undone",
 }
-BEARER = {"type": "http", "scheme": "bearer", "description": "server.token or APPLIANCE_API_TOKEN"}
+BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "APPLIANCE_API_TOKEN or server.token (admin), or one of server.tokens",
+}
 
 
 def build_openapi(routes: Iterable[Route], policy: AuthPolicy) -> dict[str, Any]:
@@ -43,7 +52,7 @@ def build_openapi(routes: Iterable[Route], policy: AuthPolicy) -> dict[str, Any]
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, policy, refs)
     components: dict[str, Any] = {"schemas": schemas}
-    if policy.token is not None:
+    if policy.tokens:
         components["securitySchemes"] = {"bearer": BEARER}
     return {
         "openapi": "3.1.0",
@@ -65,6 +74,7 @@ def _operation(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
         "tags": [route.tag],
         "responses": _responses(route, policy, refs),
         "security": [{"bearer": []}] if policy.needs_token(route.path) else [],
+        "x-role": route.role.label,  # the least role a token needs (docs/security.md)
     }
     parameters = [
         {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
@@ -100,11 +110,15 @@ def _responses(route: Route, policy: AuthPolicy, refs: Mapping[Any, Any]) -> dic
 
 
 def _error_statuses(route: Route, policy: AuthPolicy) -> set[int]:
-    statuses = {*route.errors, 408}  # every request has a time limit
+    statuses = {*route.errors, 400, 408}  # every request: its Host checked, its time limited
     if policy.needs_token(route.path):
         statuses.add(401)
+        if route.role > Role.VIEWER:
+            statuses.add(403)
+    if route.method not in SAFE_METHODS:
+        statuses.add(403)  # a page of another origin (crosssite.py)
     if route.body:
-        statuses |= {400, 413, 422}
+        statuses |= {413, 415, 422}
     if route.parameters:
         statuses.add(404)
     if route.query:

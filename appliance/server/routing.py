@@ -1,7 +1,8 @@
-"""The shape of the one route table: app.py registers it, openapi.py documents it, and
-the `serve --workers` gateway (appliance/workers/gateway.py) answers it as each route
-declares (`Route.workers`), so neither the document nor the gateway can drift from the
-routes that answer."""
+"""The shape of the one route table: app.py registers it, openapi.py documents it, the
+auth policy enforces the role each route declares (`Route.role`), the audit records the
+changes it declares (`Route.audit`), and the `serve --workers` gateway
+(appliance/workers/gateway.py) answers it as each route declares (`Route.workers`), so
+neither the document, the roles nor the gateway can drift from the routes that answer."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.policy.roles import Role
 from appliance.server.errors import Handler
 
 # A pydantic model or a dataclass (its JSON Schema is generated), or a literal JSON Schema.
@@ -49,8 +51,13 @@ class Route:
 
     `errors` lists the statuses a route answers beyond those every route of its kind has
     (401 where a token is needed; 400, 413 and 422 with a body; 404 with a path parameter).
-    `workers` says how `serve --workers` answers it: required (keyword only), so a new
-    route cannot go to whichever worker by default.
+    `workers` says how `serve --workers` answers it and `role` the least role a token
+    needs for it (viewer, operator, admin; probes and the viewer's assets declare viewer,
+    what they need where they are not open): both required (keyword only), so a new route
+    can neither go to whichever worker nor be open to whoever holds a token by default.
+    `audit` names the change a route makes (`stream.add`): each request is recorded with
+    who made it and how it ended (appliance/server/audit.py); None for a route that
+    changes nothing.
     """
 
     method: str
@@ -67,12 +74,16 @@ class Route:
     streaming: bool = False  # answers for as long as the client reads (no time limit)
     tag: str = "streams"
     workers: Fanout = field(kw_only=True)
+    role: Role = field(kw_only=True)
+    audit: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, Fanout):  # None, a string: named at import
             raise TypeError(
                 f"route {self.method} {self.path}: workers={self.workers!r} is not a Fanout"
             )
+        if not isinstance(self.role, Role):
+            raise TypeError(f"route {self.method} {self.path}: role={self.role!r} is not a Role")
         if self.workers is Fanout.OWNER and "id" not in self.parameters:
             raise TypeError(f"route {self.method} {self.path}: OWNER needs a stream {{id}}")
 

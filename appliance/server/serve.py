@@ -21,6 +21,7 @@ from appliance.config import ConfigError
 from appliance.errors import ReloadError
 from appliance.models.errors import ModelLoadError
 from appliance.observe.status import StreamStatus
+from appliance.policy.files import FilePolicy
 from appliance.runtime.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE
@@ -63,7 +64,12 @@ class Server:
         self.stats_interval_s = stats_interval_s
         bind = "localhost" if unix is not None else host  # a private socket: loopback's rule
         policy = bind_policy(
-            runtime.config.server, bind, insecure=insecure, environ=environ, log=log
+            runtime.config.server,
+            bind,
+            insecure=insecure,
+            environ=environ,
+            log=log,
+            files=FilePolicy.owner(runtime.config),
         )
         self.app = build_app(runtime, policy, host)  # a worker: the gateway's host
         self.app[INSECURE] = policy.insecure
@@ -146,18 +152,23 @@ class Server:
         return self.runtime.stop_outputs() and streams_ok and tune_ok
 
     async def reload_logged(self, why: str) -> None:
-        """A reload that is not a request (SIGHUP): its outcome goes to the log only.
-        Taken, it reads server.tls's files again too."""
+        """A reload that is not a request (SIGHUP): its outcome goes to the log, and to
+        the audit as the signal's (`who` is `why`, lower case: `sighup`). Taken, it reads
+        server.tls's files again too."""
+        audit, who = self.runtime.audit, why.lower()
         try:
             loop = asyncio.get_running_loop()
             summary = (await loop.run_in_executor(None, self.runtime.reload)).summary()
         except RELOAD_REFUSED as exc:
             log.error("config reload (%s) refused, nothing changed: %s", why, exc)
-        except Exception:  # a reload must never take the server down
+            audit.record(who, "config.reload", None, "refused", detail=str(exc))
+        except Exception as exc:  # a reload must never take the server down
             log.exception("config reload (%s) failed", why)
+            audit.record(who, "config.reload", None, "failed", detail=repr(exc))
         else:
             log.info("config reloaded (%s): %s", why, summary)
             reload_tls_logged(self.tls, why)
+            audit.record(who, "config.reload", None, "ok")
 
 
 async def serve(

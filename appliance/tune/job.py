@@ -68,6 +68,7 @@ class TuneParams:
     settle_s: float = 2.0
     knobs: Mapping[str, Sequence[Any] | None] | None = None
     apply: bool = False
+    by: str = "anonymous"  # who asked: the audit records a kept winner as theirs
 
     def as_json(self) -> dict[str, Any]:
         knobs = (
@@ -251,6 +252,10 @@ class TuneJob:
             return
         run.finish(result.outcome, result_json(result), result.problem)
         log.info("tune ended %s: %s", run.state, result.changed or "nothing changed")
+        if p.apply:  # the winner kept: a change of what runs (target.tune's rule)
+            kept = result.outcome in ("done", "budget") and result.changed
+            note = f"kept {kept}" if kept else f"nothing kept (the tune ended {run.state})"
+            self.rt.audit.record(p.by, "tune.apply", None, "ok", detail=note)
 
 
 def check_knobs(

@@ -8,9 +8,11 @@ came (streamed through for the event and MJPEG routes). A member is one of two k
 Both are a `Members`: each member's index, state and view (for /health and /ready), how
 to dial it, and the 503 that names it when it does not answer.
 
-The gateway has checked the caller's token already; toward the members it sends its own
-(the same one, from the same config and environment), so the members' own checks pass
-for every route the gateway let through and fail for nothing else.
+The gateway has checked the caller's token and role already; toward the members it sends
+its own admin token (the same one, from the same config and environment), so the
+members' own checks pass for every route the gateway let through and fail for nothing
+else, and the caller's name (auth.ACTOR_HEADER), so that the member's audit says who
+asked.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from appliance.server.auth import ACTOR, ACTOR_HEADER
+from appliance.server.crosssite import BROWSER_HEADERS
 from appliance.server.errors import ApiError
 from appliance.server.readers import client_gone
 from appliance.workers.procs import Worker, WorkerSet
@@ -47,6 +51,9 @@ HOP_BY_HOP = frozenset(
         "date",
     }
 )
+# A caller's own actor header is not passed on: the gateway says whom it acts for. Nor
+# are a browser's Origin and Sec-Fetch-Site: the gateway judged them (crosssite.py).
+NOT_FORWARDED = HOP_BY_HOP | {ACTOR_HEADER.lower()} | BROWSER_HEADERS
 MARGIN_S = 2.0  # over the members' own request timeout: their answer, not our cut, wins
 TIMED_OUT = "timed out"  # a call's failure when it ran out of time (`_why`)
 
@@ -185,6 +192,12 @@ class MemberClients:
         self._streaming = aiohttp.ClientTimeout(total=None, connect=timeout_s)
         self._sessions: list[tuple[aiohttp.ClientSession, str]] = []
 
+    def _headers(self) -> dict[str, str]:
+        """Our token, and whom we ask for: the principal of the request being answered
+        (auth.ACTOR), so that the member that acts records who asked (the audit)."""
+        principal = ACTOR.get()
+        return self._auth if principal is None else {**self._auth, ACTOR_HEADER: principal.name}
+
     @property
     def members(self) -> Sequence[Member]:
         return self.group.members
@@ -232,7 +245,7 @@ class MemberClients:
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         try:
             async with session.request(
-                method, base + path, json=body, headers=self._auth, timeout=timeout
+                method, base + path, json=body, headers=self._headers(), timeout=timeout
             ) as resp:
                 if resp.content_type == "application/json":
                     return resp.status, await resp.json()
@@ -267,13 +280,13 @@ class MemberClients:
         """`request` as it came, to member `index`; its answer as it comes back."""
         session, base = self._session(index)
         data = await request.read() if body is None else body
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
         try:
             upstream = await session.request(
                 request.method,
                 base + request.path_qs,
                 data=data or None,
-                headers={**headers, **self._auth},
+                headers={**headers, **self._headers()},
                 allow_redirects=False,
                 timeout=self._streaming if streaming else self._timeout,
             )

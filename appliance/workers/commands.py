@@ -18,8 +18,9 @@ from pydantic import BaseModel
 
 from appliance.client import ApplianceAPIError, ApplianceClient, ApplianceClientError
 from appliance.config import AppConfig
-from appliance.runtime.commands import Answer, Command, CommandClient, CommandDispatch
-from appliance.server.auth import TOKEN_ENV
+from appliance.policy.files import FilePolicy
+from appliance.runtime.commands import MQTT_ACTOR, Answer, Command, CommandClient, CommandDispatch
+from appliance.server.auth import admin_token, configured_tokens
 from sinks.mqtt.commands import CommandHandler
 
 
@@ -31,16 +32,18 @@ def worker_commands(
     the others take none."""
     if index != 0 or gateway is None:
         return None, False
-    token = environ.get(TOKEN_ENV) or config.server.token
+    token = admin_token(configured_tokens(config.server, environ, FilePolicy.owner(config)))
     return gateway_commands(gateway, token, config.limits.request_timeout_s), True
 
 
 def gateway_commands(url: str, token: str | None, timeout_s: float) -> CommandDispatch:
     """A command handler that runs each command through the gateway's API at `url`
-    (`unix:PATH`: the gateway's own socket, as `serve --workers` gives it)."""
+    (`unix:PATH`: the gateway's own socket, as `serve --workers` gives it), on behalf
+    of `mqtt` (what the audit records)."""
     own = Path(url.removeprefix("unix:")) if url.startswith("unix:") else None
     base = url if own is None else "http://localhost"  # the Host header, over the socket
-    return forwarding(ApplianceClient(base, token, timeout_s, unix_socket=own))
+    client = ApplianceClient(base, token, timeout_s, actor=MQTT_ACTOR, unix_socket=own)
+    return forwarding(client)
 
 
 def forwarding(client: CommandClient) -> CommandDispatch:

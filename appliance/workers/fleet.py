@@ -41,6 +41,7 @@ from appliance.observe.metrics import LIMIT_HITS_HELP
 from appliance.policy.masking import mask_url
 from appliance.runtime.sharding import assign, owner_of
 from appliance.server.auth import AuthPolicy
+from appliance.server.crosssite import LOOPBACK, CrossSite
 from appliance.server.routing import Fanout, Route
 from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.fleetstore import FleetStore
@@ -77,10 +78,13 @@ class Fleet(Gateway):
         store: FleetStore,
         config: AppConfig,
         connection_hits: Mapping[str, int] | None = None,
+        cross_site: CrossSite = LOOPBACK,
     ) -> None:
         ids = [s.id for s in config.streams]
         self.config_owners = assign(ids, len(replicas.replicas))  # each replica's own rule
-        super().__init__(clients, policy, None, self.config_owners, connection_hits)
+        super().__init__(
+            clients, policy, None, self.config_owners, connection_hits, cross_site=cross_site
+        )
         self.replicas = replicas
         self.store = store
         self.config_urls = {s.id: mask_url(s.source.url) for s in config.streams}

@@ -24,6 +24,7 @@ from appliance.config import AppConfig, load_config
 from appliance.policy.files import FilePolicy
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
+from appliance.server.crosssite import CrossSite
 from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.tls import ApiTls
 from appliance.server.tls import reload_logged as reload_tls_logged
@@ -53,7 +54,10 @@ async def serve_fleet(
     files (server.tls) that do not load. `config_path`: where `config` was read (its
     server.tls is read there again at each reload); `replica_tls`: how `https://`
     replicas' certificates are checked (default: the system's CAs)."""
-    policy = bind_policy(config.server, host, insecure=insecure, environ=os.environ, log=log)
+    owner = FilePolicy.owner(config)
+    policy = bind_policy(
+        config.server, host, insecure=insecure, environ=os.environ, log=log, files=owner
+    )
     stop = stop or asyncio.Event()
     process = FleetProcess(
         config,
@@ -103,6 +107,7 @@ class FleetProcess:
             self.store,
             config,
             connection_hits=guard.hits,
+            cross_site=CrossSite.for_bind(config.server, host),
         )
         app = build_fleet(self.fleet, config.server.max_body_bytes)
         self._listener = Listener(app, guard, tls=self.tls)

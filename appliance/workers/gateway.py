@@ -21,7 +21,6 @@ single process's, before anything is forwarded; errors leave in the same JSON sh
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -32,18 +31,24 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.errors import UnknownStreamError
+from appliance.observe.audit import AuditLog
 from appliance.observe.metrics import LIMIT_HITS_HELP
+from appliance.observe.status import as_json
 from appliance.runtime.sharding import weight
+from appliance.server.audit import audit_middleware
 from appliance.server.auth import AuthPolicy, auth_middleware
 from appliance.server.context import in_thread
+from appliance.server.crosssite import LOOPBACK, CrossSite, cross_site_middleware
 from appliance.server.errors import error_middleware
-from appliance.server.routes import PROBES, PUBLIC, ROUTES
+from appliance.server.routes import ROUTES
+from appliance.server.routes.access import AuditList, limit_of, whoami
 from appliance.server.routes.config import dry_run
 from appliance.server.routes.tune import tune_per_process
 from appliance.server.routing import Fanout, Route
 from appliance.server.tls import TLS, tls_reloaded
 from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import (
+    merge_audit,
     merge_lists,
     merge_metrics,
     merge_readiness,
@@ -68,9 +73,11 @@ class Gateway:
         shard: str | None,
         owners: dict[str, int] | None = None,
         connection_hits: Mapping[str, int] | None = None,
+        cross_site: CrossSite = LOOPBACK,
     ) -> None:
         self.clients = clients
         self.policy = policy
+        self.cross_site = cross_site  # the names and origins its listener takes
         self.shard = shard
         # Stream id -> worker index: the config's rule at first (so a worker that is
         # still starting owns its streams: 503, not 404), then what the workers list.
@@ -78,6 +85,8 @@ class Gateway:
         self.windows = WindowFanOut(clients, self.listed_owners)
         # Limit -> connections the gateway's own listener closed (server/connections.py).
         self.connection_hits: Mapping[str, int] = {} if connection_hits is None else connection_hits
+        # What the gateway refused itself (a role too low): its members record the rest.
+        self.audit = AuditLog()
         self._turn = itertools.count()
 
     def members_view(self) -> list[dict[str, Any]]:
@@ -313,6 +322,16 @@ async def regressions(request: web.Request) -> web.Response:
     return web.json_response(merge_regressions(listed, clients.noun))
 
 
+async def audit(request: web.Request) -> web.Response:
+    """Every member's audit, and the gateway's own refusals (`worker`: "gateway")."""
+    gw = gateway_of(request)
+    limit = limit_of(request)
+    answers = await gw.clients.fan_out("GET", f"/v1/audit?limit={limit}")
+    listed: dict[int | str, Any] = {i: b for i, (s, b) in answers.items() if s == 200}
+    listed["gateway"] = as_json(AuditList(gw.audit.recent(limit)))
+    return web.json_response(merge_audit(listed, limit, gw.clients.noun))
+
+
 # The routes the gateway answers itself (MERGE, GATEWAY, PER_PROCESS), by operation id
 # (the route handler's name, OpenAPI's operationId): each merge has its own rule.
 OWN: dict[str, Handler] = {
@@ -327,6 +346,8 @@ OWN: dict[str, Handler] = {
     "get_profiling": get_window,
     "get_profiling_trace": get_window_trace,
     "get_regressions": regressions,
+    "list_audit": audit,
+    "whoami": whoami,  # the caller the gateway authenticated
     # A tune measures one process's streams: not N of them at once (501).
     "start_tune": tune_per_process,
     "get_tune": tune_per_process,
@@ -382,11 +403,19 @@ def build_gateway(
     """The app over `gateway`, behind the same error and auth middlewares as a single
     process's (server/app.py); request bodies up to `max_body` bytes; the routes as
     `planned` (default: `plan()`, the workers' tables)."""
-    policy = dataclasses.replace(gateway.policy, open_paths=PROBES, public_paths=PUBLIC)
+    planned = plan() if planned is None else planned
+    policy = gateway.policy.with_routes(route for route, _ in planned)
     app = web.Application(
-        client_max_size=max_body, middlewares=[error_middleware, auth_middleware(policy)]
+        client_max_size=max_body,
+        middlewares=[
+            # The role refusals answered here: the members record what they are asked.
+            audit_middleware(gateway.audit, [r for r, _ in planned], refusals_only=True),
+            error_middleware,
+            cross_site_middleware(gateway.cross_site),
+            auth_middleware(policy),
+        ],
     )
     app[GATEWAY] = gateway
-    for route, handler in plan() if planned is None else planned:
+    for route, handler in planned:
         app.router.add_route(route.method, route.path, handler, name=route.operation_id)
     return app

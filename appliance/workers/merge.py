@@ -168,3 +168,14 @@ def merge_regressions(
             (a["baseline_error"] for a, _ in docs if a.get("baseline_error")), None
         ),
     }
+
+
+def merge_audit(
+    answers: Mapping[int | str, Mapping[str, Any]], limit: int, label: str = WORKER_LABEL
+) -> dict[str, Any]:
+    """GET /v1/audit over all members: each records the changes it made (a forwarded
+    request's by who asked, `alice via admin`); newest first, each with its `worker`
+    (`label`), at most `limit`."""
+    entries = [{**e, label: i} for i, a in answers.items() for e in a.get("entries") or []]
+    entries.sort(key=lambda e: e.get("at") or "", reverse=True)
+    return {"entries": entries[:limit]}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from appliance.policy.roles import Role
+from appliance.server.auth import ACTOR, Principal
 from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import merge_reloads
 
@@ -38,7 +40,9 @@ async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
 
 async def reload_logged(gw: Gateway, why: str, log: logging.Logger) -> bool:
     """`reload_all`, with its outcome in the log only, in the words of one process's
-    (SIGHUP's path). True when it was applied."""
+    (SIGHUP's path); each member's audit records it as `sighup`'s (`why`, lower case).
+    True when it was applied."""
+    ACTOR.set(Principal(why.lower(), Role.ADMIN))  # this task's: the reloader's own
     try:
         status, body = await reload_all(gw)
     except MemberUnavailableError as exc:

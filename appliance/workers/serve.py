@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config import AppConfig, load_config
+from appliance.policy.files import FilePolicy
 from appliance.runtime.sharding import Shard, assign
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
+from appliance.server.crosssite import CrossSite
 from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.serve import EXIT_MARGIN_S
 from appliance.server.shutdown import in_own_thread
@@ -91,7 +93,10 @@ async def serve_workers(
     """Run until `stop` is set or a signal arrives: the process's exit status (0 clean,
     1 a worker could not start or did not stop cleanly). ConfigError before anything
     starts for an exposed bind without a token."""
-    policy = bind_policy(config.server, host, insecure=insecure, environ=os.environ, log=log)
+    owner = FilePolicy.owner(config)
+    policy = bind_policy(
+        config.server, host, insecure=insecure, environ=os.environ, log=log, files=owner
+    )
     stop = stop or asyncio.Event()
     clean = await run(Supervisor(config, options, policy, host, port, shard, stop), stop)
     return 0 if clean else 1
@@ -137,7 +142,10 @@ class Supervisor:
         # a single process's (the workers' Unix sockets behind it need no per-client cap).
         guard = ConnectionGuard(config.limits)
         shard_name = None if shard is None else str(shard)
-        self.gateway = Gateway(self.clients, policy, shard_name, owners, connection_hits=guard.hits)
+        cross_site = CrossSite.for_bind(config.server, host)
+        self.gateway = Gateway(
+            self.clients, policy, shard_name, owners, guard.hits, cross_site=cross_site
+        )
         app = build_gateway(self.gateway, config.server.max_body_bytes)
         self._listener = Listener(app, guard, tls=self.tls)
         self._watchdog: asyncio.Task[None] | None = None

@@ -162,7 +162,7 @@ def test_reload_applies_the_edited_config(client: ApplianceClient, served: Serve
     try:
         write_demo_config(config, [stream_doc("file-cam")])
         assert client.reload() == Reloaded(
-            added=["file-cam"], removed=[], restarted=[], unchanged=["people-cam"]
+            added=["file-cam"], removed=[], restarted=[], unchanged=["people-cam"], tls=None
         )
         write_demo_config(config)
         assert client.reload().removed == ["file-cam"]

@@ -18,6 +18,8 @@ import kubernetes_validate
 import pytest
 
 from appliance.cli.main import _parser
+from appliance.config import load_config
+from appliance.server.crosssite import CrossSite
 from tests.deploy.test_helm import KUBERNETES, ROOT, one, render
 from tests.support.appliance import APPLIANCE, Served, clean_env
 from tests.support.processes import free_port
@@ -115,6 +117,26 @@ def test_the_gateway_dials_each_replica_by_its_stable_name(tmp_path: Path, repli
     assert (flag(args, "--host"), flag(args, "--port")) == ("0.0.0.0", str(served["containerPort"]))
     (gateway_port,) = container(gateway)["ports"]
     assert gateway_port["containerPort"] == int(flag(args, "--port"))
+
+
+def test_each_pod_answers_to_the_names_it_is_called_by(tmp_path: Path) -> None:
+    """The Host each caller sends, as the chart's config takes it on its 0.0.0.0 bind (the
+    rule that ends DNS rebinding: appliance/server/crosssite.py): the gateway dialing a
+    replica, a client of the API Service by any of its cluster names, kubelet's probes and
+    Prometheus by pod IP, an ingress's name the values list. A name of another namespace
+    or release, or any other, is refused."""
+    docs = fleet(tmp_path, 3, "config.server.allowed_hosts={cams.example.com}")
+    chart_etc(docs, tmp_path / "etc")
+    config = load_config(tmp_path / "etc" / "appliance.yaml")
+    rules = CrossSite.for_bind(config.server, config.server.host)
+    replicas = flag(container(one(docs, "Deployment"))["args"], "--replicas").split(",")
+    dialed = [address.rpartition("://")[2] for address in replicas]  # https:// with TLS
+    api = [f"cams-appliance{suffix}:8080" for suffix in ("", f".{NAMESPACE}", f".{NAMESPACE}.svc")]
+    called = [*dialed, *api, f"cams-appliance.{NAMESPACE}.svc.cluster.local", "10.244.1.7:8080"]
+    for host in [*called, "cams.example.com", "[fd00::7]:8080"]:
+        assert rules.answers_to(host), host
+    for host in ["attacker.example", "cams-appliance.other.svc", "evil-appliance-0.site.svc"]:
+        assert not rules.answers_to(host), host
 
 
 def test_what_the_gateway_runs_parses(tmp_path: Path) -> None:

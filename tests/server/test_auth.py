@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from appliance.config import ConfigError, parse_config
+from appliance.policy.files import FilePolicy
+from appliance.policy.roles import Role
 from appliance.runtime.runtime import Runtime
-from appliance.server.auth import AuthPolicy, is_loopback
+from appliance.server.auth import AuthPolicy, Principal, is_loopback
 from appliance.server.config import ServerConfig
 from appliance.server.serve import Server
 from tests.server.conftest import TOKEN, LiveFactory
@@ -62,7 +64,7 @@ def test_the_environment_token_wins_and_open_probes_overrides() -> None:
 
 def test_the_token_is_not_in_reprs() -> None:
     assert "s3cret" not in repr(ServerConfig(token="s3cret"))
-    assert "s3cret" not in repr(AuthPolicy(token="s3cret"))
+    assert "s3cret" not in repr(AuthPolicy.admin_only("s3cret"))
 
 
 def empty_config(**server: Any) -> dict[str, Any]:
@@ -154,3 +156,62 @@ def test_a_port_in_use_is_reported_as_a_config_error(tmp_path: Path) -> None:
         taken.listen()
         with pytest.raises(ConfigError, match=r"server: cannot listen on 127\.0\.0\.1:\d+"):
             asyncio.run(start_on(taken.getsockname()[1]))
+
+
+def test_named_tokens_come_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    (tmp_path / "wall.token").write_text("  wall-token\n")
+    server = ServerConfig.model_validate(
+        {
+            "token": "admin-token",
+            "tokens": [
+                {"name": "ops", "role": "operator", "token_env": "OPS"},
+                {"name": "wall", "role": "viewer", "token_file": tmp_path / "wall.token"},
+            ],
+        }
+    )
+    owner = FilePolicy.owner(parse_config({}, tmp_path))
+    policy = AuthPolicy.for_bind(server, "10.0.0.1", environ={"OPS": "ops-token"}, files=owner)
+    assert [(t.name, t.role) for t in policy.tokens] == [
+        ("admin", Role.ADMIN), ("ops", Role.OPERATOR), ("wall", Role.VIEWER)
+    ]  # fmt: skip
+    assert policy.authenticate("Bearer wall-token") == Principal("wall", Role.VIEWER)
+    assert policy.authenticate("Bearer ops-token", actor="eve").who == "ops"  # not an admin
+    assert policy.authenticate("Bearer admin-token", actor="ops").who == "ops via admin"
+    assert "ops-token" not in repr(policy) and "wall-token" not in repr(policy)
+    assert policy.insecure is False  # named tokens alone make an exposed bind safe
+
+
+@pytest.mark.parametrize(
+    ("tokens", "environ", "problem"),
+    [
+        ([{"name": "ops", "role": "operator", "token_env": "OPS"}], {},
+         "server.tokens[0].token_env: OPS is not set or empty"),
+        ([{"name": "ops", "role": "operator", "token_file": "empty.token"}], {},
+         "server.tokens[0].token_file: secret file 'empty.token': empty"),
+        ([{"name": "ops", "role": "operator", "token_file": "missing.token"}], {},
+         "server.tokens[0].token_file: secret file 'missing.token'"),
+        ([{"name": "admin", "role": "viewer", "token_env": "A"}], {"A": "a"},
+         "server.tokens[0].name: 'admin' is taken"),
+        ([{"name": "a", "role": "viewer", "token_env": "A"},
+          {"name": "b", "role": "admin", "token_env": "B"}], {"A": "same", "B": "same"},
+         "server.tokens: the token of 'b' is another's too"),
+    ],
+)  # fmt: skip
+def test_a_token_that_cannot_be_read_stops_the_start_named(
+    tmp_path: Path, tokens: list[dict[str, Any]], environ: dict[str, str], problem: str
+) -> None:
+    (tmp_path / "empty.token").write_text("\n")
+    server = ServerConfig.model_validate({"token": "admin-token", "tokens": tokens})
+    owner = FilePolicy.owner(parse_config({}, tmp_path))
+    with pytest.raises(ConfigError) as refused:
+        AuthPolicy.for_bind(server, "127.0.0.1", environ=environ, files=owner)
+    assert any(p.startswith(problem) for p in refused.value.problems), refused.value.problems
+
+
+def test_a_gateway_needs_an_admin_token_to_forward() -> None:
+    wall = {"name": "wall", "role": "viewer", "token_env": "W"}
+    viewer_only = ServerConfig.model_validate({"tokens": [wall]})
+    policy = AuthPolicy.for_bind(viewer_only, "127.0.0.1", environ={"W": "w"})
+    with pytest.raises(ConfigError, match="needs an admin token"):
+        assert policy.token is None
+    assert AuthPolicy.for_bind(ServerConfig(), "127.0.0.1", environ={}).token is None

@@ -16,7 +16,7 @@ from appliance.observe.status import StateName
 from appliance.server.auth import AuthPolicy
 from appliance.server.errors import CODES
 from appliance.server.openapi import build_openapi
-from appliance.server.routes import PROBES, PUBLIC, ROUTES
+from appliance.server.routes import ROUTES
 from appliance.server.schemas import ErrorDetail
 from appliance.sources import StreamState
 from appliance.workers.fleet import UNAVAILABLE
@@ -83,7 +83,7 @@ def test_error_codes_match_the_ones_answered() -> None:
 # Built as the server builds it, so tests can be generated at collection time (the
 # schemathesis fixture-based loader does not run on pytest 9); the first test checks
 # that the live server serves this very document.
-POLICY = AuthPolicy(token=TOKEN, probes_open=True, open_paths=PROBES, public_paths=PUBLIC)
+POLICY = AuthPolicy.admin_only(TOKEN).with_routes(ROUTES)
 DOCUMENT = json.loads(json.dumps(build_openapi(ROUTES, POLICY)))
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 

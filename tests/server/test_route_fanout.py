@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from appliance.policy.roles import Role
 from appliance.server.auth import AuthPolicy
 from appliance.server.routes import ROUTES
 from appliance.server.routing import Fanout, Reply, Route
@@ -56,12 +57,17 @@ async def _unused(request: web.Request) -> web.Response:
 
 
 def _route(path: str, **kwargs: Any) -> Route:
+    kwargs.setdefault("role", Role.VIEWER)
     return Route("GET", path, _unused, "A route", (Reply(200, "ok"),), **kwargs)
 
 
 def test_a_route_without_a_declaration_fails_at_import() -> None:
     with pytest.raises(TypeError, match="workers"):
         _route("/v1/new")
+    with pytest.raises(TypeError, match="role"):
+        Route("GET", "/v1/new", _unused, "A route", (Reply(200, "ok"),), workers=Fanout.ANY)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="route GET /v1/new: role='admin' is not a Role"):
+        _route("/v1/new", workers=Fanout.ANY, role="admin")
     with pytest.raises(TypeError, match="route GET /v1/new: workers=None is not a Fanout"):
         _route("/v1/new", workers=None)
     with pytest.raises(TypeError, match="route GET /v1/things: OWNER needs a stream"):
@@ -136,7 +142,7 @@ async def gateway_over_fakes(
             await web.UnixSite(runners[-1], str(worker.socket)).start()
             worker.process = sleeper
         await clients.open()
-        policy = AuthPolicy(token=TOKEN, probes_open=True)
+        policy = AuthPolicy.admin_only(TOKEN)
         app = build_gateway(Gateway(clients, policy, None), 1 << 20)
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
             yield client

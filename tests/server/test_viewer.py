@@ -34,11 +34,15 @@ NOT_ASSETS = (
 )
 
 
+WALL_TOKEN = "wall-display-token"  # a viewer's: a display that shows streams only
+
+
 @pytest.fixture(scope="module")
 def server(module_server: LiveFactory) -> LiveServer:
-    doc = config_doc(demo_stream("cam"))
+    wall = {"name": "wall", "role": "viewer", "token_env": "WALL_TOKEN"}
+    doc = config_doc(demo_stream("cam"), tokens=[wall])
     doc["webrtc"] = {"host_addresses": ["127.0.0.1"]}  # loopback only (TESTBED.md)
-    live = module_server(doc)
+    live = module_server(doc, environ={"WALL_TOKEN": WALL_TOKEN})
     wait_for(lambda: live.stream("cam")["frames_processed"] > 0, WAIT_S, "cam processing")
     return live
 
@@ -80,10 +84,10 @@ def test_the_viewer_stays_open_when_probes_are_closed(live_server: LiveFactory) 
 
 
 # -- in Chromium -----------------------------------------------------------------------------
-def enter_token(page: Page) -> None:
+def enter_token(page: Page, token: str = TOKEN) -> None:
     form = page.tab.locator("#token-form")
     form.wait_for(state="visible")
-    page.tab.get_by_label("API token").fill(TOKEN)
+    page.tab.get_by_label("API token").fill(token)
     page.tab.get_by_role("button", name="Use token").click()
     form.wait_for(state="hidden")
 
@@ -140,6 +144,27 @@ def test_the_viewer_lists_streams_shows_latency_and_profiles(
     page.tab.locator("#token-form").wait_for(state="visible")
     assert "refused this token (401)" in page.text("#token-reason")
     assert page.text("#status") == ""
+    assert page.errors == []
+
+
+def test_the_viewer_offers_only_what_the_tokens_role_may_do(
+    server: LiveServer, browser: Any
+) -> None:
+    """A viewer's token (a wall display) watches the stream and its latency, and is not
+    offered a profiling window (an operator's: the API would answer 403); the admin's
+    token, entered in the same tab, is."""
+    page = Page(browser)
+    with page.tab.expect_response(lambda r: r.url.endswith("/v1/me")) as me:
+        page.tab.goto(server.url + "/streams/cam")
+        enter_token(page, WALL_TOKEN)
+    assert me.value.json() == {"name": "wall", "role": "viewer", "roles": ["viewer"]}
+    page.tab.locator("#latency tbody tr").nth(1).wait_for()  # what a viewer may see
+    assert page.tab.locator("#profile-panel").is_hidden()
+    assert not page.tab.get_by_role("button", name="Profile").is_visible()
+    page.tab.get_by_role("button", name="Token…").click()
+    enter_token(page)
+    page.tab.locator("#profile-panel").wait_for(state="visible")  # the admin's
+    assert page.tab.get_by_role("button", name="Profile").is_visible()
     assert page.errors == []
 
 

@@ -205,7 +205,7 @@ def test_a_shutdown_interrupts_the_tune_and_puts_the_settings_back(tmp_path: Pat
 def test_the_workers_gateway_answers_501(tmp_path: Path) -> None:
     """`serve --workers`: the gateway's own answer, no worker asked."""
     workers = WorkerSet(lambda i: [], 1, tmp_path)  # never started
-    policy = AuthPolicy(token=TOKEN, probes_open=True)
+    policy = AuthPolicy.admin_only(TOKEN)
     gateway = Gateway(WorkerClients(workers, TOKEN, 5.0), policy, None)
 
     async def ask() -> list[tuple[int, dict[str, Any]]]:

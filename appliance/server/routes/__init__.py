@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from appliance.server.routes import (
+    access,
     config,
     latency,
     meta,
@@ -33,15 +34,12 @@ ROUTES: tuple[Route, ...] = (
     *profiling.ROUTES,
     *regressions.ROUTES,
     *tune.ROUTES,
+    *access.ROUTES,
     *webrtc.ROUTES,
     *viewer.ROUTES,
 )
 
-# Paths the auth policy may open without a token (`server.open_probes`).
-PROBES = frozenset(r.path for r in ROUTES if r.probe)
-# Paths open without a token whatever the policy: the web viewer (routes/viewer.py).
-PUBLIC = frozenset(r.path for r in ROUTES if r.public)
 # Paths that answer for as long as the client reads: no request time limit.
 STREAMING = frozenset(r.path for r in ROUTES if r.streaming)
 
-__all__ = ["PROBES", "PUBLIC", "ROUTES", "STREAMING", "Route"]
+__all__ = ["ROUTES", "STREAMING", "Route"]

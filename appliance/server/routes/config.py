@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from appliance.policy.roles import Role
+from appliance.server.audit import audit_skip
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.errors import InvalidError
 from appliance.server.routing import Fanout, Reply, Route
@@ -18,6 +20,8 @@ async def reload(request: web.Request) -> web.Response:
     answer what would change, change nothing. Served over TLS, the certificate files
     are read again too (`tls`: what new connections get; the old one if they fail)."""
     checking = dry_run(request)
+    if checking:
+        audit_skip(request)  # it changes nothing
     plan = await in_thread(runtime_of(request).reload, checking)
     # server.tls's files read again once the config is taken (tls.py): never refused.
     return web.json_response({**plan.summary(), **tls_reloaded(request.app, checking)})
@@ -59,6 +63,8 @@ ROUTES = (
                 "`true`: check and answer the plan, change nothing (`true` or `false`, given once)",
             )
         },
+        role=Role.ADMIN,
+        audit="config.reload",
         workers=Fanout.MERGE,
     ),
 )

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from appliance.observe.blocklatency import StreamLatency
 from appliance.observe.status import as_json
+from appliance.policy.roles import Role
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import Scene
@@ -36,6 +37,7 @@ ROUTES = (
         get_latency,
         "Get a stream's per-block latency",
         (Reply(200, "recent latency per block", StreamLatency),),
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -44,6 +46,7 @@ ROUTES = (
         get_scene,
         "Get a stream's lines and zones",
         (Reply(200, "what its workflow counts against", Scene),),
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
 )

@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from appliance.policy.roles import Role
 from appliance.server.context import OPENAPI
 from appliance.server.routing import Fanout, Reply, Route
 
@@ -72,6 +73,7 @@ ROUTES = (
         (Reply(200, "OpenAPI 3.1", {"type": "object"}),),
         probe=True,
         tag="meta",
+        role=Role.VIEWER,
         workers=Fanout.ANY,
     ),
     Route(
@@ -82,6 +84,7 @@ ROUTES = (
         (Reply(200, "HTML", {"type": "string"}, "text/html"),),
         probe=True,
         tag="meta",
+        role=Role.VIEWER,
         workers=Fanout.ANY,
     ),
 )

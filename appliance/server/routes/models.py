@@ -8,6 +8,7 @@ from aiohttp import web
 
 from appliance.observe.status import as_json
 from appliance.policy.files import shown_path
+from appliance.policy.roles import Role
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import ModelList
@@ -30,6 +31,7 @@ ROUTES = (
         "List models",
         (Reply(200, "every loaded model", ModelList),),
         tag="models",
+        role=Role.ADMIN,
         workers=Fanout.MERGE,
     ),
 )

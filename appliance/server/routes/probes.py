@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from appliance.observe.status import Readiness, as_json
 from appliance.policy.files import shown_path
+from appliance.policy.roles import Role
 from appliance.server.auth import INSECURE
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
@@ -63,6 +64,7 @@ ROUTES = (
         (Reply(200, "alive", Health), Reply(503, "the runtime cannot work", Health)),
         probe=True,
         tag="probes",
+        role=Role.VIEWER,
         workers=Fanout.GATEWAY,
     ),
     Route(
@@ -76,6 +78,7 @@ ROUTES = (
         ),
         probe=True,
         tag="probes",
+        role=Role.VIEWER,
         workers=Fanout.MERGE,
     ),
     Route(
@@ -86,6 +89,7 @@ ROUTES = (
         (Reply(200, "Prometheus text exposition", {"type": "string"}, TEXT),),
         probe=True,
         tag="probes",
+        role=Role.VIEWER,
         workers=Fanout.MERGE,
     ),
 )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from appliance.observe.status import WindowStatus, as_json
+from appliance.policy.roles import Role
+from appliance.server.audit import audit_target
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
@@ -23,6 +25,7 @@ async def start_profiling(request: web.Request) -> web.Response:
     rt = runtime_of(request)
     streams = list(body.streams) if body.streams is not None else None
     window = await in_thread(rt.start_profiling, body.duration_s, streams, body.ort_operators)
+    audit_target(request, window.id)
     location = {"Location": f"/v1/profiling/{window.id}"}
     return web.json_response(as_json(window), status=202, headers=location)
 
@@ -50,6 +53,8 @@ ROUTES = (
         errors=(409,),
         body={"application/json": ProfilingRequest},
         tag="profiling",
+        role=Role.OPERATOR,
+        audit="profiling.start",
         workers=Fanout.MERGE,
     ),
     Route(
@@ -59,6 +64,7 @@ ROUTES = (
         "Get a profiling window",
         (Reply(200, "the window's status", WindowStatus),),
         tag="profiling",
+        role=Role.OPERATOR,
         workers=Fanout.MERGE,
     ),
     Route(
@@ -69,6 +75,7 @@ ROUTES = (
         (Reply(200, "the Chrome trace", CHROME_TRACE),),
         errors=(409,),
         tag="profiling",
+        role=Role.OPERATOR,
         workers=Fanout.MERGE,
     ),
 )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from appliance.observe.status import as_json
+from appliance.policy.roles import Role
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.watch.report import WatchReport
@@ -47,6 +48,7 @@ ROUTES = (
         "List regressions",
         (Reply(200, "the watch's regressions", WatchReport),),
         tag="profiling",
+        role=Role.VIEWER,
         workers=Fanout.MERGE,
     ),
     Route(
@@ -56,6 +58,8 @@ ROUTES = (
         "Learn a stream's baseline again",
         (Reply(202, "learning from now", Rebaselined),),
         tag="profiling",
+        role=Role.OPERATOR,
+        audit="baseline.reset",
         workers=Fanout.OWNER,
     ),
 )

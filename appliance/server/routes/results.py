@@ -18,6 +18,7 @@ from aiohttp import web
 
 from appliance.errors import NoResultError, UnknownStreamError
 from appliance.observe.latest import Latest
+from appliance.policy.roles import Role
 from appliance.runtime.runtime import Runtime
 from appliance.server.context import WATCHERS, in_thread, runtime_of
 from appliance.server.errors import InvalidError
@@ -191,6 +192,7 @@ ROUTES = (
         "The newest result",
         (Reply(200, "the newest result's outputs", LatestResult),),
         tag="results",
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -200,6 +202,7 @@ ROUTES = (
         "The newest frame as JPEG",
         (Reply(200, "a JPEG image", MJPEG, "image/jpeg"),),
         tag="results",
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -211,6 +214,7 @@ ROUTES = (
         errors=(429,),
         tag="results",
         streaming=True,
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -222,6 +226,7 @@ ROUTES = (
         errors=(422, 429),
         tag="results",
         streaming=True,
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
 )

@@ -10,6 +10,7 @@ from aiohttp import web
 from appliance.config import AppConfig
 from appliance.observe.status import SinkStatus, as_json
 from appliance.policy.files import shown_path
+from appliance.policy.roles import Role
 from appliance.server.context import runtime_of
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import SinkList
@@ -41,6 +42,7 @@ ROUTES = (
         "List sinks",
         (Reply(200, "every sink", SinkList),),
         tag="sinks",
+        role=Role.OPERATOR,
         workers=Fanout.MERGE,
     ),
 )

@@ -12,6 +12,8 @@ from aiohttp import web
 
 from appliance.config import StreamConfig
 from appliance.observe.status import StreamStatus, as_json
+from appliance.policy.roles import Role
+from appliance.server.audit import audit_target
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
@@ -35,6 +37,7 @@ async def add_stream(request: web.Request) -> web.Response:
     against the config file's directory. Nothing starts unless the stream and its
     workflow are valid."""
     cfg = await parse_json(request, StreamConfig)
+    audit_target(request, cfg.id)
     rt = runtime_of(request)
     stream = await in_thread(rt.add_stream, cfg, requested=True)
     location = {"Location": f"/v1/streams/{stream.id}"}
@@ -63,6 +66,7 @@ ROUTES = (
         list_streams,
         "List streams",
         (Reply(200, "every stream", StreamList),),
+        role=Role.VIEWER,
         workers=Fanout.MERGE,
     ),
     Route(
@@ -73,6 +77,8 @@ ROUTES = (
         (Reply(201, "started", StreamStatus),),
         errors=(403, 409, 503),
         body={"application/json": StreamConfig},
+        role=Role.ADMIN,
+        audit="stream.add",
         workers=Fanout.PLACE,
     ),
     Route(
@@ -81,6 +87,7 @@ ROUTES = (
         get_stream,
         "Get a stream",
         (Reply(200, "the stream", StreamStatus),),
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -90,6 +97,8 @@ ROUTES = (
         "Remove a stream",
         (Reply(200, "stopped and removed", Removed),),
         errors=(503,),
+        role=Role.ADMIN,
+        audit="stream.remove",
         workers=Fanout.OWNER,
     ),
     Route(
@@ -99,6 +108,8 @@ ROUTES = (
         "Restart a stream",
         (Reply(200, "restarted", StreamStatus),),
         errors=(403, 413, 422),
+        role=Role.OPERATOR,
+        audit="stream.restart",
         workers=Fanout.OWNER,
     ),
 )

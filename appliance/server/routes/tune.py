@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from appliance.policy.roles import Role
+from appliance.server.audit import audit_note
+from appliance.server.auth import principal_of, require
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread
 from appliance.server.errors import ApiError, InvalidError
@@ -37,7 +40,10 @@ async def start_tune(request: web.Request) -> web.Response:
     tune that was not cancelled). One at a time: 409 names the running one. 422 for a
     knob the running models and sources do not have (a model not running is named)."""
     body = await parse_json(request, TuneRequest)
-    params = TuneParams(**body.model_dump())
+    if body.apply:  # keeping the winner changes what runs: the admin's decision
+        require(principal_of(request), Role.ADMIN, "a tune with apply")
+        audit_note(request, "apply")
+    params = TuneParams(**body.model_dump(), by=principal_of(request).who)
     try:
         status = await in_thread(request.app[TUNE].start, params)
     except TuneConflictError as exc:
@@ -78,6 +84,8 @@ ROUTES = (
         errors=(409, 501),
         body={"application/json": TuneRequest},
         tag="tuning",
+        role=Role.OPERATOR,
+        audit="tune.start",
         workers=Fanout.PER_PROCESS,
     ),
     Route(
@@ -88,6 +96,7 @@ ROUTES = (
         (Reply(200, "the running or last tune", TuneStatus),),
         errors=(501,),
         tag="tuning",
+        role=Role.OPERATOR,
         workers=Fanout.PER_PROCESS,
     ),
     Route(
@@ -98,6 +107,8 @@ ROUTES = (
         (Reply(202, "cancelling: the starting settings are being restored", TuneStatus),),
         errors=(409, 501),
         tag="tuning",
+        role=Role.OPERATOR,
+        audit="tune.cancel",
         workers=Fanout.PER_PROCESS,
     ),
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from appliance.policy.roles import Role
 from appliance.server.context import in_thread
 from appliance.server.errors import Handler
 from appliance.server.routing import Fanout, Reply, Route
@@ -72,7 +73,15 @@ def _asset_handler(path: str, name: str, content_type: str) -> Handler:
 _HTML = (Reply(200, "the viewer page", {"type": "string"}, "text/html"),)
 ROUTES = (
     Route(
-        "GET", "/", viewer_page, "Web viewer", _HTML, public=True, tag="viewer", workers=Fanout.ANY
+        "GET",
+        "/",
+        viewer_page,
+        "Web viewer",
+        _HTML,
+        public=True,
+        tag="viewer",
+        role=Role.VIEWER,
+        workers=Fanout.ANY,
     ),
     Route(
         "GET",
@@ -82,6 +91,7 @@ ROUTES = (
         _HTML,
         public=True,
         tag="viewer",
+        role=Role.VIEWER,
         workers=Fanout.ANY,
     ),
     *(
@@ -93,6 +103,7 @@ ROUTES = (
             (Reply(200, name, {"type": "string"}, kind),),
             public=True,
             tag="viewer",
+            role=Role.VIEWER,
             workers=Fanout.ANY,
         )
         for path, (name, kind) in ASSETS.items()

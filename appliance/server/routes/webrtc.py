@@ -7,6 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from appliance.errors import UnknownSessionError
+from appliance.policy.roles import Role
 from appliance.server.bodies import parse_json
 from appliance.server.errors import BadRequestError
 from appliance.server.routing import Fanout, Reply, Route
@@ -53,6 +54,7 @@ ROUTES = (
         errors=(429,),
         body={"application/json": WebRtcOffer},
         tag="webrtc",
+        role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),
     Route(
@@ -62,6 +64,7 @@ ROUTES = (
         "End a WebRTC session",
         (Reply(204, "closed"),),
         tag="webrtc",
+        role=Role.VIEWER,
         workers=Fanout.HOLDER,
     ),
 )

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from appliance.policy.roles import Role
 from appliance.runtime.oneshot import RunOptions, decode_image, run_image
 from appliance.runtime.runtime import Runtime
 from appliance.server.bodies import json_object, parse_json, read_form, reject_nul
@@ -139,6 +140,7 @@ ROUTES = (
         errors=(403, 409, 415, 429),
         body={JSON: RunRequest, FORM: FORM_SCHEMA},
         tag="workflows",
+        role=Role.ADMIN,
         workers=Fanout.ANY,
     ),
     Route(
@@ -150,6 +152,7 @@ ROUTES = (
         errors=(403, 409, 429),
         body={JSON: ValidateRequest},
         tag="workflows",
+        role=Role.ADMIN,
         workers=Fanout.ANY,
     ),
 )

@@ -12,12 +12,30 @@ export class ApiError extends Error {
   }
 }
 
+// Roles, lowest first: each may do what the ones before it may (docs/security.md).
+const ROLES = ["viewer", "operator", "admin"];
+
 export const auth = {
   token: sessionStorage.getItem(TOKEN_KEY),
+  role: null, // the token's role, from GET /v1/me; null until known
   onUnauthorized: (_reason) => {}, // set by the page: show the token form
+  onRole: (_role) => {}, // set by the page: show what the role may do
   set(token) {
     this.token = token;
+    this.role = null;
     sessionStorage.setItem(TOKEN_KEY, token);
+  },
+  /** Whether the token may do what `role` may: the page offers only that. */
+  can(role) {
+    return this.role !== null && ROLES.indexOf(this.role) >= ROLES.indexOf(role);
+  },
+  /** Ask the appliance who the token is (GET /v1/me), then tell the page. */
+  async refreshRole() {
+    const me = await (await api("GET", "/v1/me")).json();
+    if (me.role !== this.role) {
+      this.role = me.role;
+      this.onRole(me.role);
+    }
   },
 };
 

@@ -6,6 +6,7 @@ import { $, apiJson, auth, say } from "./api.js";
 import { Grid } from "./grid.js";
 import { profile, resetProfile } from "./profile.js";
 import { StreamView } from "./stream.js";
+import { refreshWatch } from "./watch.js";
 
 const STREAMS_EVERY_MS = 3000;
 
@@ -24,12 +25,28 @@ auth.onUnauthorized = (reason) => {
   if (document.activeElement !== $("token")) $("token").focus();
 };
 
+// What the token may do: the Profile panel for an operator, not for a viewer (the API
+// would refuse it anyway: this only spares a button that cannot work).
+auth.onRole = () => {
+  $("profile-panel").hidden = !auth.can("operator");
+  if (view) refreshWatch(view); // its evidence links, now that the role is known
+};
+
+async function refreshRole() {
+  try {
+    await auth.refreshRole();
+  } catch (err) {
+    if (err.status !== 401) say("status", `Who am I: ${err.message}; trying again.`);
+  }
+}
+
 function useToken(event) {
   event.preventDefault();
   auth.set($("token").value.trim());
   $("token").value = "";
   $("token-form").hidden = true;
   say("status", "");
+  refreshRole();
   refreshStreams();
   route(); // players that met the 401 start again
 }
@@ -45,6 +62,7 @@ async function refreshStreams() {
   }
   say("status", ""); // whatever failed before is over
   $("token-form").hidden = true;
+  if (auth.role === null) refreshRole();
   grid.update(streams);
   const open = view && streams.find((s) => s.id === view.id);
   if (open) view.update(open);

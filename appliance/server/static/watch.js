@@ -2,7 +2,7 @@
 // slower than their baseline (a badge, and the trace recorded as evidence), the stream's
 // other rows, and the host slower as a whole.
 
-import { $, api, apiJson, el, say, streamPath } from "./api.js";
+import { $, api, apiJson, auth, el, say, streamPath } from "./api.js";
 
 /** Read the stream's watch and the host's, then draw (view: a StreamView). */
 export async function refreshWatch(view) {
@@ -76,6 +76,7 @@ function watchLine(text, r) {
 // The trace the watch recorded when the regression started: fetched with the token (a plain
 // link would carry none), then saved. Only our own API's trace paths are followed.
 function evidenceLink(r) {
+  if (!auth.can("operator")) return null; // traces are an operator's (the API says 403)
   const path = r.evidence?.trace;
   if (typeof path !== "string" || !/^\/v1\/profiling\/[\w-]+\/trace$/.test(path)) return null;
   const link = el("a", "evidence trace", "evidence");
