@@ -141,3 +141,20 @@ def test_the_rendered_config_is_one_the_appliance_accepts(tmp_path: Path) -> Non
     config = parse_config(yaml.safe_load(text), etc)
     assert config.server.host == "0.0.0.0" and config.server.open_probes is True
     assert [s.id for s in config.streams] == [f"cam{i}" for i in range(5)]
+
+
+def test_the_state_key_reaches_the_replicas_and_the_gateway(tmp_path: Path) -> None:
+    key = "c2VhbC10aGUtY2FtZXJhLWNyZWRlbnRpYWxzLTEyMzQ="
+    docs = render(tmp_path, f"stateKey.value={key}")
+    assert one(docs, "Secret")["stringData"]["state-key"] == key
+    assert key not in yaml.safe_dump(one(docs, "ConfigMap"))
+    for kind in ("StatefulSet", "Deployment"):  # the replicas, and the gateway's store
+        container = one(docs, kind)["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["APPLIANCE_STATE_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "state-key"
+    mine = render(tmp_path, "stateKey.existingSecret=site-keys")
+    container = one(mine, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    ref = {e["name"]: e for e in container["env"]}["APPLIANCE_STATE_KEY"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "site-keys", "key": "state-key"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)

@@ -49,19 +49,47 @@ agrees with each pod's APPLIANCE_SHARD=auto/<replicaCount> (its ordinal out of t
 {{- join "," $addresses -}}
 {{- end -}}
 
+{{/* server.allowed_hosts: the names the pods are called by in the cluster (the API
+Service, each replica through the headless Service, as the gateway dials them), after
+those of config.server.allowed_hosts (an ingress's public name). Any other Host header is
+refused (DNS rebinding); probes and Prometheus call pod IPs, which a 0.0.0.0 bind takes. */}}
+{{- define "appliance.allowedHosts" -}}
+{{- $fullname := include "appliance.fullname" . -}}
+{{- $replicas := include "appliance.replicasService" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $server := default (dict) .Values.config.server -}}
+{{- $hosts := default (list) (get $server "allowed_hosts") -}}
+{{- range $suffix := list "" (printf ".%s" $ns) (printf ".%s.svc" $ns) (printf ".%s.svc.%s" $ns $.Values.clusterDomain) -}}
+{{- if $suffix -}}
+{{- $hosts = append $hosts (printf ".%s%s" $replicas $suffix) -}}
+{{- end -}}
+{{- $hosts = append $hosts (printf "%s%s" $fullname $suffix) -}}
+{{- end -}}
+{{- toYaml (uniq $hosts) -}}
+{{- end -}}
+
 {{- define "appliance.secretName" -}}
 {{- default (include "appliance.fullname" .) .Values.token.existingSecret -}}
 {{- end -}}
 
-{{/* The same token for the replicas and the gateway (the gateway sends it on to them). */}}
+{{/* The same token for the replicas and the gateway (the gateway sends it on to them),
+and the key that seals the credentials of cameras added over the API in their state
+folders (the replicas' and the gateway's store alike). */}}
 {{- define "appliance.tokenEnv" -}}
-{{- if or .Values.token.existingSecret .Values.token.value -}}
+{{- if or .Values.token.existingSecret .Values.token.value }}
 - name: APPLIANCE_API_TOKEN
   valueFrom:
     secretKeyRef:
       name: {{ include "appliance.secretName" . }}
       key: token
-{{- end -}}
+{{- end }}
+{{- if or .Values.stateKey.existingSecret .Values.stateKey.value }}
+- name: APPLIANCE_STATE_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "appliance.fullname" .) .Values.stateKey.existingSecret }}
+      key: state-key
+{{- end }}
 {{- end -}}
 
 {{/* The probes' scheme: HTTPS when the API is served over TLS (kubelet does not check
