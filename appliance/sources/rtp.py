@@ -77,6 +77,7 @@ class _Connection(RTSPConnection):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._gone = asyncio.Event()  # connection_lost: the transport is closed
         parse = self.parser.parse
 
         def checked(data: bytes) -> Iterator[Any]:
@@ -86,6 +87,23 @@ class _Connection(RTSPConnection):  # type: ignore[misc]
                 self._not_rtsp(exc)
 
         self.parser.parse = checked
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close, and wait for the transport to be gone (its close_notify exchanged, for
+        rtsps: a loop closed before leaves the socket open), aborting it after
+        _CLOSE_TIMEOUT_S / 2 (a peer that never answers the close)."""
+        transport = self._transport
+        self.close()
+        if transport is None:
+            return
+        try:
+            await asyncio.wait_for(self._gone.wait(), _CLOSE_TIMEOUT_S / 2)
+        except TimeoutError:
+            transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._gone.set()
 
     def _not_rtsp(self, cause: ValueError) -> None:
         error = RTSPConnectionError("invalid data received from RTSP connection")

@@ -6,7 +6,6 @@ serve` with a real mosquitto."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import time
 import urllib.request
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.sinks.conftest import Broker, Received, Subscriber, free_port
+from tests.sinks.conftest import Broker, Received, Subscriber
 from tests.support.appliance import Served, start_served
 from tests.support.media import MakeClip
 
@@ -25,16 +24,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 DRAW = {"name": "draw", "blocks": [{"id": "drawn", "type": "annotate"}],
         "outputs": {"video": "drawn"}}  # fmt: skip
 WAIT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    if shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
-    broker = Broker(free_port(), tmp_path_factory.mktemp("broker"))
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -60,20 +49,6 @@ def served(
         yield served
     finally:
         served.stop()
-
-
-@pytest.fixture
-def subscriber() -> Iterator[Callable[..., Subscriber]]:
-    """subscriber(broker, topic, ...) -> a connected MQTT client; closed at teardown."""
-    made: list[Subscriber] = []
-
-    def make(broker: Broker, *topics: str) -> Subscriber:
-        made.append(Subscriber(broker, list(topics)))
-        return made[-1]
-
-    yield make
-    for client in made:
-        client.close()
 
 
 def audit(served: Served) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ Now it is refused with an answer, and the sink goes on."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,21 +25,10 @@ from tests.security.signed_commands import (
     until_subscribed,
 )
 from tests.server.live import LiveServer, wait_for, write_yaml
-from tests.sinks.conftest import WAIT_S, Broker, Subscriber, free_port
+from tests.sinks.conftest import WAIT_S, Broker, Subscriber
 
 PREDICTIONS = f"{PREFIX}/cam/predictions"
 MORE = 10  # results that must still arrive after the commands
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    if shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
-    broker = Broker(free_port(), tmp_path / "broker")
-    broker.folder.mkdir()
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ ran again."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,18 +23,7 @@ from tests.security.signed_commands import (
     until_subscribed,
 )
 from tests.server.live import LiveServer, write_yaml
-from tests.sinks.conftest import Broker, Subscriber, free_port
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    if shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
-    broker = Broker(free_port(), tmp_path / "broker")
-    broker.folder.mkdir()
-    broker.start()
-    yield broker
-    broker.stop()
+from tests.sinks.conftest import Broker, Subscriber
 
 
 @pytest.fixture

@@ -184,7 +184,8 @@ def test_probes_and_metrics(cam_server: LiveServer) -> None:
     profiling = ready.pop("profiling")
     started, uptime = ready.pop("started_at"), ready.pop("uptime_s")
     assert ready == {"ready": True, "models": ["person"], "waiting": [], "stalled": {},
-                     "insecure": False, "sinks": {}, "shard": None, "state": None}  # fmt: skip
+                     "insecure": False, "tls": False, "sinks": {}, "shard": None,
+                     "state": None}  # fmt: skip
     assert started == iso_utc(cam_server.runtime.started_at) and uptime >= 0
     assert profiling["enabled"] is True and profiling["window_active"] is False
     assert profiling["last_write_error"] is None
