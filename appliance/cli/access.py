@@ -6,23 +6,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from appliance.cli.client import _client, _common_options, _guarded, _print_json, _width
+from appliance.cli.calls import client_of, common_options, guarded, print_json, width
 from appliance.observe.audit import MAX_ENTRIES
 from appliance.observe.status import as_json
 
 
 def add_access_commands(sub: Any) -> None:
     """Register `whoami` and `audit` on the `appliance` parser's subparsers."""
-    common = _common_options()
+    common = common_options()
     whoami = sub.add_parser("whoami", parents=[common], help="the API token's name and role")
     whoami.add_argument("--json", action="store_true")
-    whoami.set_defaults(func=_guarded(cmd_whoami))
+    whoami.set_defaults(func=guarded(cmd_whoami))
     audit = sub.add_parser(
         "audit", parents=[common], help="recent changes: who, what, on what (admin token)"
     )
     audit.add_argument("--limit", type=_limit, default=20, help="how many, newest first")
     audit.add_argument("--json", action="store_true")
-    audit.set_defaults(func=_guarded(cmd_audit))
+    audit.set_defaults(func=guarded(cmd_audit))
 
 
 def _limit(text: str) -> int:
@@ -33,22 +33,22 @@ def _limit(text: str) -> int:
 
 
 def cmd_whoami(args: argparse.Namespace) -> int:
-    caller = _client(args).whoami()
+    caller = client_of(args).whoami()
     if args.json:
-        _print_json(as_json(caller))
+        print_json(as_json(caller))
     else:
         print(f"{caller.name} ({caller.role}: may do what {', '.join(caller.roles)} may)")
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    entries = _client(args).audit(args.limit).entries
+    entries = client_of(args).audit(args.limit).entries
     if args.json:
-        _print_json(as_json(entries))
+        print_json(as_json(entries))
         return 0
     rows = [(e.at, e.who, e.action, e.target or "-", e.outcome, e.detail or "") for e in entries]
     titles = ("AT", "WHO", "ACTION", "TARGET", "OUTCOME", "DETAIL")
-    widths = [_width(t, (r[i] for r in rows)) for i, t in enumerate(titles[:-1])]
+    widths = [width(t, (r[i] for r in rows)) for i, t in enumerate(titles[:-1])]
     for row in [titles, *rows]:
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[-1]]).rstrip())

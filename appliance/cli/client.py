@@ -11,48 +11,43 @@ streams' URLs and last errors) is printed with its credentials masked.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.cli.refusals import refusal_hint
+from appliance.cli.calls import (
+    EXIT_API_ERROR,
+    EXIT_USAGE,
+    client_of,
+    common_options,
+    guarded,
+    print_json,
+    width,
+)
 from appliance.cli.regressions import regression_lines, regressions_of
 from appliance.client import (
-    TOKEN_ENV,
-    ApplianceAPIError,
     ApplianceClient,
-    ApplianceConnectionError,
 )
-from appliance.client_transport import CA_FILE_ENV, CaFileError
 from appliance.observe.status import ModelStatus, SinkStatus, StreamStatus, WindowStatus, as_json
 from appliance.policy.masking import mask_url
 
-URL_ENV = "APPLIANCE_URL"
-DEFAULT_URL = "http://127.0.0.1:8080"
-EXIT_API_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 4
 POLL_S = 0.5  # between looks at a profiling window's state
 WINDOW_SLACK_S = 60.0  # past its duration, how long a window may take to end
-
-Command = Callable[[argparse.Namespace], int]
 
 
 def add_client_commands(sub: Any) -> None:
     """Register `streams ...` and `status` on the `appliance` parser's subparsers."""
-    common = _common_options()
+    common = common_options()
     streams = sub.add_parser("streams", help="list, add, remove, restart streams over the API")
     actions = streams.add_subparsers(required=True, metavar="ACTION")
 
     ls = actions.add_parser("list", parents=[common], help="a table of every stream")
     ls.add_argument("--json", action="store_true", help="print the API's JSON instead")
-    ls.set_defaults(func=_guarded(cmd_list))
+    ls.set_defaults(func=guarded(cmd_list))
 
     add = actions.add_parser("add", parents=[common], help="start a new stream")
     add.add_argument("--id", required=True)
@@ -65,7 +60,7 @@ def add_client_commands(sub: Any) -> None:
     )
     add.add_argument("--outputs", nargs="*", default=[], metavar="SINK")
     add.add_argument("--json", action="store_true", help="print the new stream as JSON")
-    add.set_defaults(func=_guarded(cmd_add))
+    add.set_defaults(func=guarded(cmd_add))
 
     for name, func, text in (
         ("remove", cmd_remove, "stop a stream and forget it"),
@@ -74,7 +69,7 @@ def add_client_commands(sub: Any) -> None:
     ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("id")
-        action.set_defaults(func=_guarded(func))
+        action.set_defaults(func=guarded(func))
 
     watch = actions.add_parser(
         "watch", parents=[common], help="print a stream's results as they come (Ctrl+C ends)"
@@ -82,11 +77,11 @@ def add_client_commands(sub: Any) -> None:
     watch.add_argument("id")
     watch.add_argument("--count", type=int, help="stop after N results")
     watch.add_argument("--json", action="store_true", help="one JSON document a line")
-    watch.set_defaults(func=_guarded(cmd_watch))
+    watch.set_defaults(func=guarded(cmd_watch))
 
     status = sub.add_parser("status", parents=[common], help="health, readiness, streams, models")
     status.add_argument("--json", action="store_true")
-    status.set_defaults(func=_guarded(cmd_status))
+    status.set_defaults(func=guarded(cmd_status))
 
     profile = sub.add_parser(
         "profile", parents=[common], help="record an on-demand profiling window, save its trace"
@@ -99,70 +94,14 @@ def add_client_commands(sub: Any) -> None:
     profile.add_argument(
         "-o", "--output", type=Path, required=True, help="where to write the Chrome trace"
     )
-    profile.set_defaults(func=_guarded(cmd_profile))
-
-
-def _common_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help=f"the appliance (default ${URL_ENV} or {DEFAULT_URL})")
-    common.add_argument("--token", help=f"the API bearer token (default ${TOKEN_ENV})")
-    common.add_argument(
-        "--ca-file",
-        type=Path,
-        metavar="PEM",
-        help=f"trust this CA for an https URL (default ${CA_FILE_ENV}, else the system's CAs)",
-    )
-    return common
-
-
-def _guarded(command: Command) -> Command:
-    """Map the client's failures to a message on stderr and the exit code."""
-
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except ApplianceAPIError as exc:
-            print(f"error: {mask_url(str(exc))}", file=sys.stderr)
-            for line in _detail_lines(exc.details):
-                print(f"  {mask_url(line)}", file=sys.stderr)
-            hint = refusal_hint(exc, args)
-            if hint:
-                print(hint, file=sys.stderr)
-            return EXIT_API_ERROR
-        except ApplianceConnectionError as exc:
-            print(f"error: {mask_url(str(exc))}", file=sys.stderr)
-            print(
-                f"hint: is it running (`appliance serve --config FILE`)? --url or ${URL_ENV} "
-                "names another one",
-                file=sys.stderr,
-            )
-            return EXIT_UNREACHABLE
-        except CaFileError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-
-    return run
-
-
-def _detail_lines(details: Any) -> list[str]:
-    if details is None:
-        return []
-    if isinstance(details, list):
-        return [str(d) for d in details]
-    return [json.dumps(details)]
-
-
-def _client(args: argparse.Namespace) -> ApplianceClient:
-    url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
-    return ApplianceClient(url, token=args.token, ca_file=args.ca_file)
+    profile.set_defaults(func=guarded(cmd_profile))
 
 
 # -- streams ----------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    streams = _client(args).streams()
+    streams = client_of(args).streams()
     if args.json:
-        _print_json({"streams": as_json(streams)})
+        print_json({"streams": as_json(streams)})
     else:
         _print_streams(streams)
     return 0
@@ -176,23 +115,23 @@ def cmd_add(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     body = {"id": args.id, "source": source, "workflow": workflow, "outputs": args.outputs}
-    stream = _client(args).add_stream(body)
+    stream = client_of(args).add_stream(body)
     if args.json:
-        _print_json(as_json(stream))
+        print_json(as_json(stream))
     else:
         print(f"added {stream.id}: {stream.state}, workflow {stream.workflow}")
     return 0
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    removed = _client(args).remove_stream(args.id)
+    removed = client_of(args).remove_stream(args.id)
     joined = "" if removed.threads_joined else " (its threads did not end in time)"
     print(f"removed {removed.id}{joined}")
     return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    stream = _client(args).restart_stream(args.id)
+    stream = client_of(args).restart_stream(args.id)
     print(f"restarted {stream.id}: {stream.state}")
     return 0
 
@@ -200,7 +139,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_baseline(args: argparse.Namespace) -> int:
     """`appliance streams baseline ID`: the regression watch forgets the stream's baselines
     and learns them again from now; its regressions end."""
-    done = _client(args).rebaseline(args.id)
+    done = client_of(args).rebaseline(args.id)
     print(
         f"{done.stream}: {len(done.rows)} rows learn their baseline again, "
         f"for {done.learn_s:g} s from now"
@@ -241,8 +180,8 @@ def _local_path(text: str) -> str:
 
 def _print_streams(streams: Sequence[StreamStatus]) -> None:
     """id, state, fps, dropped, p50 ms, workflow, last error: one row per stream."""
-    idw = _width("id", (s.id for s in streams))
-    wfw = _width("workflow", (s.workflow for s in streams))
+    idw = width("id", (s.id for s in streams))
+    wfw = width("workflow", (s.workflow for s in streams))
     print(
         f"{'id':<{idw}}{'state':<14}{'fps':>6}{'dropped':>9}{'p50 ms':>9}  "
         f"{'workflow':<{wfw}}last error"
@@ -272,15 +211,6 @@ def _clock(iso: str) -> str:
     return f"{clock.split('.')[0]}Z" if day == today else iso
 
 
-def _print_json(doc: Any) -> None:
-    """JSON on stdout; the appliance masks URLs already, an older one may not have."""
-    print(mask_url(json.dumps(doc, indent=2)))
-
-
-def _width(title: str, values: Iterable[str]) -> int:
-    return max([len(title), *(len(v) for v in values)]) + 2
-
-
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -288,7 +218,7 @@ def _ms(value: float | None) -> str:
 # -- status -----------------------------------------------------------------------------
 def cmd_watch(args: argparse.Namespace) -> int:
     """`appliance streams watch ID`: one line per result, until --count or Ctrl+C."""
-    results = _client(args).watch(args.id)
+    results = client_of(args).watch(args.id)
     try:
         for n, result in enumerate(results, 1):
             print(json.dumps(result) if args.json else result_line(result), flush=True)
@@ -317,7 +247,7 @@ def result_line(result: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = client_of(args)
     health, ready = client.health(), client.ready()
     streams, models, sinks = client.streams(), client.models(), client.sinks()
     watch = regressions_of(client)
@@ -330,7 +260,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "sinks": as_json(sinks),
             "regressions": None if watch is None else as_json(watch),
         }
-        _print_json({"url": client.url, **report})
+        print_json({"url": client.url, **report})
         return 0
     waiting = f" (waiting for {', '.join(ready.waiting)})" if ready.waiting else ""
     readiness = "ready" if ready.ready else "not ready"
@@ -391,7 +321,7 @@ def _print_sinks(sinks: Sequence[SinkStatus]) -> None:
 # -- profile ----------------------------------------------------------------------------
 def cmd_profile(args: argparse.Namespace) -> int:
     streams = [s.strip() for s in args.streams.split(",") if s.strip()] if args.streams else None
-    client = _client(args)
+    client = client_of(args)
     window = client.start_profiling(args.duration, streams, args.ort_operators)
     print(f"profiling window {window.id}: {args.duration:g} s", file=sys.stderr)
     window = _wait_window(client, window, args.duration + WINDOW_SLACK_S)

@@ -166,9 +166,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("error: --slo-ms is the fps objective's bound", file=sys.stderr)
         return EXIT_USAGE
     if args.url is not None:
-        from appliance.cli.client import _guarded
+        from appliance.cli.calls import guarded
 
-        return _guarded(_run_remote)(args)
+        return guarded(_run_remote)(args)
     if args.config is None:
         print(
             "error: --config FILE is required (or --url to tune a running appliance)",

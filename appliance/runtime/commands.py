@@ -221,6 +221,6 @@ def _audited(runtime: CommandRuntime, command: Command[Any], args: BaseModel) ->
     except Exception as exc:
         runtime.audit.record(MQTT_ACTOR, command.action, target, "failed", detail=repr(exc))
         raise
-    window = answer.get("id") if command.name == "profiling" else None
-    runtime.audit.record(MQTT_ACTOR, command.action, target or window)
+    # What it acted on: the stream its topic named, or what it made (a window's id).
+    runtime.audit.record(MQTT_ACTOR, command.action, target or answer.get("id"))
     return answer

@@ -102,10 +102,11 @@ def configured_tokens(
     """The tokens `server` configures: the admin token first, then `server.tokens` in
     order. ConfigError naming each entry whose token cannot be read, is empty, or is
     another entry's too (two names for one token would make the audit lie)."""
-    tokens: list[ApiToken] = []
+    # Where each token was configured, for the problems: the admin's, then the entries'.
+    tokens: list[tuple[str, ApiToken]] = []
     admin = environ.get(TOKEN_ENV) or server.token
     if admin is not None:
-        tokens.append(ApiToken(ADMIN_NAME, Role.ADMIN, _encoded(admin)))
+        tokens.append(("server.token", ApiToken(ADMIN_NAME, Role.ADMIN, _encoded(admin))))
     problems: list[str] = []
     for i, entry in enumerate(server.tokens):
         where = f"server.tokens[{i}]"
@@ -117,11 +118,11 @@ def configured_tokens(
         if value is None:
             problems.append(f"{where}.token_env: {entry.token_env} is not set or empty")
             continue
-        tokens.append(ApiToken(entry.name, Role.named(entry.role), _encoded(value)))
-    problems += _clashes(tokens, [ADMIN_NAME] * (admin is not None))
+        tokens.append((where, ApiToken(entry.name, Role.named(entry.role), _encoded(value))))
+    problems += _clashes(tokens)
     if problems:
         raise ConfigError(problems, "server")
-    return tuple(tokens)
+    return tuple(token for _, token in tokens)
 
 
 def admin_token(tokens: Iterable[ApiToken]) -> str | None:
@@ -160,15 +161,14 @@ def _token_value(
     return text
 
 
-def _clashes(tokens: list[ApiToken], admin: list[str]) -> list[str]:
+def _clashes(tokens: list[tuple[str, ApiToken]]) -> list[str]:
+    """A name given twice, or one token under two names: (where, token) in order."""
     problems: list[str] = []
-    names: set[str] = set(admin)
-    for i, token in enumerate(tokens[len(admin) :]):
-        if token.name in names:
-            problems.append(f"server.tokens[{i}].name: {token.name!r} is taken")
-        names.add(token.name)
-    for i, token in enumerate(tokens):
-        if any(hmac.compare_digest(token.secret, t.secret) for t in tokens[:i]):
+    for i, (where, token) in enumerate(tokens):
+        earlier = [t for _, t in tokens[:i]]
+        if any(t.name == token.name for t in earlier):
+            problems.append(f"{where}.name: {token.name!r} is taken")
+        if any(hmac.compare_digest(token.secret, t.secret) for t in earlier):
             problems.append(f"server.tokens: the token of {token.name!r} is another's too")
     return problems
 
@@ -309,14 +309,15 @@ def auth_middleware(policy: AuthPolicy) -> Middleware:
         route = request.match_info.route
         resource = route.resource  # None: no route matched
         path = request.path if resource is None else resource.canonical
-        if policy.needs_token(path):
+        guarded = policy.needs_token(path)
+        if guarded:
             header = request.headers.get("Authorization")
             principal = policy.authenticate(header, request.headers.get(ACTOR_HEADER))
         else:
             principal = NO_TOKENS if not policy.tokens else OPEN
         request[PRINCIPAL] = principal  # before the role check: the audit records a 403
         ACTOR.set(principal)  # this request's task only (a copy of the context)
-        if policy.needs_token(path):
+        if guarded:
             try:
                 policy.authorize(principal, route.name)
             except ForbiddenError:

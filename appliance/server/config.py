@@ -68,7 +68,7 @@ def _host(value: str) -> str:
     Django's ALLOWED_HOSTS convention); no port, no other wildcard."""
     if value != "*" and not _HOST.fullmatch(value):
         raise ValueError(f"{value!r} is not a host name, an IP address or .domain")
-    return value.lower().rstrip(".") if value != "." else value
+    return value if value == "*" else value.lower().rstrip(".")
 
 
 class ServerConfig(Strict):
