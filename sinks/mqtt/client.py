@@ -15,7 +15,6 @@ import logging
 import socket
 import ssl
 import sys
-import threading
 from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Protocol, cast
@@ -79,22 +78,12 @@ def build_client(cfg: MqttConfig) -> mqtt.Client:
     return client
 
 
-# paho has no public view of its network thread: these read what paho 2.x keeps of it.
-def _network_thread_alive(client: mqtt.Client) -> bool:
-    """Whether paho's network thread runs: it clears `_thread` as it ends (`_thread_main`)."""
-    thread = getattr(client, "_thread", None)
-    return isinstance(thread, threading.Thread) and thread.is_alive()
-
-
 def _close_wakeup_pair(client: mqtt.Client) -> None:
     """Close the socket pair by which `publish` wakes paho's thread, once it has ended:
     `loop_start` opens a new one and leaves the old open, and `loop_stop` leaves it too
-    (only the client's `__del__` and `reinitialise` close it)."""
-    for name in ("_sockpairR", "_sockpairW"):
-        sock = getattr(client, name, None)
-        if isinstance(sock, socket.socket):
-            sock.close()
-        setattr(client, name, None)
+    (only the client's `__del__` and `reinitialise` close it, with this routine of paho's
+    own: paho 2.x has no public one)."""
+    client._reset_sockets(sockpair_only=True)
 
 
 class Link:
@@ -137,7 +126,9 @@ class Link:
         (past the callback guard: a bug in paho, a caller's `loop_stop`); True when it
         had. The connection is dropped then, so that paho connects afresh: while nobody
         read it, keep-alives and acknowledgements went unanswered."""
-        if self._closing or _network_thread_alive(self.client):
+        # paho has no public view of its thread: it clears `_thread` as the thread ends
+        # (`_thread_main`'s `finally`), and `loop_start` starts none while it is set.
+        if self._closing or self.client._thread is not None:
             return False
         _close_wakeup_pair(self.client)
         self.client.loop_start()

@@ -8,7 +8,7 @@ Now it is refused with an answer, and the sink goes on."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,8 @@ def appliance(broker: Broker, tmp_path: Path) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
-def client(broker: Broker) -> Iterator[Subscriber]:
-    sub = Subscriber(broker, [f"{PREFIX}/cmd/reply", PREDICTIONS], protocol=mqtt.MQTTv5)
-    yield sub
-    sub.close()
+def client(broker: Broker, subscriber: Callable[..., Subscriber]) -> Subscriber:
+    return subscriber(broker, f"{PREFIX}/cmd/reply", PREDICTIONS, protocol=mqtt.MQTTv5)
 
 
 def bus(appliance: LiveServer) -> dict[str, Any]:

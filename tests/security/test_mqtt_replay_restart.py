@@ -7,7 +7,7 @@ ran again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -27,10 +27,8 @@ from tests.sinks.conftest import Broker, Subscriber
 
 
 @pytest.fixture
-def client(broker: Broker) -> Iterator[Subscriber]:
-    sub = Subscriber(broker, [f"{PREFIX}/cmd/reply"], protocol=mqtt.MQTTv5)
-    yield sub
-    sub.close()
+def client(broker: Broker, subscriber: Callable[..., Subscriber]) -> Subscriber:
+    return subscriber(broker, f"{PREFIX}/cmd/reply", protocol=mqtt.MQTTv5)
 
 
 def test_a_signed_command_replayed_after_a_restart_is_refused(

@@ -188,6 +188,19 @@ def mosquitto(start_broker: Callable[..., Broker]) -> Broker:
     return start_broker()
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """An anonymous broker on a free port for a whole module (a live appliance's tests:
+    each keeps apart by its own topic prefix or client ids). tests/security/conftest.py
+    takes it too."""
+    if shutil.which("mosquitto") is None:
+        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
+    running = Broker(free_port(), tmp_path_factory.mktemp("broker"))
+    running.start()
+    yield running
+    running.stop()
+
+
 @dataclass(frozen=True)
 class Received:
     topic: str

@@ -22,27 +22,14 @@ from appliance.policy.files import FilePolicy
 from appliance.policy.limits import LimitsConfig
 from appliance.runtime.sinkstate import SinkDocument
 from sinks.base import KeptDocument, SinkContext
-from sinks.mqtt.config import MqttConfig
 from sinks.mqtt.sink import MqttSink
 from sinks.signing import sign
 from tests.sinks.conftest import Broker, LogWatch, SinkLoop, Subscriber
+from tests.sinks.test_mqtt import Handler, config
 
 SECRET = b"sink-cmd-key-31"
 TOPIC = "t/cmd/streams/cam/restart"
 MakeSubscriber = Callable[..., Subscriber]
-
-
-class Handler:
-    """The runtime's commands, as far as the sink sees them: records each call."""
-
-    topics = {"cmd/streams/{stream}/restart": "restart"}
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    async def __call__(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append((command, args))
-        return {"done": command}
 
 
 def start_sink(
@@ -53,16 +40,8 @@ def start_sink(
     tmp_path: Path | None = None,
 ) -> tuple[MqttSink, Handler]:
     """A sink taking signed commands, built as the runtime builds it; subscribed."""
-    cfg = MqttConfig.model_validate(
-        {
-            "type": "mqtt",
-            "port": broker.port,
-            "topic_prefix": "t",
-            "client_id": "replay-test",
-            "reconnect": {"initial_s": 0.1, "max_s": 0.5},
-            "commands": {"enabled": True, "auth": "hmac", "secret": SECRET.decode()},
-        }
-    )
+    commands = {"enabled": True, "auth": "hmac", "secret": SECRET.decode()}
+    cfg = config(broker, client_id="replay-test", commands=commands)
     handler = Handler()
     context = SinkContext(data_dir=tmp_path or Path("."), on_command=handler, kept=kept)
     mark = len(sink_log.records)

@@ -7,7 +7,6 @@ late or replayed, and a command's arguments are exactly what the HTTP route acce
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,21 +22,11 @@ from sinks.mqtt.sink import MqttSink
 from sinks.signing import sign
 from tests.server.conftest import WAIT_S, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
-from tests.sinks.conftest import Broker, LogWatch, Received, SinkLoop, Subscriber, free_port
+from tests.sinks.conftest import Broker, LogWatch, Received, SinkLoop, Subscriber
 
 SECRET = b"cmd-secret-7c1e"  # the appliance reads it from a file, as from a mounted secret
 MAX_WINDOW_S = 5
 MakeSubscriber = Callable[..., Subscriber]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    if shutil.which("mosquitto") is None:
-        pytest.skip("mosquitto is not installed: run sh tests/install_deps.sh")
-    broker = Broker(free_port(), tmp_path_factory.mktemp("broker"))
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture(scope="module")

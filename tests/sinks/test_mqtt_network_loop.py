@@ -23,8 +23,7 @@ from sinks.base import SinkContext
 from sinks.mqtt.sink import MqttSink
 from sinks.signing import sign
 from tests.sinks.conftest import Broker, LogWatch, SinkLoop, Subscriber
-from tests.sinks.test_mqtt import config, has_seqs, result
-from tests.sinks.test_mqtt_command_replay import Handler
+from tests.sinks.test_mqtt import Handler, config, has_seqs, result
 
 M = TypeVar("M", bound=BaseModel)
 SECRET = "loop-test-key"
