@@ -27,7 +27,6 @@ from appliance.server.connections import ConnectionGuard
 from appliance.server.crosssite import CrossSite
 from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.tls import ApiTls
-from appliance.server.tls import reload_logged as reload_tls_logged
 from appliance.workers.clients import MemberClients
 from appliance.workers.fleet import RECONCILE_EVERY_S, Fleet, build_fleet
 from appliance.workers.fleetstore import FleetStore
@@ -153,8 +152,7 @@ class FleetProcess:
     async def reload_logged(self, why: str) -> None:
         """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
         the outcome goes to the log only (appliance/workers/reloads.py)."""
-        if await reload_logged(self.fleet, why, log):
-            reload_tls_logged(self.tls, why, log)
+        await reload_logged(self.fleet, why, log, self.tls)
 
     async def _reconcile_forever(self) -> None:
         """A pass at once, then every RECONCILE_EVERY_S; a pass that fails is logged and

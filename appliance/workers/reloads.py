@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from appliance.policy.roles import Role
 from appliance.server.auth import ACTOR, Principal
+from appliance.server.tls import ApiTls
+from appliance.server.tls import reload_logged as reload_tls_logged
 from appliance.workers.clients import MemberClients, MemberUnavailableError
 from appliance.workers.merge import merge_reloads
 
@@ -38,24 +40,27 @@ async def reload_all(gw: Gateway, dry_run: bool = False) -> tuple[int, Any]:
     return 200, merge_reloads([body for _, body in answers.values()])
 
 
-async def reload_logged(gw: Gateway, why: str, log: logging.Logger) -> bool:
+async def reload_logged(
+    gw: Gateway, why: str, log: logging.Logger, tls: ApiTls | None = None
+) -> None:
     """`reload_all`, with its outcome in the log only, in the words of one process's
     (SIGHUP's path); each member's audit records it as `sighup`'s (`why`, lower case).
-    True when it was applied."""
+    Applied, the gateway's own listener reads `tls`'s files again, as one process's
+    reload does (appliance/server/serve.py)."""
     ACTOR.set(Principal(why.lower(), Role.ADMIN))  # this task's: the reloader's own
     try:
         status, body = await reload_all(gw)
     except MemberUnavailableError as exc:
         log.error("config reload (%s) refused, nothing changed: %s", why, exc.message)
-        return False
+        return
     except Exception:  # a reload must never take the gateway down
         log.exception("config reload (%s) failed", why)
-        return False
+        return
     if status == 200:
         log.info("config reloaded (%s): %s", why, body)
-        return True
+        reload_tls_logged(tls, why, log)
+        return
     error = body.get("error", {}) if isinstance(body, dict) else {}
     details = "\n  ".join(["", *error.get("details", [])])
     message = error.get("message", body)
     log.error("config reload (%s) refused, nothing changed: %s%s", why, message, details)
-    return False

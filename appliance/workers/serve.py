@@ -35,7 +35,6 @@ from appliance.server.lifecycle import Listener, bind_policy, run
 from appliance.server.serve import EXIT_MARGIN_S
 from appliance.server.shutdown import in_own_thread
 from appliance.server.tls import ApiTls
-from appliance.server.tls import reload_logged as reload_tls_logged
 from appliance.workers.clients import WorkerClients, WorkerUnavailableError
 from appliance.workers.gateway import PROBE_TIMEOUT_S, Gateway, build_gateway
 from appliance.workers.procs import WorkerSet
@@ -65,9 +64,8 @@ class WorkerOptions:
         state_dir: Path | None = None,
     ) -> list[str]:
         """Worker `index`'s argv; worker 0 gets the `gateway` (`unix:PATH`, the gateway's
-        own socket) for MQTT commands. Each
-        gets `state_dir` (absolute): it re-reads the file, which may not name the folder
-        a `--state-dir` gave the gateway."""
+        own socket) for MQTT commands. Each gets `state_dir` (absolute): it re-reads the
+        file, which may not name the folder a `--state-dir` gave the gateway."""
         # Kept as written (fmt: skip): each option beside its value, as on a command line.
         argv = [
             sys.executable, "-m", "appliance", "--log-level", self.log_level, "serve",
@@ -203,8 +201,7 @@ class Supervisor:
     async def reload_logged(self, why: str) -> None:
         """Every member re-reads its config (two phases, as `POST /v1/config/reload`);
         the outcome goes to the log only (appliance/workers/reloads.py)."""
-        if await reload_logged(self.gateway, why, log):
-            reload_tls_logged(self.tls, why, log)
+        await reload_logged(self.gateway, why, log, self.tls)
 
 
 async def _watch(clients: WorkerClients) -> None:
