@@ -38,7 +38,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -91,6 +91,23 @@ class CrossSite:
     bind: str = "localhost"
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: frozenset[Origin] = frozenset()
+    # Derived from the above once (__post_init__), not on every request whose Host is an
+    # address: the addresses a Host may give.
+    _any_address: bool = field(init=False, repr=False, compare=False)
+    _bind_address: Address | None = field(init=False, repr=False, compare=False)
+    _loopback_bind: bool = field(init=False, repr=False, compare=False)
+    _listed_addresses: frozenset[Address] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        listed = (_address(entry) for entry in self.allowed_hosts)
+        derived = {
+            "_any_address": self.bind in WILDCARDS,
+            "_bind_address": _address(self.bind),
+            "_loopback_bind": is_loopback(self.bind),
+            "_listed_addresses": frozenset(a for a in listed if a is not None),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
     @classmethod
     def for_bind(cls, server: ServerConfig, bind: str | None) -> CrossSite:
@@ -111,13 +128,16 @@ class CrossSite:
         if host in ("localhost", self.bind):
             return True
         address = _address(host)
-        if address is not None:
-            bind = _address(self.bind)
-            if self.bind in WILDCARDS or address == bind:
-                return True
-            if address.is_loopback and is_loopback(self.bind):
-                return True
-        return any(_matches(entry, host, address) for entry in self.allowed_hosts)
+        if address is not None and self._takes(address):
+            return True
+        return any(_matches(entry, host) for entry in self.allowed_hosts)
+
+    def _takes(self, address: Address) -> bool:
+        """Any address on a wildcard bind; the bind's own, a loopback one on a loopback
+        bind (an address cannot be rebound), or one `server.allowed_hosts` lists."""
+        if self._any_address or address == self._bind_address:
+            return True
+        return (address.is_loopback and self._loopback_bind) or address in self._listed_addresses
 
     def listed(self, origin: str | None) -> bool:
         return origin is not None and origin_of(origin) in self.allowed_origins
@@ -153,10 +173,6 @@ class CrossSite:
                 "is neither this appliance's origin nor one of server.allowed_origins",
                 _shown(request),
             )
-
-
-# A loopback bind with nothing listed: what a server built without its config gets (tests).
-LOOPBACK = CrossSite()
 
 
 def cross_site_middleware(rules: CrossSite, routes: Iterable[Route] = ROUTES) -> Middleware:
@@ -289,16 +305,20 @@ def _address(host: str) -> Address | None:
     return address if mapped is None else mapped
 
 
-def _matches(entry: str, host: str, address: Address | None) -> bool:
-    """One `server.allowed_hosts` entry against a request's host (and its address)."""
+def _matches(entry: str, host: str) -> bool:
+    """One `server.allowed_hosts` entry against a request's host name (an address entry
+    is among CrossSite's listed addresses)."""
     if entry in ("*", host):
         return True
-    if entry.startswith("."):
-        return host == entry[1:] or host.endswith(entry)
-    return address is not None and _address(entry) == address
+    return entry.startswith(".") and (host == entry[1:] or host.endswith(entry))
 
 
 def _on_unix_socket(request: web.Request) -> bool:
     transport = request.transport
     sock = None if transport is None else transport.get_extra_info("socket")
     return sock is not None and sock.family == socket.AF_UNIX
+
+
+# A loopback bind with nothing listed: what a server built without its config gets (tests).
+# Last: building one uses the helpers above.
+LOOPBACK = CrossSite()

@@ -151,10 +151,11 @@ class Listener:
                 TlsSite(self._runner, host, port, self._tls.context, handshake_s),
                 f"{host}:{port}",
             )
-            self._watch = asyncio.create_task(self._tls.watch(), name="tls-watch")
         else:
             site, where = web.TCPSite(self._runner, host, port), f"{host}:{port}"
         await _start(site, where)
+        if self._tls is not None and unix is None:  # watched once it listens, until close
+            self._watch = asyncio.create_task(self._tls.watch(), name="tls-watch")
 
     async def also_listen(self, unix: Path) -> None:
         """Listen on the Unix socket `unix` too, without TLS (a gateway's own workers

@@ -19,7 +19,10 @@ import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the config's modules load when --config is given only
+    from appliance.config import AppConfig
 
 PACKAGES = (
     "appliance",
@@ -119,8 +122,11 @@ def examine(config: Path | None = None) -> dict[str, Any]:
         "media": _media(),
     }
     if config is not None:
-        report["streams"] = stream_decoders(config)
-        report["api"] = api_tls(config)
+        from appliance.config import load_config
+
+        loaded = load_config(config)  # once, for both
+        report["streams"] = stream_decoders(loaded)
+        report["api"] = api_tls(loaded)
     return report
 
 
@@ -189,14 +195,13 @@ def gpu_row(nvml: Any, index: int) -> dict[str, Any]:
     }
 
 
-def stream_decoders(config: Path) -> list[dict[str, Any]]:
-    """For each stream of the config file: its `source.decoder.hwaccel`, the decoder it
-    would get on this machine (`cuda` or `software`) and why a requested one is refused."""
-    from appliance.config import load_config
+def stream_decoders(config: AppConfig) -> list[dict[str, Any]]:
+    """For each stream of `config`: its `source.decoder.hwaccel`, the decoder it would
+    get on this machine (`cuda` or `software`) and why a requested one is refused."""
     from appliance.sources.pyav import DecoderPlan
 
     rows = []
-    for stream in load_config(config).streams:
+    for stream in config.streams:
         plan = DecoderPlan.of(stream.source.decoder)
         rows.append(
             {
@@ -209,20 +214,18 @@ def stream_decoders(config: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def api_tls(config: Path) -> dict[str, Any]:
-    """Whether `appliance serve --config` would serve the API over TLS (`tls`) and, if so,
+def api_tls(config: AppConfig) -> dict[str, Any]:
+    """Whether `appliance serve` would serve `config`'s API over TLS (`tls`) and, if so,
     the certificate its files make (`certificate`: subject, serial, validity), read as
     the server reads them, or why they do not (`problem`: a file not readable, a key
     that is not the certificate's, a certificate not valid now)."""
-    from appliance.config import load_config
     from appliance.policy.files import FilePolicy
     from appliance.server.tls import TlsFileError, load
 
-    loaded = load_config(config)
-    if loaded.server.tls is None:
+    if config.server.tls is None:
         return {"tls": False, "certificate": None, "problem": None}
     try:
-        _, cert = load(loaded.server.tls, FilePolicy.owner(loaded))
+        _, cert = load(config.server.tls, FilePolicy.owner(config))
     except TlsFileError as exc:
         return {"tls": True, "certificate": None, "problem": str(exc)}
     problem = "not valid now: clients refuse it" if cert.expired else None

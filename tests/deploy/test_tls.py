@@ -135,6 +135,10 @@ def test_the_compose_tls_prometheus_config_is_valid(tmp_path: Path) -> None:
         text.replace("/etc/prometheus/appliance-ca.pem", str(ca))
     )
     shutil.copy(ROOT / "deploy/prometheus/rules.yml", tmp_path / "rules.yml")
-    done = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [promtool, "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

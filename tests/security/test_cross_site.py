@@ -367,3 +367,13 @@ def test_listed_names_and_suffixes() -> None:
     for host in ("xcams.example", "cams.example.evil", "a.nvr.example"):
         assert not rules.answers_to(host), host
     assert CrossSite.for_bind(ServerConfig(allowed_hosts=["*"]), "127.0.0.1").answers_to("x.y")
+
+
+def test_listed_addresses_on_a_bind_to_one_address() -> None:
+    """An address entry is taken however the Host writes it (an IPv4-mapped one too)."""
+    server = ServerConfig(allowed_hosts=["10.0.0.9", "[fd00::9]"])
+    rules = CrossSite.for_bind(server, "192.168.1.20")
+    for host in ("10.0.0.9:8080", "[::ffff:a00:9]", "[FD00:0::9]:8443"):
+        assert rules.answers_to(host), host
+    for host in ("10.0.0.8", "[fd00::8]", "127.0.0.1"):
+        assert not rules.answers_to(host), host

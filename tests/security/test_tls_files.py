@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -20,7 +22,8 @@ from appliance.errors import FileAccessError
 from appliance.policy.files import FileKind
 from appliance.policy.request_files import request_policy
 from appliance.server.config import ServerConfig, TlsConfig
-from appliance.server.lifecycle import bind_policy
+from appliance.server.connections import ConnectionGuard
+from appliance.server.lifecycle import Listener, bind_policy
 from appliance.server.tls import ApiTls
 from appliance.tools.doctor import api_line, api_tls
 from tests.server.live import write_yaml
@@ -143,12 +146,12 @@ def test_an_exposed_bind_without_tls_is_warned_about(
 
 # -- doctor ---------------------------------------------------------------------------
 def test_doctor_says_what_the_api_would_be_served_with(ca: TestCA, tmp_path: Path) -> None:
-    plain = api_tls(write_yaml(tmp_path, {}, "plain.yaml"))
+    plain = api_tls(load_config(write_yaml(tmp_path, {}, "plain.yaml")))
     assert plain == {"tls": False, "certificate": None, "problem": None}
     assert api_line(plain) == "plain HTTP (server.tls is not set)"
     issued = ca.issue("appliance.test")
     issued.write(tmp_path / "tls/cert.pem", tmp_path / "tls/key.pem")
-    config = write_yaml(tmp_path, {"server": {"tls": TLS}}, "config.yaml")
+    config = config_with_tls(tmp_path)
     served = api_tls(config)
     assert served["tls"] and served["problem"] is None
     assert served["certificate"]["serial"] == f"{issued.serial:X}"
@@ -203,6 +206,26 @@ def test_a_renewed_secret_is_served_once_its_mount_changes(ca: TestCA, tmp_path:
 
     asyncio.run(watched())
     assert not tls.changed()  # read: the watch does not reload it again
+
+
+def test_a_listener_that_cannot_listen_watches_no_files(ca: TestCA, tmp_path: Path) -> None:
+    """The watch runs while the listener listens: a port in use starts none."""
+    ca.issue("first").write(tmp_path / "tls/cert.pem", tmp_path / "tls/key.pem")
+    config = config_with_tls(tmp_path)
+    listener = Listener(
+        web.Application(), ConnectionGuard(config.limits), tls=ApiTls(config, lambda: config)
+    )
+
+    async def listen_on(port: int) -> set[str]:
+        try:
+            with pytest.raises(ConfigError, match="cannot listen"):
+                await listener.listen("127.0.0.1", port)
+            return {task.get_name() for task in asyncio.all_tasks()}
+        finally:
+            await listener.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        assert "tls-watch" not in asyncio.run(listen_on(taken.getsockname()[1]))
 
 
 def test_files_that_do_not_load_are_tried_once_per_change(ca: TestCA, tmp_path: Path) -> None:
