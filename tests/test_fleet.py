@@ -19,8 +19,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -43,7 +41,7 @@ from appliance.workers.fleet import FLEET_FORWARD, FLEET_OWN, Fleet
 from appliance.workers.fleetstore import FleetStore
 from appliance.workers.gateway import plan
 from appliance.workers.replicas import Address, ReplicaSet, parse_replicas
-from tests.support.appliance import APPLIANCE, Served, clean_env
+from tests.support.appliance import Served, launch
 from tests.support.media import MakeClip
 from tests.support.processes import free_port
 from tests.support.warm_cli import run_appliance
@@ -113,16 +111,7 @@ class LiveFleet:
     gateway: Served | None = None
 
     def launch(self, argv: list[str], port: int, name: str) -> Served:
-        log_path = self.folder / f"{name}-{time.monotonic_ns()}.log"
-        with log_path.open("w") as log:  # the child keeps its own descriptor
-            proc = subprocess.Popen(
-                [*APPLIANCE, *argv],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=clean_env(),
-            )
-        return Served(proc, f"http://127.0.0.1:{port}", log_path)
+        return launch(argv, port, self.folder, name=name)
 
     def start_replica(self, index: int, count: int) -> Served:
         """`serve --shard index/count` on its port, with its own state folder."""

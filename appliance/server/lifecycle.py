@@ -30,10 +30,9 @@ from typing import Protocol
 
 from aiohttp import web
 
-from appliance.config import ConfigError
+from appliance.config import AppConfig, ConfigError
 from appliance.policy.files import FilePolicy
 from appliance.server.auth import AuthPolicy, is_loopback
-from appliance.server.config import ServerConfig
 from appliance.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from appliance.server.shutdown import ExitDeadline, InFlight
 from appliance.server.tls import TLS, ApiTls
@@ -62,18 +61,18 @@ class Process(Protocol):
 
 
 def bind_policy(
-    server: ServerConfig,
+    config: AppConfig,
     host: str,
     *,
     insecure: bool,
     environ: Mapping[str, str],
     log: logging.Logger,
-    files: FilePolicy | None = None,
 ) -> AuthPolicy:
-    """The auth policy for serving on `host` (AuthPolicy.for_bind: ConfigError for an
-    exposed bind without a token unless `insecure`, or a token that cannot be read
-    through `files`, the owner's policy); warned on `log` when it is open, and when an
-    exposed bind has no TLS."""
+    """The auth policy of `config`'s server for serving on `host` (AuthPolicy.for_bind:
+    ConfigError for an exposed bind without a token unless `insecure`, or a token file
+    that the owner's file policy cannot read); warned on `log` when it is open, and when
+    an exposed bind has no TLS."""
+    server, files = config.server, FilePolicy.owner(config)
     policy = AuthPolicy.for_bind(server, host, insecure=insecure, environ=environ, files=files)
     if policy.insecure:
         log.warning(

@@ -21,7 +21,6 @@ from appliance.config import ConfigError
 from appliance.errors import ReloadError
 from appliance.models.errors import ModelLoadError
 from appliance.observe.status import StreamStatus
-from appliance.policy.files import FilePolicy
 from appliance.runtime.runtime import Runtime
 from appliance.server.app import build_app
 from appliance.server.auth import INSECURE
@@ -63,14 +62,7 @@ class Server:
         self.unix = unix  # a Unix socket instead of host:port (a `--workers` worker's)
         self.stats_interval_s = stats_interval_s
         bind = "localhost" if unix is not None else host  # a private socket: loopback's rule
-        policy = bind_policy(
-            runtime.config.server,
-            bind,
-            insecure=insecure,
-            environ=environ,
-            log=log,
-            files=FilePolicy.owner(runtime.config),
-        )
+        policy = bind_policy(runtime.config, bind, insecure=insecure, environ=environ, log=log)
         self.app = build_app(runtime, policy, host)  # a worker: the gateway's host
         self.app[INSECURE] = policy.insecure
         # server.tls read now (files that do not load stop the start), and again by each

@@ -53,10 +53,7 @@ async def serve_fleet(
     files (server.tls) that do not load. `config_path`: where `config` was read (its
     server.tls is read there again at each reload); `replica_tls`: how `https://`
     replicas' certificates are checked (default: the system's CAs)."""
-    owner = FilePolicy.owner(config)
-    policy = bind_policy(
-        config.server, host, insecure=insecure, environ=os.environ, log=log, files=owner
-    )
+    policy = bind_policy(config, host, insecure=insecure, environ=os.environ, log=log)
     stop = stop or asyncio.Event()
     process = FleetProcess(
         config,

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.config import AppConfig, load_config
-from appliance.policy.files import FilePolicy
 from appliance.runtime.sharding import Shard, assign
 from appliance.server.auth import AuthPolicy
 from appliance.server.connections import ConnectionGuard
@@ -91,10 +90,7 @@ async def serve_workers(
     """Run until `stop` is set or a signal arrives: the process's exit status (0 clean,
     1 a worker could not start or did not stop cleanly). ConfigError before anything
     starts for an exposed bind without a token."""
-    owner = FilePolicy.owner(config)
-    policy = bind_policy(
-        config.server, host, insecure=insecure, environ=os.environ, log=log, files=owner
-    )
+    policy = bind_policy(config, host, insecure=insecure, environ=os.environ, log=log)
     stop = stop or asyncio.Event()
     clean = await run(Supervisor(config, options, policy, host, port, shard, stop), stop)
     return 0 if clean else 1

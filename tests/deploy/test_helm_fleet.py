@@ -133,6 +133,7 @@ def test_each_pod_answers_to_the_names_it_is_called_by(tmp_path: Path) -> None:
     dialed = [address.rpartition("://")[2] for address in replicas]  # https:// with TLS
     api = [f"cams-appliance{suffix}:8080" for suffix in ("", f".{NAMESPACE}", f".{NAMESPACE}.svc")]
     called = [*dialed, *api, f"cams-appliance.{NAMESPACE}.svc.cluster.local", "10.244.1.7:8080"]
+    called.append("cams-appliance-1.cams-appliance-replicas:8080")  # a client in the namespace
     for host in [*called, "cams.example.com", "[fd00::7]:8080"]:
         assert rules.answers_to(host), host
     for host in ["attacker.example", "cams-appliance.other.svc", "evil-appliance-0.site.svc"]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.appliance import APPLIANCE, Served, clean_env, start_served
+from tests.support.appliance import Served, launch, start_served
 from tests.support.processes import free_port
 
 TOKEN = "cross-site-s3cret"
@@ -169,12 +168,7 @@ def fleet(folder: Path, clip: Path, origins: list[str]) -> Iterator[Target]:
     port = free_port()
     argv = ["gateway", "--replicas", f"127.0.0.1:{_port(replica)}", "--config", str(config)]
     argv += ["--port", str(port), "--state-dir", str(folder / "fleet")]
-    log_path = folder / f"gateway-{port}.log"
-    with log_path.open("w") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen(
-            [*APPLIANCE, *argv], stdout=log, stderr=subprocess.STDOUT, text=True, env=clean_env()
-        )
-    gateway = Served(process, f"http://127.0.0.1:{port}", log_path)
+    gateway = launch(argv, port, folder)
     try:
         gateway.wait_for(lambda: gateway.get("/ready")[0] == 200, UP_S, "the replica up")
         yield Target("fleet", port, TOKEN, config, clip)

@@ -29,7 +29,7 @@ import yaml
 
 from appliance.client import ApplianceClient, ApplianceConnectionError
 from appliance.client_transport import CA_FILE_ENV
-from tests.support.appliance import APPLIANCE, DEMO_CLIP, Served, clean_env, start_served
+from tests.support.appliance import APPLIANCE, DEMO_CLIP, Served, clean_env, launch, start_served
 from tests.support.processes import free_port
 from tests.support.tls import TestCA, served_serial
 from tests.support.warm_cli import run_appliance
@@ -342,12 +342,7 @@ def start_gateway(folder: Path, replica: Served, ca: TestCA, *extra: str) -> Ser
     port = free_port()
     argv = ["gateway", "--replicas", f"https://127.0.0.1:{port_of(replica)}"]
     argv += ["--config", str(folder_of(replica) / "config.yaml"), "--port", str(port), *extra]
-    log_path = folder / f"gateway-{port}.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*APPLIANCE, *argv], stdout=log, stderr=subprocess.STDOUT, env=clean_env(), text=True
-        )
-    gateway = Served(process, f"https://127.0.0.1:{port}", log_path, ca.client_context())
+    gateway = launch(argv, port, folder, tls=ca.client_context())
     try:
         gateway.wait_for(lambda: gateway.get("/health")[0] == 200, 60, "/health")
     except BaseException:

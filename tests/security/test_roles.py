@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from appliance.policy.roles import Role
 from appliance.runtime.commands import CATALOGUE, MQTT_ROLE
 from appliance.server.routes import ROUTES
 from appliance.server.routing import Route
-from tests.support.appliance import APPLIANCE, Served, clean_env
+from tests.support.appliance import Served, clean_env, launch
 from tests.support.media import MakeClip
 from tests.support.processes import free_port
 from tests.support.warm_cli import run_appliance
@@ -53,15 +52,6 @@ class Deployment:
     def log(self) -> str:
         """Every process's whole log (Served.log keeps only its end)."""
         return "\n".join(p.log_path.read_text(errors="replace") for p in self.processes)
-
-
-def _launch(argv: list[str], port: int, folder: Path, name: str, env: dict[str, str]) -> Served:
-    log_path = folder / f"{name}.log"
-    with log_path.open("w") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [*APPLIANCE, *argv], stdout=log, stderr=subprocess.STDOUT, text=True, env=env
-        )
-    return Served(proc, f"http://127.0.0.1:{port}", log_path)
 
 
 def _config(folder: Path, clip: Path) -> Path:
@@ -94,16 +84,16 @@ def _start(kind: str, folder: Path, config: Path) -> Deployment:
     ports = [free_port() for _ in range(2)]
     serve = ["serve", "--config", str(config), "--port", str(ports[0])]
     if kind == "single":
-        processes = [_launch(serve, ports[0], folder, kind, env)]
+        processes = [launch(serve, ports[0], folder, env=env)]
     elif kind == "workers":
-        processes = [_launch([*serve, "--workers", "2"], ports[0], folder, kind, env)]
+        processes = [launch([*serve, "--workers", "2"], ports[0], folder, env=env)]
     else:
         replica = [*serve, "--shard", "0/1", "--state-dir", str(folder / "state")]
         gateway = ["gateway", "--replicas", f"127.0.0.1:{ports[0]}", "--config", str(config)]
         gateway += ["--port", str(ports[1]), "--state-dir", str(folder / "gateway")]
         processes = [
-            _launch(replica, ports[0], folder, "replica", env),
-            _launch(gateway, ports[1], folder, "gateway", env),
+            launch(replica, ports[0], folder, name="replica", env=env),
+            launch(gateway, ports[1], folder, env=env),
         ]
     deployment = Deployment(kind, processes[-1].url, processes, folder)
     front = processes[-1]

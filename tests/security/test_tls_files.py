@@ -137,8 +137,9 @@ def test_an_exposed_bind_without_tls_is_warned_about(
     host: str, tls: bool, warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = ServerConfig(token="a-token", tls=TlsConfig.model_validate(TLS) if tls else None)
+    config = AppConfig(server=server)
     with caplog.at_level(logging.WARNING, logger="test.bind"):
-        bind_policy(server, host, insecure=False, environ={}, log=logging.getLogger("test.bind"))
+        bind_policy(config, host, insecure=False, environ={}, log=logging.getLogger("test.bind"))
     lines = [r.getMessage() for r in caplog.records if PLAIN_WARNING in r.getMessage()]
     assert bool(lines) is warned
     assert all(host in line and "server.tls" in line for line in lines)

@@ -137,23 +137,40 @@ def start_served(
     a free port unless one is given (an appliance started again where it was). `tls`:
     it serves https (server.tls), and this client context trusts its certificate."""
     port = port or free_port()
-    log_path = log_dir / f"serve-{port}-{time.monotonic_ns()}.log"
-    with log_path.open("w") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [*APPLIANCE, "serve", "--config", str(config), "--port", str(port), *extra],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env or clean_env(),
-        )
-    scheme = "http" if tls is None else "https"
-    served = Served(proc, f"{scheme}://127.0.0.1:{port}", log_path, tls)
+    argv = ["serve", "--config", str(config), "--port", str(port), *extra]
+    served = launch(argv, port, log_dir, env=env, tls=tls)
     try:
         served.wait_for(lambda: served.get("/health")[0] == 200, 60, "/health")
     except BaseException:
         served.stop()
         raise
     return served
+
+
+def launch(
+    argv: list[str],
+    port: int,
+    log_dir: Path,
+    *,
+    name: str = "",
+    env: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Served:
+    """`python -m appliance ARGV` (a `serve`, a `gateway`) in a subprocess that answers on
+    `port`, its output in a log file of `log_dir` (`name`: the file's, by default the
+    command's); not waited for: the caller waits for what it needs (/health, /ready).
+    `tls`: it serves https, and this client context trusts its certificate."""
+    log_path = log_dir / f"{name or argv[0]}-{port}-{time.monotonic_ns()}.log"
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [*APPLIANCE, *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env or clean_env(),
+        )
+    scheme = "http" if tls is None else "https"
+    return Served(proc, f"{scheme}://127.0.0.1:{port}", log_path, tls)
 
 
 @pytest.fixture

@@ -59,10 +59,10 @@ refused (DNS rebinding); probes and Prometheus call pod IPs, which a 0.0.0.0 bin
 {{- $ns := .Release.Namespace -}}
 {{- $server := default (dict) .Values.config.server -}}
 {{- $hosts := default (list) (get $server "allowed_hosts") -}}
+{{- /* Each name with no suffix too (a client in the namespace): `.<replicas>` is no
+public domain, so a rebound name cannot end with it. */ -}}
 {{- range $suffix := list "" (printf ".%s" $ns) (printf ".%s.svc" $ns) (printf ".%s.svc.%s" $ns $.Values.clusterDomain) -}}
-{{- if $suffix -}}
 {{- $hosts = append $hosts (printf ".%s%s" $replicas $suffix) -}}
-{{- end -}}
 {{- $hosts = append $hosts (printf "%s%s" $fullname $suffix) -}}
 {{- end -}}
 {{- toYaml (uniq $hosts) -}}
