@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from appliance.config import ConfigError
 from appliance.policy.masking import mask_url
 
 KEY_ENV = "APPLIANCE_STATE_KEY"
@@ -70,6 +71,13 @@ class Sealer:
             raise SealError(self.problem)
         return self.fernet.encrypt(url.encode()).decode("ascii")
 
+    def kept(self, url: str) -> tuple[str, str | None]:
+        """`url` as a document keeps it, and its token: masked and sealed beside when it
+        holds credentials and there is a key; else as it is, and None."""
+        if self.fernet is None or not has_credentials(url):
+            return url, None
+        return mask_url(url), self.seal(url)
+
     def unseal(self, token: str) -> str:
         """The URL sealed in `token`; SealError when this key cannot open it."""
         if self.fernet is None:
@@ -79,14 +87,17 @@ class Sealer:
         except (InvalidToken, UnicodeError):
             raise SealError(f"its source URL is sealed with another key than {KEY_ENV}'s") from None
 
-    def refusal(self) -> str:
-        """Why a URL with credentials cannot be kept now, and the fix (a 422's detail)."""
-        return (
-            f"holds credentials, and the state folder (server.state_dir) keeps streams "
-            f"added over the API, sealed, but {self.problem}: set {KEY_ENV} to a Fernet key "
-            f"(make one with {MAKE_KEY}) and restart, or give the camera without "
-            "credentials in its URL"
-        )
+    def check(self, url: str, where: str) -> None:
+        """Before a stream is kept: ConfigError (422) naming `source.url` (in `where`, the
+        stream) when `url` holds credentials that, without a key, would be kept in clear."""
+        if self.fernet is None and has_credentials(url):
+            refusal = (
+                f"holds credentials, and the state folder (server.state_dir) keeps streams "
+                f"added over the API, sealed, but {self.problem}: set {KEY_ENV} to a Fernet "
+                f"key (make one with {MAKE_KEY}) and restart, or give the camera without "
+                "credentials in its URL"
+            )
+            raise ConfigError([f"source.url: {refusal}"], where)
 
 
 # What the fix says for a stream that could not be unsealed at start.

@@ -44,11 +44,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.config import AppConfig, ConfigError, StreamConfig
+from appliance.config import AppConfig, StreamConfig
 from appliance.errors import StateSaveError, UnknownStreamError
 from appliance.observe.status import StateStatus
 from appliance.policy.files import FilePolicy
-from appliance.policy.masking import mask_url
 from appliance.runtime.reload import ReloadPlan
 from appliance.runtime.sealing import (
     CLEAR_FIX,
@@ -132,15 +131,10 @@ class StreamsState:
     `status` may be read from any thread. Without `server.state_dir`, it keeps nothing."""
 
     def __init__(
-        self,
-        folder: Path | None,
-        shown: str,
-        worker: Shard | None,
-        files: FilePolicy,
-        sealer: Sealer | None = None,
+        self, folder: Path | None, shown: str, worker: Shard | None, files: FilePolicy
     ) -> None:
         self.folder, self._shown, self._worker, self._files = folder, shown, worker, files
-        self._sealer = sealer or Sealer.from_env()  # APPLIANCE_STATE_KEY, read at start
+        self._sealer = Sealer.from_env()  # APPLIANCE_STATE_KEY, read at start
         name = SINGLE if worker is None else f"worker-{worker.index}.json"
         self.path = None if folder is None else folder / name
         self._file: dict[str, str] = {}  # the config file's entries (every shard's): digests
@@ -271,11 +265,14 @@ class StreamsState:
     def _sealed(self, entry: Entry) -> Entry:
         """`entry` as the document keeps it: a URL with credentials masked in its spec and
         sealed beside it (its spec as it is when the URL holds none)."""
-        if entry.spec is None or not has_credentials(url := entry.spec.source.url):
+        if entry.spec is None:
             return entry
-        source = entry.spec.source.model_copy(update={"url": mask_url(url)})
+        url, sealed = self._sealer.kept(entry.spec.source.url)
+        if sealed is None:
+            return entry
+        source = entry.spec.source.model_copy(update={"url": url})
         spec = entry.spec.model_copy(update={"source": source})
-        return entry.model_copy(update={"spec": spec, "sealed_url": self._sealer.seal(url)})
+        return entry.model_copy(update={"spec": spec, "sealed_url": sealed})
 
     def _unsealed(self, stream_id: str, entry: Entry) -> StreamConfig | None:
         """The spec to start, its URL unsealed; None (an ERROR said) when it cannot be."""
@@ -322,14 +319,14 @@ class StreamsState:
     def check(self, cfg: StreamConfig) -> None:
         """Before a stream is added over the API: ConfigError (422) naming `source.url`
         when it holds credentials that this state folder could keep in clear only."""
-        if self.path is not None and not self._sealer.usable and has_credentials(cfg.source.url):
-            raise ConfigError([f"source.url: {self._sealer.refusal()}"], f"stream {cfg.id!r}")
+        if self.path is not None:
+            self._sealer.check(cfg.source.url, f"stream {cfg.id!r}")
 
     def added(self, cfg: StreamConfig) -> None:
         """A stream started over the API (`check`ed first); StateSaveError if it cannot
         be kept."""
         entry = Entry(spec=cfg, over=self._file.get(cfg.id), at=time.time())
-        self._change(cfg.id, self._sealed(entry) if self._sealer.usable else entry)
+        self._change(cfg.id, self._sealed(entry))
 
     def removed(self, stream_id: str, running: bool) -> bool:
         """A stream removed over the API, kept before it stops; True when there is a

@@ -7,7 +7,7 @@ host and port are named, never a URL's credentials.
 from __future__ import annotations
 
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 # Default ports by scheme (RFC 7826 for RTSP/RTSPS, RFC 9110 for HTTP/HTTPS).
 _PORTS = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443}
@@ -18,10 +18,7 @@ def endpoint(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or "?"
     host = f"[{host}]" if ":" in host else host  # an IPv6 literal
-    try:
-        port = parts.port or _PORTS.get(parts.scheme.lower(), 0)
-    except ValueError:  # a port that is not a number
-        port = 0
+    port = _port(parts)
     return f"{host}:{port}" if port else host
 
 
@@ -29,12 +26,15 @@ def origin(url: str) -> tuple[str, str, int]:
     """A URL's origin as RFC 6454 has it: scheme, host and port (the scheme's default
     when it names none), compared in lower case. A port that is no number counts as 0."""
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    return parts.scheme.lower(), (parts.hostname or "").lower(), _port(parts)
+
+
+def _port(parts: SplitResult) -> int:
+    """The URL's port, the scheme's default when it names none; 0 when it is no number."""
     try:
-        port = parts.port or _PORTS.get(scheme, 0)
-    except ValueError:
-        port = 0
-    return scheme, (parts.hostname or "").lower(), port
+        return parts.port or _PORTS.get(parts.scheme.lower(), 0)
+    except ValueError:  # a port that is not a number
+        return 0
 
 
 def connect_problem(url: str, cause: BaseException) -> str:

@@ -4,9 +4,10 @@ FFmpeg's RTSP reader parses H.264/H.265 with a parser that finds the end of a fr
 when the next frame's first packet arrives, so every frame waits one frame interval
 (67 ms at 15 fps) before it is even decoded; it ignores the RTP marker bit that ends the
 frame. Here aiortsp runs the RTSP session (OPTIONS, DESCRIBE, SETUP, PLAY, keep-alives,
-Basic/Digest authentication, TCP-interleaved or UDP transport), depacketize.py rebuilds
-each access unit and hands it to the decoder the moment its marker packet arrives.
-Codecs other than H.264/H.265 go to FFmpeg's reader (pyav.py).
+Basic/Digest authentication, TCP-interleaved or UDP transport) on its connection
+(rtsp.py), depacketize.py rebuilds each access unit and hands it to the decoder the
+moment its marker packet arrives. Codecs other than H.264/H.265 go to FFmpeg's reader
+(pyav.py).
 
 The asyncio loop has no thread of its own: the thread that iterates `frames()` runs it
 while waiting for packets, in slices of `READ_SLICE_S`, so a stop request or a stall is
@@ -20,7 +21,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -30,8 +30,6 @@ from urllib.parse import unquote, urlsplit
 import av
 import av.video.codeccontext
 from aiortsp.rtcp.parser import BYE, RTCP
-from aiortsp.rtsp.connection import RTSPConnection
-from aiortsp.rtsp.errors import RTSPConnectionError, RTSPResponseError
 from aiortsp.rtsp.session import RTSPMediaSession
 from aiortsp.transport import RTPTransportClient, TCPTransport, UDPTransport
 
@@ -50,17 +48,15 @@ from appliance.sources.depacketize import (
     parameter_sets,
     strip_payload,
 )
-from appliance.sources.problems import answered, no_answer, not_rtsp
 from appliance.sources.pyav import READ_SLICE_S, DecoderPlan, decoder_name, describe
-from appliance.sources.reach import connect_problem
-from appliance.sources.tls import CameraTls, untrusted
+from appliance.sources.rtsp import CLOSE_TIMEOUT_S, Connection, open_problem
+from appliance.sources.tls import CameraTls
 from pipelines.types import Image
 
 # aiortsp logs every request, and its errors with the server's whole answer; the source
 # reports what went wrong itself (SourceError, credentials masked), so its log stays off.
 _QUIET = logging.getLogger("appliance.sources.rtp.aiortsp")
 _QUIET.disabled = True
-_CLOSE_TIMEOUT_S = 2.0  # TEARDOWN and socket close; a dead camera must not hold a stop
 
 
 class UnsupportedCodecError(SourceError):
@@ -68,50 +64,6 @@ class UnsupportedCodecError(SourceError):
 
 
 _Packet = tuple[bytes, int, int, bool, float]
-
-
-class _Connection(RTSPConnection):  # type: ignore[misc]
-    """aiortsp's connection, without the traceback it prints on stderr (traceback.
-    print_exc) when the peer does not speak RTSP: the open fails with the same
-    RTSPConnectionError, caused by the parser's ValueError (`_open_error` reads it)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._gone = asyncio.Event()  # connection_lost: the transport is closed
-        parse = self.parser.parse
-
-        def checked(data: bytes) -> Iterator[Any]:
-            try:
-                yield from parse(data)
-            except ValueError as exc:
-                self._not_rtsp(exc)
-
-        self.parser.parse = checked
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close, and wait for the transport to be gone (its close_notify exchanged, for
-        rtsps: a loop closed before leaves the socket open), aborting it after
-        _CLOSE_TIMEOUT_S / 2 (a peer that never answers the close)."""
-        transport = self._transport
-        self.close()
-        if transport is None:
-            return
-        try:
-            await asyncio.wait_for(self._gone.wait(), _CLOSE_TIMEOUT_S / 2)
-        except TimeoutError:
-            transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._gone.set()
-
-    def _not_rtsp(self, cause: ValueError) -> None:
-        error = RTSPConnectionError("invalid data received from RTSP connection")
-        error.__cause__ = cause
-        if not self.result.done():
-            self.result.set_exception(error)
-        if self._transport:
-            self._transport.close()  # mid-session: the reader sees the connection end
 
 
 class _Receiver(RTPTransportClient):  # type: ignore[misc]
@@ -334,7 +286,7 @@ def open_rtp(
         raise SourceError(f"{label}: {exc}") from None
     except Exception as exc:
         _shut(loop, stack)
-        raise SourceError(f"{label}: {_open_error(exc, cfg)}") from None
+        raise SourceError(f"{label}: {open_problem(exc, cfg)}") from None
     except BaseException:
         _shut(loop, stack)
         raise
@@ -346,7 +298,7 @@ async def _play(
     url = urlsplit(cfg.url)
     user = unquote(url.username) if url.username else None
     password = unquote(url.password) if url.password else None
-    connection = _Connection(
+    connection = Connection(
         url.hostname,
         url.port or (554 if tls is None else 322),  # rtsps: port 322, media interleaved
         user,
@@ -404,29 +356,13 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
 
 
 def _shut(loop: asyncio.AbstractEventLoop, stack: contextlib.AsyncExitStack) -> None:
-    """TEARDOWN, close the sockets and the loop, within `_CLOSE_TIMEOUT_S`."""
+    """TEARDOWN, close the sockets and the loop, within `CLOSE_TIMEOUT_S`."""
     if loop.is_closed():
         return
     with contextlib.suppress(BaseException):
-        loop.run_until_complete(asyncio.wait_for(stack.aclose(), _CLOSE_TIMEOUT_S))
+        loop.run_until_complete(asyncio.wait_for(stack.aclose(), CLOSE_TIMEOUT_S))
     for task in asyncio.all_tasks(loop):
         task.cancel()
     with contextlib.suppress(BaseException):
         loop.run_until_complete(loop.shutdown_default_executor())
     loop.close()
-
-
-def _open_error(exc: Exception, cfg: SourceConfig) -> str:
-    """What went wrong while opening, in the user's terms rather than the library's."""
-    if isinstance(exc, TimeoutError):
-        return no_answer(cfg.url, cfg.open_timeout_s)
-    if isinstance(exc, RTSPConnectionError):
-        cause = exc.__cause__
-        if isinstance(cause, ssl.SSLCertVerificationError):  # a ValueError too: first
-            return untrusted(cause)
-        if isinstance(cause, ValueError):  # aiortsp's parser: the bytes were not RTSP
-            return not_rtsp(cfg.url)
-        return connect_problem(cfg.url, cause or exc)
-    if isinstance(exc, RTSPResponseError) and exc.response is not None:
-        return answered(int(exc.response.status), exc.response.status_msg)
-    return describe(exc)

@@ -20,10 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from appliance.config import ConfigError
 from appliance.errors import StateSaveError
 from appliance.policy.files import FilePolicy
-from appliance.policy.masking import mask_url
 from appliance.runtime.sealing import CLEAR_FIX, UNSEAL_FIX, Sealer, SealError, has_credentials
 from appliance.runtime.statefile import StateFileError, read_model, write_document
 from appliance.server.context import in_thread
@@ -44,12 +42,10 @@ class _Body(BaseModel):
 class FleetStore:
     """Stream id -> the spec of a camera added through the gateway (its URL whole)."""
 
-    def __init__(
-        self, folder: Path | None, files: FilePolicy, sealer: Sealer | None = None
-    ) -> None:
+    def __init__(self, folder: Path | None, files: FilePolicy) -> None:
         self.path = None if folder is None else folder / FILE_NAME
         self._files = files
-        self._sealer = sealer or Sealer.from_env()  # APPLIANCE_STATE_KEY, read at start
+        self._sealer = Sealer.from_env()  # APPLIANCE_STATE_KEY, read at start
         self.specs: dict[str, dict[str, Any]] = {}
         # Cameras whose URL this key cannot unseal: (spec as kept, sealed URL), saved as
         # they are until a restart with the right key, or a DELETE.
@@ -59,10 +55,8 @@ class FleetStore:
         """Before a camera is forwarded: ConfigError (422) naming `source.url` when its
         URL holds credentials this store could keep in clear only."""
         url = _url(spec)
-        if self.path is not None and not self._sealer.usable and url and has_credentials(url):
-            raise ConfigError(
-                [f"source.url: {self._sealer.refusal()}"], f"stream {spec.get('id')!r}"
-            )
+        if self.path is not None and url is not None:
+            self._sealer.check(url, f"stream {spec.get('id')!r}")
 
     def load(self) -> None:
         """The saved specs, if any. A file that is not a fleet document is logged as an
@@ -159,11 +153,10 @@ class FleetStore:
         streams = {i: spec for i, (spec, _) in self._locked.items()}
         sealed = {i: token for i, (_, token) in self._locked.items()}
         for stream_id, spec in self.specs.items():
-            url = _url(spec)
-            streams[stream_id] = spec
-            if url and has_credentials(url) and self._sealer.usable:
-                sealed[stream_id] = self._sealer.seal(url)
-                streams[stream_id] = _with_url(spec, mask_url(url))
+            url, token = self._sealer.kept(_url(spec) or "")
+            streams[stream_id] = spec if token is None else _with_url(spec, url)
+            if token is not None:
+                sealed[stream_id] = token
         write_document(self.path, KIND, {"streams": streams, "sealed": sealed})
 
 

@@ -80,15 +80,8 @@ class RecordingServer:
         return first
 
     def stop(self) -> None:
-        """End the accepting thread and every connection's (a shutdown wakes a blocked
-        accept() or recv(); a close from another thread would not)."""
-        for sock in [self._listener, *self._sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._accepting.join(WAIT_S)
-        for thread in self._threads:
-            thread.join(WAIT_S)
-        self._listener.close()
+        """End the accepting thread and every connection's."""
+        _shut_down(self._listener, self._sockets, self._accepting, self._threads)
 
     # -- the server's side ------------------------------------------------------------
     def _accept(self) -> None:
@@ -117,6 +110,7 @@ class RecordingServer:
                 except (OSError, ssl.SSLError) as exc:
                     connection.handshake = str(exc) or type(exc).__name__
                     return
+                self._sockets.append(sock)  # the plain one is detached: stop() wakes this
             self._talk(sock, connection)
         finally:
             sock.close()
@@ -139,6 +133,24 @@ class RecordingServer:
                 reply = self._answer(head)
                 if reply is None or not _send(sock, reply):
                     return
+
+
+def _shut_down(
+    listener: socket.socket,
+    sockets: list[socket.socket],
+    accepting: threading.Thread,
+    threads: list[threading.Thread],
+) -> None:
+    """Wake and join a server's threads, then close its listener: a shutdown wakes a
+    blocked accept() or recv(); a close from another thread would not. `threads` is read
+    once `accepting` has ended, so that it holds every connection's."""
+    for sock in [listener, *sockets]:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    accepting.join(WAIT_S)
+    for thread in threads:
+        thread.join(WAIT_S)
+    listener.close()
 
 
 def _send(sock: socket.socket, reply: bytes | Iterable[bytes]) -> bool:
@@ -203,13 +215,7 @@ class TlsProxy:
         return f"rtsps://{userinfo}@127.0.0.1:{self.port}{path}"
 
     def stop(self) -> None:
-        for sock in [self._listener, *self._sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._accepting.join(WAIT_S)
-        for thread in self._threads:
-            thread.join(WAIT_S)
-        self._listener.close()
+        _shut_down(self._listener, self._sockets, self._accepting, self._threads)
         for sock in self._sockets:
             sock.close()
 

@@ -87,8 +87,12 @@ def _plant(folder: Path) -> dict[str, str]:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     folder = tmp_path_factory.mktemp("site")
     markers = _plant(folder)
-    person = {**person_model(), "path": "models/person.onnx", "labels": None,
-              "labels_file": "models/labels.txt"}  # fmt: skip
+    person = {
+        **person_model(),
+        "path": "models/person.onnx",
+        "labels": None,
+        "labels_file": "models/labels.txt",
+    }
     doc = {
         "server": {"token": TOKEN},  # file_roots: the folders of the files named below
         "models": {"person": person},
@@ -148,8 +152,9 @@ def test_the_configs_labels_file_is_a_labels_file(site: Site) -> None:
     """The rule lets class names through: the config's labels, and a request's."""
     models = {m["id"]: m for m in site.server.get_json("/v1/models")["models"]}
     assert models["person"]["labels"] == ["person"]
-    reply = site.server.call("POST", VALIDATE, json_body={"workflow": _labelled(
-        "models/labels.txt", "n")})  # fmt: skip
+    reply = site.server.call(
+        "POST", VALIDATE, json_body={"workflow": _labelled("models/labels.txt", "n")}
+    )
     assert reply.status == 200, reply.body
 
 
@@ -178,18 +183,24 @@ def test_answers_name_the_paths_as_the_request_gave_them(site: Site) -> None:
     """422s for a workflow or model file name it as the request (or the config, or the
     workflow file) did: never by the site's absolute folder (checked by _assert_clean)."""
     stream = {"id": "b", "source": demo_stream("b")["source"]}
+    own = {**person_model(), "path": "models/person.onnx", "input_size": [64, 64]}
+    redeclared = {**detect_workflow("own"), "models": {"own": own}}
     cases = {
         "workflow (workflows/broken.yaml): workflow 'broken': 1 problem(s)": (
-            VALIDATE, {"workflow": "workflows/broken.yaml"}),
+            VALIDATE,
+            {"workflow": "workflows/broken.yaml"},
+        ),
         "stream 'b'.workflow (workflows/broken.yaml): workflow 'broken'": (
-            "/v1/streams", {**stream, "workflow": "workflows/broken.yaml"}),
+            "/v1/streams",
+            {**stream, "workflow": "workflows/broken.yaml"},
+        ),
         "workflow (workflows/text.yaml) models.tm: not a valid ONNX model: ../models/text.onnx": (
-            VALIDATE, {"workflow": "workflows/text.yaml"}),
+            VALIDATE,
+            {"workflow": "workflows/text.yaml"},
+        ),
         "model 'own' is already declared differently at streams[0].workflow "
-        "(workflows/people.yaml) models.own": (
-            VALIDATE, {"workflow": {**detect_workflow("own"), "models": {"own": {
-                **person_model(), "path": "models/person.onnx", "input_size": [64, 64]}}}}),
-    }  # fmt: skip
+        "(workflows/people.yaml) models.own": (VALIDATE, {"workflow": redeclared}),
+    }
     for expected, (path, body) in cases.items():
         reply = site.server.call("POST", path, json_body=body)
         _assert_clean(site, expected, reply)

@@ -58,8 +58,10 @@ CONFIG_FIELDS: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
     "server.tokens[0].token_env": ("VIEWER_TOKEN1", lambda v: _token(token_env=v)),
     "server.allowed_hosts[0]": ("cam1.example", lambda v: {"server": {"allowed_hosts": [v]}}),
     "server.allowed_source_hosts[0]": (
-        "cam1.example", lambda v: {"server": {"allowed_source_hosts": [v]}}),
-}  # fmt: skip
+        "cam1.example",
+        lambda v: {"server": {"allowed_source_hosts": [v]}},
+    ),
+}
 CONFIG_CASES = [
     pytest.param(field, bad, id=f"{field}={bad!r}")
     for field, (valid, _) in CONFIG_FIELDS.items()
@@ -129,8 +131,9 @@ def test_a_duration_is_ascii_digits(text: str) -> None:
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     folder = tmp_path_factory.mktemp("api")
-    live = LiveServer(write_yaml(folder, config_doc(demo_stream("clip")), "config.yaml"),
-                      token=TOKEN).start()  # fmt: skip
+    live = LiveServer(
+        write_yaml(folder, config_doc(demo_stream("clip")), "config.yaml"), token=TOKEN
+    ).start()
     wait_for(lambda: live.stream("clip")["frames_processed"] > 0, WAIT_S, "clip processing")
     yield live
     assert live.stop()

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.server.conftest import demo_stream
-from tests.server.live import write_yaml
+from tests.server.live import wait_for, write_yaml
 from tests.support.appliance import Served, person_model, start_served
 
 WATCHERS = 10  # limits.max_watchers: one round of readers
@@ -48,14 +47,15 @@ def _open_reader(served: Served, path: str) -> socket.socket | None:
 
 
 def _round(served: Served, path: str) -> list[socket.socket]:
-    """WATCHERS readers of `path`, each opened as soon as a slot is free."""
+    """WATCHERS readers of `path`, opened while slots are free, then again once more are."""
     readers: list[socket.socket] = []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(readers) < WATCHERS:
-        assert time.monotonic() < deadline, f"slots not freed within {DEADLINE_S} s"
-        reader = _open_reader(served, path)
-        if reader is not None:
+
+    def filled() -> bool:
+        while len(readers) < WATCHERS and (reader := _open_reader(served, path)) is not None:
             readers.append(reader)
+        return len(readers) == WATCHERS
+
+    wait_for(filled, DEADLINE_S, f"{WATCHERS} free reader slots of {path}")
     return readers
 
 
@@ -77,8 +77,11 @@ def test_readers_that_leave_log_no_error(tmp_path: Path, extra: tuple[str, ...])
     }
     served = start_served(write_yaml(tmp_path, doc, "config.yaml"), tmp_path, *extra)
     try:
-        served.wait_for(lambda: served.json("/v1/streams/clip")["frames_processed"] > 0,
-                        DEADLINE_S, "clip processing")  # fmt: skip
+        served.wait_for(
+            lambda: served.json("/v1/streams/clip")["frames_processed"] > 0,
+            DEADLINE_S,
+            "clip processing",
+        )
         closed = 0
         for path, rounds in ROUNDS.items():
             for _ in range(rounds):

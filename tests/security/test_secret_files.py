@@ -208,19 +208,27 @@ def _assert_clean(setup: Setup, where: str, text: str) -> None:
         assert planted.secret not in text, f"{planted.field}'s secret leaked in {where}: {text}"
 
 
+def _assert_refused(setup: Setup, name: str, rules: list[str]) -> None:
+    """Every field of the API naming `name` is refused (403, each of `rules` in its
+    message), and no planted secret is in its answer, nor in the models' labels after it
+    (where a labels file read would come back)."""
+    server = setup.server
+    for what, (method, path, body) in requests_naming(name).items():
+        reply = server.call(method, path, json_body=body)
+        _assert_clean(setup, f"{what} = {name!r}", reply.body.decode())
+        models = server.call("GET", "/v1/models").body.decode()
+        _assert_clean(setup, f"GET /v1/models after {what} = {name!r}", models)
+        assert (reply.status, reply.error["code"]) == (403, "forbidden"), (what, name)
+        for rule in rules:
+            assert rule in reply.error["message"], (what, name, reply.error)
+
+
 def test_no_api_call_reads_a_secret_file_the_config_names(setup: Setup) -> None:
     server = setup.server
     for i, planted in enumerate(setup.planted):
+        rule = f"a secret file the config names ({planted.field}) is never read"
         for name in _names(setup, planted, i):
-            for what, (method, path, body) in requests_naming(name).items():
-                reply = server.call(method, path, json_body=body)
-                _assert_clean(setup, f"{what} = {name!r}", reply.body.decode())
-                # Where a labels file read would come back: the models' labels.
-                models = server.call("GET", "/v1/models").body.decode()
-                _assert_clean(setup, f"GET /v1/models after {what} = {name!r}", models)
-                assert (reply.status, reply.error["code"]) == (403, "forbidden"), (what, name)
-                rule = f"a secret file the config names ({planted.field}) is never read"
-                assert rule in reply.error["message"], (what, name, reply.error)
+            _assert_refused(setup, name, [rule])
     # A workflow file inside the roots whose model names each secret as its labels file.
     for i, planted in enumerate(setup.planted):
         relative = os.path.relpath(planted.path, setup.config_dir)
@@ -249,15 +257,7 @@ def test_no_api_call_reads_a_file_named_like_a_secret(setup: Setup) -> None:
             link.symlink_to(planted.path)
         relative = os.path.relpath(planted.path, setup.config_dir)
         for name in (relative, str(planted.path), link.name):
-            for what, (method, path, body) in requests_naming(name).items():
-                reply = server.call(method, path, json_body=body)
-                _assert_clean(setup, f"{what} = {name!r}", reply.body.decode())
-                models = server.call("GET", "/v1/models").body.decode()
-                _assert_clean(setup, f"GET /v1/models after {what} = {name!r}", models)
-                assert (reply.status, reply.error["code"]) == (403, "forbidden"), (what, name)
-                rule = f"{planted.field} ("
-                assert rule in reply.error["message"], (what, name, reply.error)
-                assert "is never read over the API" in reply.error["message"]
+            _assert_refused(setup, name, [f"{planted.field} (", "is never read over the API"])
     assert server.call("GET", "/v1/streams/leak").status == 404
     assert [m["id"] for m in server.get_json("/v1/models")["models"]] == ["person"]
 

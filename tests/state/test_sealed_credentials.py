@@ -39,6 +39,11 @@ def camera(stream_id: str, url: str) -> dict[str, Any]:
     return {"id": stream_id, "source": {"url": url, "open_timeout_s": 5}, "workflow": DRAW}
 
 
+def add_door(rt: Runtime, url: str) -> None:
+    """The camera `door` at `url`, added over the API."""
+    rt.add_stream(StreamConfig.model_validate(camera("door", url)), requested=True)
+
+
 def document(folder: Path) -> bytes:
     return (folder / "state" / "streams.json").read_bytes()
 
@@ -73,7 +78,7 @@ def test_the_document_holds_no_password_and_a_restart_brings_the_camera_back(
     url = guarded.url_with_credentials(USER, PW)
     path = write_config(tmp_path / "config.yaml", config_doc())
     rt = boot(path)
-    rt.add_stream(StreamConfig.model_validate(camera("door", url)), requested=True)
+    add_door(rt, url)
 
     data = document(tmp_path)
     assert_no_password(data)
@@ -99,7 +104,7 @@ def test_another_key_leaves_the_stream_stopped_and_kept_until_the_right_one(
     path = write_config(tmp_path / "config.yaml", config_doc())
     rt = boot(path)
     url = guarded.url_with_credentials(USER, PW)
-    rt.add_stream(StreamConfig.model_validate(camera("door", url)), requested=True)
+    add_door(rt, url)
     sealed = document(tmp_path)
 
     monkeypatch.setenv(KEY_ENV, Fernet.generate_key().decode())
@@ -199,7 +204,7 @@ def test_a_workers_document_is_sealed_and_taken_over_sealed(
     url = guarded.url_with_credentials(USER, PW)
     path = write_config(tmp_path / "config.yaml", config_doc())
     rt = boot(path, Shard(1, 2))  # worker 1 of `serve --workers 2`
-    rt.add_stream(StreamConfig.model_validate(camera("door", url)), requested=True)
+    add_door(rt, url)
     assert_no_password((tmp_path / "state" / "worker-1.json").read_bytes())
 
     rt = boot(path)  # one process now: it takes worker 1's document over
