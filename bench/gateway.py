@@ -169,6 +169,14 @@ class Arm:
         status, _ = call(self.conn, "GET", f"/v1/streams/{self.stream}/latest")
         assert status == 200, status
 
+    def wait_for_result(self, timeout_s: float) -> None:
+        """Until the stream has a result (its /latest answers 200), `timeout_s` at most."""
+        deadline = time.monotonic() + timeout_s
+        while call(self.conn, "GET", f"/v1/streams/{self.stream}/latest")[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no result of {self.stream} within {timeout_s} s")
+            time.sleep(0.1)
+
     def signal(self) -> tuple[float, float]:
         """(offer → answer ms, DELETE ms)."""
         body = {"sdp": self.offer, "type": "offer", "max_width": 320}
@@ -202,6 +210,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp, fleet(Path(tmp)) as ports:
         arms = {"direct": Arm(ports[0], stream, offer), "gateway": Arm(ports[1], stream, offer)}
+        arms["direct"].wait_for_result(60.0)  # ready may come before the first result
         for arm in arms.values():  # warm: connections, the gateway's owner table
             timed(arm.latest, 20)
             arm.signal()
