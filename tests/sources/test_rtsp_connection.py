@@ -75,8 +75,8 @@ def test_a_close_cut_short_while_the_camera_ignores_close_notify_still_closes_th
     camera = SilentTlsCamera(server)
     loop = asyncio.new_event_loop()
     try:
-        connection = Connection("127.0.0.1", camera.port, ssl=client, timeout=WAIT_S)
-        loop.run_until_complete(connection.__aenter__())
+        # Made on its loop, as the reader makes it (aiortsp's connection makes a Future).
+        connection = loop.run_until_complete(_opened(camera.port, client))
         # Cut short before the connection's own wait for the close ends (half of it): a
         # stop whose time ran out, as a slow TEARDOWN leaves it.
         with pytest.raises(TimeoutError):
@@ -86,3 +86,9 @@ def test_a_close_cut_short_while_the_camera_ignores_close_notify_still_closes_th
     finally:
         loop.close()
         camera.stop()
+
+
+async def _opened(port: int, tls: ssl.SSLContext) -> Connection:
+    connection = Connection("127.0.0.1", port, ssl=tls, timeout=WAIT_S)
+    await connection.__aenter__()
+    return connection
