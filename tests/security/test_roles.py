@@ -98,7 +98,13 @@ def _start(kind: str, folder: Path, config: Path) -> Deployment:
     deployment = Deployment(kind, processes[-1].url, processes, folder)
     front = processes[-1]
     front.wait_for(lambda: _has_result(front.url), UP_S, f"{kind}: the camera's first result")
+    # Every member up too (a worker without a stream may come up after the other's result).
+    front.wait_for(lambda: _ready(front.url), UP_S, f"{kind}: every member ready")
     return deployment
+
+
+def _ready(url: str) -> bool:
+    return call(url, "GET", "/ready", None).status == 200  # the probes: open on loopback
 
 
 def _has_result(url: str) -> bool:
