@@ -139,13 +139,17 @@ def tune(
     stop: threading.Event | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     hardware: Hardware | None = None,
+    target_type: type[LiveTarget] = LiveTarget,
 ) -> TuneResult:
     """Tune the running runtime: search, then leave it on its starting settings, or on
-    the winner with `apply` (only after a search that was not interrupted or failed)."""
+    the winner with `apply` (only after a search that was not interrupted or failed).
+    `target_type`: a LiveTarget whose windows' figures come from elsewhere may stand in
+    (tests/tune/test_interrupt.py: their subject is what the applies leave, not a
+    measured verdict a busy machine could turn into a tie)."""
     base = rt.config.tuning
     knobs = search_space(rt, hardware or Hardware.here(), only)
     stop = stop or threading.Event()
-    target = LiveTarget(rt, knobs, base, stop)
+    target = target_type(rt, knobs, base, stop)
     slo = slo_ms or default_slo_ms(list(target.camera_fps().values()))
     tuner = Tuner(
         target,
