@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.rtsp",
     "tests.support.models",
     "tests.support.appliance",
+    "tests.support.quick",
 ]
