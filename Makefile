@@ -10,8 +10,14 @@ STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 CONFIG ?= configs/demo.yaml
 PYTEST_ARGS ?=
+# The suite in two workers, each test file on one (its module fixtures set up once):
+# most tests wait on real-time video, brokers and timeouts. tests/support/durations.py
+# writes where the time went to tests/artifacts/durations.json (`make test-report`).
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+N ?= 3
 
-.PHONY: install install-dev run test test-deps lint format bench docs clean
+.PHONY: install install-dev run test test-quick test-report test-flakes test-deps lint format bench docs clean
 
 # `make run` installs the appliance alone; `make test` and `make lint` add pytest,
 # Playwright (driving Debian's Chromium), mypy, ruff and the rest of the dev extra. The
@@ -38,7 +44,23 @@ test-deps:
 	sh tests/install_deps.sh
 
 test: install-dev test-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The 30 slowest tests of the last `make test` and each folder's total.
+test-report: install-dev
+	$(BIN)/python -m tests.support.report
+
+# The whole suite N times back to back (the last with a CPU-bound neighbour on one core):
+# every test that failed in any run.
+test-flakes: install-dev test-deps
+	$(BIN)/python -m tests.support.flakes $(N) -- -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The inner loop: every test that needs no server, camera, broker or browser (the compiler,
+# blocks, decoders, policy, schemas, statistics), in well under 90 s. tests/support/quick.py
+# marks the others `live` and, here, refuses any test that starts a process or a server
+# without being marked so.
+test-quick: install-dev
+	APPLIANCE_TEST_QUICK=1 $(BIN)/python -m pytest -n 2 -m "not live" $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .
