@@ -5,5 +5,6 @@ pytest_plugins = [
     "tests.support.rtsp",
     "tests.support.models",
     "tests.support.appliance",
+    "tests.support.durations",
     "tests.support.quick",
 ]
