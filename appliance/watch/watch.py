@@ -9,6 +9,10 @@ A row whose interval brought too few samples to judge (a stream at a few fps) is
 and judged with the next interval's.
 On a new regression the watch opens a profiling window itself (ONNX Runtime operators too
 when a model is involved), at most once per stream per `cooldown_s`, and the event links it.
+A regression raised while the watch's own window still records its streams (a block one
+interval after its model: their rows can reach enough samples one interval apart) is
+linked to that window: it is recording that regression's evidence, and no second window
+can open beside it.
 
 Cost: the recorders add a row of integer stores per frame and batch; the thread runs the
 probe `TICKS` times an interval and one comparison (a rank test per row) each interval.
@@ -87,6 +91,8 @@ class Watch:
         self._streams: dict[str, _Stream] = {}
         self._learning: dict[str, tuple[str, str, Learning]] = {}  # key -> kind, name, data
         self._evidence_at: dict[str, float] = {}  # stream -> monotonic time of its last window
+        # The last window the watch opened: its evidence, streams (None: all) and when.
+        self._opened: tuple[Evidence, frozenset[str] | None, float] | None = None
         # Rows whose interval brought fewer than MIN_SAMPLES (a stream at a few fps, a
         # rarely gated block): held for the next comparison, which judges them together.
         self._held: dict[str, Samples] = {}
@@ -144,6 +150,10 @@ class Watch:
             with self._lock:
                 for model_id in list(self.models.runs):
                     self.models.skip(model_id, self.config.warmup_s)
+                    # Runs the rings still hold are the model before the reload: judged
+                    # with the new one's, they made a mixed row (x2.2 for a x10 change).
+                    self.models.runs[model_id].take()
+                    self.models.waits[model_id].take()
                     for key in (row_key("model", model_id), row_key("queue", model_id)):
                         self._learning.pop(key, None)
                         self._held.pop(key, None)
@@ -337,15 +347,32 @@ class Watch:
         lists = list(due.values())
         streams = None if None in lists else sorted({s for v in lists if v for s in v}) or None
         ort = any(r.model is not None for r in raised)
-        try:
-            window = self.hooks.open_window(self.config.evidence_s, streams, ort)
-        except Exception as exc:  # another window runs, profiling is off, ...
-            log.info("regression watch: no evidence window for %s: %s", sorted(due), exc)
-            return None
+        evidence = self._recording(streams, ort, now)
+        if evidence is None:
+            try:
+                window = self.hooks.open_window(self.config.evidence_s, streams, ort)
+            except Exception as exc:  # another window runs, profiling is off, ...
+                log.info("regression watch: no evidence window for %s: %s", sorted(due), exc)
+                return None
+            evidence = Evidence(window, f"/v1/profiling/{window}/trace", ort)
+            covered = None if streams is None else frozenset(streams)
+            self._opened = (evidence, covered, now)
+            self._pause(self.config.evidence_s + 1.0)
         for key in due:
             self._evidence_at[key] = now
-        self._pause(self.config.evidence_s + 1.0)
-        return Evidence(window, f"/v1/profiling/{window}/trace", ort)
+        return evidence
+
+    def _recording(self, streams: list[str] | None, ort: bool, now: float) -> Evidence | None:
+        """The watch's own window when it still records these streams (with ONNX Runtime's
+        operators, if `ort`): it opened less than evidence_s ago, so it runs yet."""
+        if self._opened is None:
+            return None
+        evidence, covered, opened = self._opened
+        if now - opened >= self.config.evidence_s or (ort and not evidence.ort_operators):
+            return None
+        if covered is not None and (streams is None or not covered.issuperset(streams)):
+            return None
+        return evidence
 
     def _pause(self, seconds: float, *, reset: bool = False) -> None:
         """Record nothing for `seconds` from now: longer pauses stay, unless `reset`."""
