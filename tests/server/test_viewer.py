@@ -288,6 +288,14 @@ def test_the_viewer_marks_a_block_in_regression(
     assert page.tab.locator("#latency tbody tr").first.locator(".badge").count() == 0  # workflow
     assert page.text("#watch-host") == ""  # the host is not slower: nothing put on it
     screenshot(page, "viewer-regression.png")
+    # The table is redrawn every 2 s, in place: its evidence link stays the same element,
+    # so a press and its release land on it (a row replaced between them lost the click
+    # and the download: a 30 s timeout in a full run). Seen redrawn before the re-baseline.
+    kept = row.get_by_role("link", name="evidence trace").element_handle()
+    page.tab.evaluate(  # each redraw sets the summary line below the table
+        """() => { window.redrawn = false; new MutationObserver(() => { window.redrawn = true; })
+            .observe(document.getElementById("latency-summary"), { childList: true }); }"""
+    )
 
     # The evidence: the trace the watch recorded when it raised the regression.
     window = regression["evidence"]["window"]
@@ -302,6 +310,9 @@ def test_the_viewer_marks_a_block_in_regression(
     trace = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
     runs = [e for e in trace["traceEvents"] if e.get("name") == "workflow.run"]
     assert runs and {e["args"]["stream"] for e in runs} == {"cam"}
+
+    page.tab.wait_for_function("() => window.redrawn")
+    assert kept.evaluate("(a) => a.isConnected")
 
     # Re-baselined (an intended change): the regression ends, the badge goes.
     assert live.call("POST", "/v1/streams/cam/baseline").status == 202

@@ -35,7 +35,10 @@ export class StreamView {
     this.clear();
     $("latency").tBodies[0].replaceChildren();
     say("latency-summary", "");
-    for (const id of ["watch-host", "watch-other"]) $(id).replaceChildren();
+    for (const id of ["watch-host", "watch-other"]) {
+      $(id).replaceChildren();
+      delete $(id).dataset.drawn; // what watch.js drew there: nothing now
+    }
     say("watch-status", "");
     this.loadScene();
     this.refreshLatency();

@@ -25,33 +25,57 @@ export async function refreshWatch(view) {
   drawWatch(view);
   // The stream's others (its frame age): a line each. The host: one line, for every stream.
   const others = regressions.filter((r) => r.kind !== "block");
-  $("watch-other").replaceChildren(...others.map((r) => watchLine(
-    `${r.name} is ${ratio(r)} slower than its baseline since ${r.started_at}.`, r)));
+  drawLines("watch-other", others.map((r) => [
+    `${r.name} is ${ratio(r)} slower than its baseline since ${r.started_at}.`, r]));
   const host = report.host;
-  $("watch-host").replaceChildren(...(host ? [watchLine(`The host is ${ratio(host)} slower as a `
+  drawLines("watch-host", host ? [[`The host is ${ratio(host)} slower as a `
     + `whole since ${host.started_at} (probe ${ratio(host, "probe_ratio")}, rows `
     + `${ratio(host, "common_ratio")}): the machine, not a block. Blocks are judged on what `
-    + "it does not explain.", host)] : []));
+    + "it does not explain.", host]] : []);
 }
 
-/** The per-block latency table, with a badge on each block in regression. */
+/** Lines of [text, regression], redrawn only when they change (as the table's rows). */
+function drawLines(id, lines) {
+  const box = $(id);
+  const drawn = JSON.stringify([lines, auth.role]);
+  if (box.dataset.drawn === drawn) return;
+  box.dataset.drawn = drawn;
+  box.replaceChildren(...lines.map(([text, r]) => watchLine(text, r)));
+}
+
+/** The per-block latency table, with a badge on each block in regression. Redrawn every
+ * 2 s in place: a row replaced while a pointer presses its evidence link loses the click
+ * (the press and the release land on two elements), so a row's cells change only where
+ * their text does, and its name cell (the badge and the link) only when its regression does. */
 export function drawWatch(view) {
   const report = view.report;
   if (!report) return;
   const ms = (x) => (x === null ? "–" : x.toFixed(2));
   const rows = [{ id: "workflow", type: "(whole run)", whole: true, ...report.workflow },
     ...report.blocks];
-  $("latency").tBodies[0].replaceChildren(...rows.map((b) => {
-    const tr = document.createElement("tr");
-    for (const [text, cls] of [[b.id, ""], [b.type, ""], [ms(b.p50_ms), "num"], [ms(b.p99_ms), "num"]]) {
-      tr.append(el("td", text, cls));
-    }
+  const body = $("latency").tBodies[0];
+  while (body.rows.length > rows.length) body.lastElementChild.remove();
+  rows.forEach((b, i) => {
+    const tr = body.rows[i] ?? body.appendChild(latencyRow());
     const regression = b.whole ? undefined : view.slower.get(b.id);
-    if (regression) tr.cells[0].append(" ", ...regressionBadge(regression));
-    return tr;
-  }));
+    const name = JSON.stringify([b.id, regression ?? null, auth.role]);
+    if (tr.dataset.name !== name) {
+      tr.dataset.name = name;
+      tr.cells[0].replaceChildren(b.id, ...(regression ? [" ", ...regressionBadge(regression)] : []));
+    }
+    [b.type, ms(b.p50_ms), ms(b.p99_ms)].forEach((text, c) => {
+      const cell = tr.cells[c + 1];
+      if (cell.textContent !== text) cell.textContent = text;
+    });
+  });
   const fps = report.fps === null ? "–" : report.fps.toFixed(1);
   say("latency-summary", `Last ${report.frames} frames, ${fps} fps.`);
+}
+
+function latencyRow() {
+  const tr = document.createElement("tr");
+  for (const cls of ["", "", "num", "num"]) tr.append(el("td", "", cls));
+  return tr;
 }
 
 const ratio = (r, field = "ratio") => (r[field] == null ? "×?" : `×${r[field].toFixed(2)}`);
