@@ -13,8 +13,11 @@ from tests.sinks.receiver import Receiver
 
 FPS = 30  # the test clips' rate, played in real time like a camera
 # Loose sanity bound: a fault elsewhere must not slow a stream. Measured ~1.0 (the figures);
-# a busy 2-core machine moves one 1-2 s window's fps by up to ~20 % all by itself.
-FPS_RATIO_MIN = 0.7
+# a busy 2-core machine moves one 1-2 s window's fps by up to ~20 % all by itself, and by
+# up to half beside a second pytest worker and other load (0.514 in one such run). A
+# stream the fault held up would fall far lower (to ~0 while it lasts), as in
+# test_cameras.py's OTHERS_MIN_RATIO.
+FPS_RATIO_MIN = 0.5
 WAIT_S = 20.0  # generous waits for a busy 2-core machine; passing runs take far less
 # Cheap frames: drawing on a copy of each frame needs no model.
 DRAW = {"name": "draw", "blocks": [{"id": "drawn", "type": "annotate"}],
