@@ -6,7 +6,9 @@ One fleet (`fleet`) serves the module, in this order. It is first two replicas
 is added; then the whole fleet restarts as three (`--shard I/3`, a gateway with three
 addresses and the same state folder), which moves that camera to its new owner. The
 tests then read it (lists, per-stream routes, WebRTC), add and remove a camera, stop a
-replica (SIGSTOP) and kill one (SIGKILL), which comes back from its own state.
+replica (SIGSTOP) and kill one (SIGKILL), which comes back from its own state. A test
+that needs a camera where an earlier one leaves it waits for it (the moved camera on its
+new owner) or adds it (the camera added here), so each passes alone as well.
 
 The replicas run a drawing-only workflow on a tiny looped clip: no model to load, the
 cheapest workflow that still yields results and video, on this 2-core machine.
@@ -56,6 +58,11 @@ DRAW = {
     "outputs": {"video": "drawn"},
 }
 UP_S = 60.0  # a process's start, several at once on two cores
+# A stopped replica is down once a probe of it times out: a probe every 2 s, 3 s each
+# (appliance/workers/replicas.py); a list in flight meanwhile waits out its own 5 s
+# (workers/gateway.py). About 10 s at most, twice that on a loaded box.
+DOWN_S = 20.0
+MOVE_S = 30.0  # the gateway's moves: a pass at its start, then one every few seconds
 
 
 def _added(owner: int, moves: bool, taken: tuple[str, ...] = ()) -> str:
@@ -190,10 +197,25 @@ def test_the_gateway_lists_every_camera_of_every_replica_with_its_replica(fleet:
     assert [r["address"] for r in ready["replicas"]] == [f"127.0.0.1:{p}" for p in fleet.ports[:3]]
 
 
+def moved(fleet: LiveFleet) -> None:
+    """MOVED (added to the fleet of two) runs on its owner of three, and only there."""
+    fleet.gw.wait_for(lambda: fleet.runs_on(MOVED) == [2], MOVE_S, f"{MOVED} on replica 2 only")
+
+
+def added(fleet: LiveFleet) -> dict[str, Any]:
+    """The spec of ADDED, a camera added through the gateway (here, unless it is already)."""
+    source = {"url": _clip_of(fleet), "loop": True, "pace": "realtime"}
+    spec = {"id": ADDED, "source": source, "workflow": DRAW}
+    if call(fleet.gw.url, "GET", f"/v1/streams/{ADDED}")[0] == 404:
+        status, body = call(fleet.gw.url, "POST", "/v1/streams", spec)
+        assert status == 201, body
+    return spec
+
+
 def test_a_camera_added_to_two_replicas_runs_on_its_owner_of_three_and_only_there(
     fleet: LiveFleet,
 ) -> None:
-    fleet.gw.wait_for(lambda: fleet.runs_on(MOVED) == [2], 30, f"{MOVED} on replica 2 only")
+    moved(fleet)
     assert listed(fleet.gw.url)[MOVED]["replica"] == 2
     log = fleet.gw.log_path.read_text()
     started = log.index(f"camera {MOVED} started on replica 2")
@@ -239,10 +261,9 @@ def test_a_webrtc_offer_reaches_the_owner(fleet: LiveFleet) -> None:
 
 
 def test_a_camera_added_through_the_gateway_lands_on_its_owner(fleet: LiveFleet) -> None:
-    source = {"url": _clip_of(fleet), "loop": True, "pace": "realtime"}
-    spec = {"id": ADDED, "source": source, "workflow": DRAW}
-    status, body = call(fleet.gw.url, "POST", "/v1/streams", spec)
-    assert status == 201, body
+    if call(fleet.gw.url, "GET", f"/v1/streams/{ADDED}")[0] == 200:  # a test before added it
+        assert call(fleet.gw.url, "DELETE", f"/v1/streams/{ADDED}")[0] == 200
+    spec = added(fleet)  # 201
     assert fleet.runs_on(ADDED) == [owner_of(ADDED, 3)] == [1]
     assert call(fleet.gw.url, "POST", "/v1/streams", spec)[0] == 409  # it runs already
     kept = json.loads((fleet.folder / "gateway" / "fleet.json").read_text())
@@ -256,6 +277,7 @@ def _clip_of(fleet: LiveFleet) -> str:
 
 def test_a_stopped_replica_shows_its_cameras_unavailable_and_answers_503(fleet: LiveFleet) -> None:
     victim = fleet.replicas[2]
+    moved(fleet)  # else it stays where it runs while its owner is down, and is not shown so
     mine = [c for c, owner in assign(CAMERAS, 3).items() if owner == 2] + [MOVED]
     os.kill(victim.process.pid, signal.SIGSTOP)
     try:
@@ -268,7 +290,7 @@ def test_a_stopped_replica_shows_its_cameras_unavailable_and_answers_503(fleet: 
                 for c in mine
             )
 
-        fleet.gw.wait_for(unavailable, 20, "replica 2's cameras unavailable")
+        fleet.gw.wait_for(unavailable, DOWN_S, "replica 2's cameras unavailable")
         table = run_appliance(["streams", "list", "--url", fleet.gw.url, "--token", TOKEN])
         assert table.returncode == 0, table.stderr  # the CLI reads a fleet with one down
         assert all(f"{c} " in table.stdout for c in mine) and "unavailable" in table.stdout
@@ -285,6 +307,7 @@ def test_a_stopped_replica_shows_its_cameras_unavailable_and_answers_503(fleet: 
 
 
 def test_a_killed_replica_comes_back_with_the_camera_from_its_state(fleet: LiveFleet) -> None:
+    added(fleet)
     owner = owner_of(ADDED, 3)
     victim = fleet.replicas[owner]
     mark = len(fleet.gw.log_path.read_text())
@@ -305,6 +328,7 @@ def test_a_killed_replica_comes_back_with_the_camera_from_its_state(fleet: LiveF
 def test_a_camera_removed_through_the_gateway_is_gone_from_replicas_and_store(
     fleet: LiveFleet,
 ) -> None:
+    added(fleet)
     assert call(fleet.gw.url, "DELETE", f"/v1/streams/{ADDED}")[0] == 200
     assert fleet.runs_on(ADDED) == []
     kept = json.loads((fleet.folder / "gateway" / "fleet.json").read_text())
