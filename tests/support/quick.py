@@ -105,7 +105,7 @@ LIVE_FIXTURES: dict[str, str] = {
     "tests/test_reload_models.py::runtime": "a runtime, clips in real time",
     "tests/test_workers.py::two": "`appliance serve --workers 2`",
     "tests/tools/test_summarize_window.py::window_trace": "a runtime, the demo in real time",
-    "tests/tools/test_trace_diff.py::runs": "two runtimes side by side, 10 s each",
+    "tests/tools/test_trace_diff.py::runs": "two runtimes side by side, 60 frames each",
     "tests/tune/test_api.py::server": "LiveServer",
     "tests/tune/test_interrupt.py::on_starting": "a runtime, two cameras in real time",
 }
