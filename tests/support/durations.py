@@ -21,8 +21,10 @@ from typing import Any
 import psutil
 import pytest
 
+from appliance.atomic import write_atomic
+
 DEFAULT_PATH = Path("tests/artifacts/durations.json")
-_BUSY_AT = pytest.StashKey[float]()
+_CPU_AT = pytest.StashKey[float]()
 
 
 class DurationsRecorder:
@@ -30,7 +32,6 @@ class DurationsRecorder:
         self.path = path
         self.started = time.monotonic()
         self.tests: dict[str, dict[str, Any]] = {}
-        self.workers = 0
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -53,18 +54,14 @@ class DurationsRecorder:
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        wall = time.monotonic() - self.started
-        self.workers = int(getattr(session.config.option, "numprocesses", 0) or 0)
         document = {
-            "wall_s": round(wall, 1),
-            "workers": self.workers,
+            "wall_s": round(time.monotonic() - self.started, 1),
+            "workers": int(getattr(session.config.option, "numprocesses", 0) or 0),
             "exitstatus": int(exitstatus),
             "tests": self.tests,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=1, sort_keys=True))
-        temporary.replace(self.path)
+        write_atomic(self.path, json.dumps(document, indent=1, sort_keys=True).encode())
 
 
 def _tree_cpu_s() -> float:
@@ -88,15 +85,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # a module shares counts towards the tests during which it runs). Per worker, so it
     # holds under xdist too; a grandchild reaped by a child that outlives the test is
     # missed until that child is reaped.
-    item.stash[_BUSY_AT] = _tree_cpu_s()
+    item.stash[_CPU_AT] = _tree_cpu_s()
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
     report = yield
-    if call.when == "teardown" and _BUSY_AT in item.stash:
-        busy = _tree_cpu_s() - item.stash[_BUSY_AT]
+    if call.when == "teardown" and _CPU_AT in item.stash:
+        busy = _tree_cpu_s() - item.stash[_CPU_AT]
         report.user_properties.append(("cpu_s", round(busy, 3)))  # type: ignore[attr-defined]
     return report
 
