@@ -233,6 +233,7 @@ def _setup_logging(level: str, worker: Shard | None = None) -> None:
 # -- serve ------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     from appliance.server.serve import serve
+    from appliance.server.shutdown import exit_now
 
     try:
         shard = args.shard or shard_from_env(os.environ)
@@ -280,7 +281,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             unix=args.unix,
         )
     )
-    return 0 if clean else 1
+    # Everything this process started has stopped (or been abandoned, and logged):
+    # nothing is left for the interpreter's finalization to wait on (shutdown.exit_now).
+    exit_now(0 if clean else 1)
 
 
 def _cache_composed_models(config: AppConfig) -> None:

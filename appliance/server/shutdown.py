@@ -11,13 +11,14 @@ and Python waits for every such thread at exit: `ExitDeadline` ends the process 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -130,13 +131,30 @@ class ExitDeadline:
         while (left := self._deadline - time.monotonic()) > 0:
             self._changed.wait(left)
             self._changed.clear()
-        main = threading.main_thread()
-        busy = [t.name for t in threading.enumerate() if not t.daemon and t is not main]
+        exit_now(self.code, at_deadline=True)
+
+
+def exit_now(code: int, *, at_deadline: bool = False) -> NoReturn:
+    """End the process with status `code` now, its log and output flushed first, without
+    the interpreter's finalization. For `appliance serve` once its shutdown is over:
+    finalization runs the destructors of whatever the stopped streams left for the
+    garbage collector (a C extension's, which may block: FFmpeg closing a network input,
+    a thread pool's join), and once it has begun Python's daemon threads, ExitDeadline's
+    included, can no longer run, so nothing would end a process stuck there. A worker of
+    `serve --workers` did so once in six suite runs: "shut down in 0.5 s" logged, then
+    alive 5 s later until its supervisor killed it. The threads still at work (a request's
+    that the drain cut short) are named when there are any, and always `at_deadline`."""
+    main = threading.main_thread()
+    busy = [t.name for t in threading.enumerate() if not t.daemon and t is not main]
+    if busy or at_deadline:
         log.warning(
-            "exit deadline: exiting with status %d, abandoning threads still at work: %s",
-            self.code,
+            "%s: exiting with status %d, abandoning threads still at work: %s",
+            "exit deadline" if at_deadline else "shut down",
+            code,
             ", ".join(busy) or "none",
         )
-        logging.shutdown()  # flush every handler: os._exit skips it
-        sys.stderr.flush()
-        os._exit(self.code)
+    logging.shutdown()  # flush every handler: os._exit skips it
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            stream.flush()
+    os._exit(code)

@@ -1,7 +1,10 @@
 """Block types that hold their thread for real, published as a user's plugin would be
 (a distribution's entry points on sys.path): `test_hang` waits on a gate the test opens,
 `test_nap` sleeps. What they stand for: a block or model call that does not return.
-`test_exit` ends its thread, as a bug outside the workflow's error handling would."""
+`test_exit` ends its thread, as a bug outside the workflow's error handling would.
+`test_linger` passes frames on, but leaves behind an object whose finalizer blocks when
+the interpreter finalizes, as a C extension's destructor can (FFmpeg closing a network
+input, a thread pool's join)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,12 @@ HANG_TIMEOUT_S = 120.0  # a forgotten gate still lets the thread end, long after
 # In-process tests load this group into the default registry; `appliance serve` children
 # find the same blocks in the standard group.
 TEST_GROUP = "appliance.blocks.security_tests"
-BLOCKS = {"test_hang": "HangBlock", "test_nap": "NapBlock", "test_exit": "ExitBlock"}
+BLOCKS = {
+    "test_hang": "HangBlock",
+    "test_nap": "NapBlock",
+    "test_exit": "ExitBlock",
+    "test_linger": "LingerBlock",
+}
 log = logging.getLogger("tests.security.nap")
 
 
@@ -80,6 +88,30 @@ class ExitBlock(BlockType):
             raise SystemExit("test_exit")
 
         return stateless(step)
+
+
+class _Lingers:
+    """Blocks in its finalizer, which runs when the interpreter clears this module."""
+
+    # Bound now: by the time the finalizer runs, this module's globals may be None.
+    def __del__(self, sleep: Any = time.sleep, seconds: float = HANG_TIMEOUT_S) -> None:
+        sleep(seconds)
+
+
+LEFT_BEHIND: list[_Lingers] = []  # cleared only by the interpreter's finalization
+
+
+class LingerBlock(BlockType):
+    """Passes the image on; each build leaves a `_Lingers` behind for the finalization."""
+
+    type_name = "test_linger"
+    inputs = {"image": ("image", "frame")}
+    outputs = {"image": "image"}
+
+    @classmethod
+    def build(cls, params: Any, ctx: BuildContext) -> StepFactory:
+        LEFT_BEHIND.append(_Lingers())
+        return stateless(lambda image: image)
 
 
 def write_distribution(folder: Path, group: str) -> Path:

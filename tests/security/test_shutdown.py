@@ -127,3 +127,39 @@ def test_sigterm_drains_then_cuts_requests_and_exits_by_the_deadline(
     assert stamp(lines, "streams stopped") - stamp(lines, "shutting down") < 1.0, log[-3000:]
     assert stamp(lines, "streams stopped") < stamp(lines, "cut short")
     assert "shutting down: streams stop now; 2 request(s) in flight" in log
+
+
+def test_a_finalizer_that_blocks_does_not_hold_the_process_after_its_shutdown(
+    tmp_path: Path, write_config: Callable[[dict[str, Any]], Path]
+) -> None:
+    """Once its shutdown is over, `appliance serve` ends without the interpreter's
+    finalization, where a blocking destructor (here a block's object whose `__del__`
+    sleeps 120 s) would hold it with nothing left to end it: Python's daemon threads, the
+    exit deadline's included, cannot run once finalization has begun. A worker of
+    `serve --workers` stayed alive so after logging "shut down in 0.5 s"."""
+    plugins = write_distribution(tmp_path / "plugins", PLUGIN_GROUP)
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(plugins), str(ROOT)]))
+    cam = {
+        "id": "cam",
+        "source": {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"},
+        "workflow": {
+            "name": "lingers",
+            "blocks": [{"id": "linger", "type": "test_linger"}],
+            "outputs": {"video": "linger"},
+        },
+    }
+    config = write_config({"server": {"drain_timeout_s": DRAIN_S}, "streams": [cam]})
+    served = start_served(config, tmp_path, env=env)
+    try:
+        served.wait_for(
+            lambda: served.json("/v1/streams/cam")["frames_processed"] > 0, 30, "cam processing"
+        )
+        served.process.send_signal(signal.SIGTERM)
+        # Far less than the finalizer's 120 s, far more than a shutdown takes here.
+        code = served.process.wait(DRAIN_S + EXIT_MARGIN_S + 30)
+    finally:
+        served.stop()
+    log = served.log_path.read_text(encoding="utf-8")
+    assert code == 0, log[-3000:]
+    assert "shut down in" in log
+    assert "abandoning threads" not in log, log[-3000:]  # nothing was at work
