@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.support.appliance",
     "tests.support.durations",
     "tests.support.quick",
+    "tests.support.nodeids",
 ]

@@ -4,9 +4,15 @@ durations files the plugin (tests/support/durations.py) writes."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.support import nodeids
 from tests.support.flakes import summarise
 from tests.support.report import render
 
@@ -55,3 +61,30 @@ def test_clean_runs_say_so(tmp_path: Path) -> None:
     runs = [write(tmp_path / f"{k}.json", {"t::a": entry(1.0)}) for k in (1, 2)]
     text, code = summarise(runs, neighbour_run=2)
     assert code == 0 and text.endswith("no test failed in any of the 2 runs")
+
+
+@pytest.mark.live  # a pytest of its own, whose workers start the API
+def test_each_api_operation_is_a_test_of_its_own_that_xdist_runs(tmp_path: Path) -> None:
+    """schemathesis's items get their operation in their id (tests/support/nodeids.py):
+    with one shared id, `pytest -n 2 --dist loadfile` ran one operation of 47."""
+    durations = tmp_path / "durations.json"
+    test = "tests/server/test_openapi.py::test_the_server_keeps_to_its_document"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2"]
+    argv += ["--dist", "loadfile", "tests/server/test_openapi.py", "-k", "keeps_to_its_document"]
+    env = {**os.environ, "APPLIANCE_TEST_DURATIONS": str(durations)}
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
+    ran = json.loads(durations.read_text())["tests"]
+    assert f"{test}[GET /health]" in ran and f"{test}[POST /v1/streams]" in ran
+    assert len(ran) >= 40  # every operation of /openapi.json, each its own entry
+
+
+def test_tests_that_share_an_id_stop_the_collection() -> None:
+    class Item:  # what the hook reads of a collected item
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    items: Any = [Item("t.py::a"), Item("t.py::b"), Item("t.py::a")]
+    with pytest.raises(pytest.UsageError, match=r"share a node id .*: t\.py::a$"):
+        nodeids.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    nodeids.pytest_collection_modifyitems(None, items[:2])  # type: ignore[arg-type]
