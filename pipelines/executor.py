@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, thread_time_ns
 from typing import Any
 
 from pipelines.blocks.base import SKIP, StepFactory
@@ -68,9 +68,10 @@ class CompiledWorkflow:
         self.block_models: dict[str, str] = {}  # block id -> the model it runs (compiler)
         self.regions: tuple[Region, ...] = ()  # lines and zones its blocks count (compiler)
 
-    def instantiate(self) -> WorkflowRun:
-        """A runnable copy for one stream, with fresh per-stream block state."""
-        return WorkflowRun(self)
+    def instantiate(self, cpu_clock: bool = False) -> WorkflowRun:
+        """A runnable copy for one stream, with fresh per-stream block state. `cpu_clock`:
+        each block's thread CPU time is recorded too (`FrameResult.block_cpu_ns`)."""
+        return WorkflowRun(self, cpu_clock)
 
     def summary(self) -> str:
         """One line: name, blocks in order, outputs."""
@@ -90,7 +91,7 @@ class WorkflowRun:
     said SKIP) keeps its last outputs, which later blocks and the outputs then read.
     """
 
-    def __init__(self, workflow: CompiledWorkflow) -> None:
+    def __init__(self, workflow: CompiledWorkflow, cpu_clock: bool = False) -> None:
         self.workflow = workflow
         self._vals: list[Any] = [None] * workflow.n_slots
         # Flattened plan: tuples unpack faster than attribute access on the hot path.
@@ -102,6 +103,12 @@ class WorkflowRun:
         self._outputs = workflow.outputs
         self._video_slot = workflow.video_slot
         self._run = self._run_gated if workflow.gated else self._run_plain
+        # The regression watch's own-cost measure: the worker thread's CPU ns per block,
+        # which does not grow while the thread waits for a core (a victim of contention)
+        # but does when the block does more work. 0 for a block skipped on the frame.
+        # A CPU clock read is a system call (about 0.7 µs here, perf_counter's 0.08 µs):
+        # only when asked.
+        self._cpu = [0] * len(self._plan) if cpu_clock else None
 
     def run(self, frame: Frame) -> FrameResult:
         """Run every block in order on `frame`; each block's (start, end) is recorded
@@ -110,7 +117,8 @@ class WorkflowRun:
         vals[IMAGE_SLOT] = frame.image
         vals[FRAME_SLOT] = frame
         start = perf_counter()
-        spans = self._run(vals)
+        cpu = self._cpu
+        spans = self._run(vals) if cpu is None else self._run_timed(vals, cpu)
         return FrameResult(
             stream_id=frame.stream_id,
             seq=frame.seq,
@@ -123,6 +131,7 @@ class WorkflowRun:
             source_image=frame.image,
             outputs={name: vals[slot] for name, slot in self._outputs},
             block_spans=spans,
+            block_cpu_ns=() if cpu is None else tuple(cpu),
         )
 
     def _run_plain(self, vals: list[Any]) -> list[tuple[float, float] | None]:
@@ -158,4 +167,27 @@ class WorkflowRun:
                 for slot, v in zip(out, value, strict=True):
                     vals[slot] = v
             spans.append((t0, perf_counter()))
+        return spans
+
+    def _run_timed(self, vals: list[Any], cpu: list[int]) -> list[tuple[float, float] | None]:
+        """Like _run_gated, and each block's thread CPU ns into `cpu` (0 when skipped)."""
+        spans: list[tuple[float, float] | None] = []
+        fresh = self._fresh
+        for i, (fn, args, out, deps) in enumerate(self._plan):
+            if deps and not any(fresh[d] for d in deps):
+                fresh[i], cpu[i] = False, 0
+                spans.append(None)
+                continue
+            c0, t0 = thread_time_ns(), perf_counter()
+            value = fn(*[vals[a] for a in args])
+            fresh[i] = value is not SKIP
+            if value is SKIP:
+                pass  # keep the last outputs
+            elif isinstance(out, int):
+                vals[out] = value
+            else:
+                for slot, v in zip(out, value, strict=True):
+                    vals[slot] = v
+            spans.append((t0, perf_counter()))
+            cpu[i] = thread_time_ns() - c0
         return spans

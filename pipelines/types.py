@@ -247,6 +247,9 @@ class FrameResult:
     image: Image
     outputs: Mapping[str, Any]
     block_spans: Sequence[tuple[float, float] | None] = field(default_factory=tuple)
+    # Each block's thread CPU ns, in workflow order (0: skipped); empty unless the run
+    # was asked to measure it (`CompiledWorkflow.instantiate(cpu_clock=True)`).
+    block_cpu_ns: Sequence[int] = field(default_factory=tuple)
     # The frame as captured, before any block drew on it (blocks that draw copy it): what
     # a viewer asking for the raw video gets. None: the same as `image`.
     source_image: Image | None = None

@@ -190,6 +190,16 @@ class Metrics:
             "Regressions raised by the watch, by kind (block, model, queue, frame age, host).",
             ["kind"],
         )
+        self.watch_contention = counter(
+            "appliance_watch_contention_events",
+            "Times rows got slower only by waiting (their own CPU cost per run unchanged), "
+            "by type: contention, or load_changed when a change of load explains them.",
+            ["type"],
+        )
+        self.watch_probe_cpu = counter(
+            "appliance_watch_probe_cpu_seconds",
+            "CPU time the regression watch's host probe has used (its own cost).",
+        )
 
     def remove_model(self, model_id: str) -> None:
         """Drop a released model's series: API workflows may name any number of models."""

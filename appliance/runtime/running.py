@@ -137,6 +137,7 @@ class RunningStreams(Mapping[str, Stream]):
             trace=trace,
             on_state=self._outputs.stream_state,
             hosts=self._hosts,
+            cpu_clock=config.profiling.watch.enabled,
         )
         with self._lock:
             self._check_room(cfg.id)

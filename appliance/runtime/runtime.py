@@ -282,6 +282,8 @@ class Runtime:
             except StateSaveError:
                 self.remove_stream(cfg.id)
                 raise
+        # A change of the appliance's own load: the other streams' rows may wait longer.
+        self.watch.changed("stream added", f"stream {cfg.id!r} added")
         return stream
 
     def _start_stream(self, cfg: StreamConfig, requested: bool) -> Stream:
@@ -316,6 +318,7 @@ class Runtime:
         ended = self.streams.stop(stream_id, timeout)
         self._requested.discard(stream_id)
         self.latest.forget(stream_id)
+        self.watch.changed("stream removed", f"stream {stream_id!r} removed")
         return ended
 
     @one_change_at_a_time

@@ -85,8 +85,10 @@ class Stream:
         trace: StreamTrace | None = None,
         on_state: Callable[[str, str, str], None] | None = None,
         hosts: SourceHosts = ANY_HOST,
+        cpu_clock: bool = False,
     ) -> None:
         self.id = cfg.id
+        self._cpu_clock = cpu_clock  # each block's CPU time too (the regression watch's)
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state
         self._trace = trace  # the profiler's per-frame hook, on this worker thread
@@ -195,7 +197,7 @@ class Stream:
 
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
-        run = self.workflow.instantiate().run  # this stream's own block state
+        run = self.workflow.instantiate(self._cpu_clock).run  # this stream's own block state
         publish, observe, trace = self._publish, self.metrics.observe, self._trace
         if trace is not None:
             trace.bind()

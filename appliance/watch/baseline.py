@@ -72,6 +72,15 @@ class Baseline:
     learned_at: float  # epoch seconds: the end of its learning
     source: str  # "learned", or the file it came from
     contention: Samples = field(default_factory=lambda: np.empty(0, np.int64))  # ‰ waits
+    # The row's own cost per run, µs of CPU (a block's thread CPU; a model's per sample,
+    # on every thread of its run): what a wait for a core does not move. Empty: unknown
+    # (a baseline from a trace file, a row without one: frame age, queue wait).
+    cpu: Samples = field(default_factory=lambda: np.empty(0, np.int64))
+    # How far apart the medians of the intervals it was learned over were (the slowest
+    # over the fastest, ≥ 1): the drift a machine showed with nothing changed, which a
+    # comparison allows on top of its gate (a minute's learning sees one state only).
+    spread: float = 1.0
+    cpu_spread: float = 1.0
 
     def document(self) -> dict[str, Any]:
         return {
@@ -80,6 +89,9 @@ class Baseline:
             "samples_us": self.samples.tolist(),
             "probe_us": self.probe.tolist(),
             "contention_permille": self.contention.tolist(),
+            "cpu_us": self.cpu.tolist(),
+            "spread": round(self.spread, 4),
+            "cpu_spread": round(self.cpu_spread, 4),
             "learned_at": round(self.learned_at, 3),
             "source": self.source,
         }
@@ -126,7 +138,19 @@ def _parse_row(row: Any, where: str) -> Baseline:
         float(learned_at),
         str(row.get("source", "learned"))[:256],
         _samples(row.get("contention_permille", []), f"{where}.contention_permille", minimum=0),
+        _samples(row.get("cpu_us", []), f"{where}.cpu_us", minimum=0),
+        _spread(row.get("spread", 1.0), f"{where}.spread"),
+        _spread(row.get("cpu_spread", 1.0), f"{where}.cpu_spread"),
     )
+
+
+MAX_SPREAD = 4.0  # a baseline whose intervals differed more than this learned nothing
+
+
+def _spread(value: Any, where: str) -> float:
+    if not isinstance(value, int | float) or not 1.0 <= value <= MAX_SPREAD:
+        raise BaselineError(f"{where}: expected a number from 1 to {MAX_SPREAD:g}")
+    return float(value)
 
 
 def _samples(values: Any, where: str, minimum: int) -> Samples:
@@ -192,29 +216,68 @@ class BaselineStore:
             tmp.unlink(missing_ok=True)
 
 
+MIN_INTERVAL_SAMPLES = 10  # an interval's median counts towards the spread from this many
+
+
+@dataclass
+class Reservoir:
+    """At most `cap` of all the samples added, each with the same chance."""
+
+    kept: Samples = field(default_factory=lambda: np.empty(0, np.int64))
+    count: int = 0
+
+    def add(self, samples: Samples, cap: int) -> None:
+        seen, self.count = self.count, self.count + samples.size
+        self.kept = _reservoir(self.kept, seen, samples, self.count, cap)
+
+
 @dataclass
 class Learning:
-    """A row being learned: what it gathered since `started` (perf_counter), bounded."""
+    """A row being learned: what it gathered since `started` (perf_counter), bounded, its
+    own cost per run beside it, and each interval's median (the spread it saw)."""
 
     started: float
     started_at: float = field(default_factory=time.time)
     parts: list[Samples] = field(default_factory=list)
     count: int = 0
+    cpu: Reservoir = field(default_factory=Reservoir)
+    medians: list[float] = field(default_factory=list)  # per interval, µs
+    cpu_medians: list[float] = field(default_factory=list)
 
-    def add(self, samples: Samples, cap: int) -> None:
+    def add(self, samples: Samples, cap: int, cpu: Samples | None = None) -> None:
         """Keep at most `cap` samples, each of all those seen with the same chance (a
         reservoir: the old ones in proportion to how many they stand for)."""
+        if samples.size >= MIN_INTERVAL_SAMPLES:
+            self.medians.append(float(np.median(samples)))
+        if cpu is not None and cpu.size:
+            if cpu.size >= MIN_INTERVAL_SAMPLES:
+                self.cpu_medians.append(float(np.median(cpu)))
+            self.cpu.add(cpu, cap)
         if samples.size == 0:
             return
         seen, self.count = self.count, self.count + samples.size
-        kept = self.samples()
-        if kept.size + samples.size <= cap:
-            self.parts.append(samples)
-            return
-        rng = np.random.default_rng(self.count)
-        old = rng.choice(kept, min(kept.size, round(cap * seen / self.count)), replace=False)
-        new = rng.choice(samples, min(samples.size, cap - old.size), replace=False)
-        self.parts = [np.concatenate([old, new])]
+        self.parts = [_reservoir(self.samples(), seen, samples, self.count, cap)]
 
     def samples(self) -> Samples:
         return np.concatenate(self.parts) if self.parts else np.empty(0, np.int64)
+
+    def spreads(self) -> tuple[float, float]:
+        """(wall, own cost): the slowest interval's median over the fastest's, at most
+        MAX_SPREAD; 1 with fewer than two intervals."""
+        return _ratio(self.medians), _ratio(self.cpu_medians)
+
+
+def _reservoir(kept: Samples, seen: int, new: Samples, count: int, cap: int) -> Samples:
+    """`kept` (standing for `seen` samples) and `new`, at most `cap` of them."""
+    if kept.size + new.size <= cap:
+        return np.concatenate([kept, new])
+    rng = np.random.default_rng(count)
+    old = rng.choice(kept, min(kept.size, round(cap * seen / count)), replace=False)
+    young = rng.choice(new, min(new.size, cap - old.size), replace=False)
+    return np.concatenate([old, young])
+
+
+def _ratio(medians: list[float]) -> float:
+    if len(medians) < 2 or min(medians) <= 0:
+        return 1.0
+    return min(MAX_SPREAD, max(medians) / min(medians))

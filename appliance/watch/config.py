@@ -35,6 +35,10 @@ class WatchConfig(Strict):
     # The host is slower when its speed probe and the shift every row shares agree on
     # more than this (%); blocks are then judged on what that shift does not explain.
     host_pct: Annotated[float, Field(gt=0, le=1000)] = 10.0
+    # After a change of the appliance's own load (a stream added, removed or restarted, a
+    # reload, a tune applied), rows slower only by waiting are that change's; once this
+    # long has passed, their baselines follow the new load (docs/profiling.md).
+    settle_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     confirm_intervals: Annotated[int, Field(ge=1, le=100)] = 1  # slower in a row to raise
     recover_intervals: Annotated[int, Field(ge=1, le=100)] = 2  # not slower in a row to end
     # The evidence: a profiling window the watch opens itself on a regression, at most

@@ -39,9 +39,12 @@ import numpy as np
 from appliance.watch.baseline import Baseline
 from appliance.watch.baseline import Samples as Values
 from appliance.watch.ranktest import MIN_SAMPLES
-from appliance.watch.rule import Gate, Row, Samples, compare_row
+from appliance.watch.rule import SLOWER, Gate, Row, Samples, compare_row
 
 CPU_KINDS = ("block", "model")  # rows whose time is CPU work (the common shift's rows)
+# An own cost judged one of these did not grow: its row's latency alone did. "too few
+# spans" is not among them: an own cost not judged tells nothing.
+OWN_VERDICTS_NOT_SLOWER = ("ok", "immaterial", "not significant")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class Host:
     widen_pct: float  # added to the gate's fail_over_pct
     slower: bool  # the host: the probe past host_pct, and the rows moved
     wait_ratio: float | None = None  # the threads' waits per second run, now / learned
+    # What a row's own cost (CPU time) is divided by: the probe's share only, since a
+    # wait for a core does not move CPU time while a slower core does.
+    cpu_factor: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,24 @@ class Judged:
     baseline_p99_ms: float
     current_p50_ms: float  # not normalised: what was measured
     current_p99_ms: float
+    own: Row | None = None  # its own cost per run (CPU) judged alike; None: not measured
+    own_ratio: float | None = None  # own cost now (normalised) / in the baseline
+
+    @property
+    def slower(self) -> bool:
+        """Slower, and by its own doing where its own cost tells (see `contended`)."""
+        return self.row.verdict == SLOWER and not self.contended
+
+    @property
+    def contended(self) -> bool:
+        """Slower only because it waited longer: its latency passed the gate while its
+        own cost per run did not move beyond it (a victim of contention, not a cause)."""
+        own = self.own
+        return (
+            self.row.verdict == SLOWER
+            and own is not None
+            and own.verdict in OWN_VERDICTS_NOT_SLOWER
+        )
 
 
 def host_speed(
@@ -99,7 +123,9 @@ def host_speed(
     factor = factor if factor > 1 + margin else 1.0
     moved = common is not None and common > 1 + margin
     slower = probe is not None and probe >= 1 + host_pct / 100 and moved
-    return Host(probe, common, len(ratios), factor, (factor - 1) * 100, slower, wait)
+    cpu_factor = probe if probe is not None and probe > 1 + margin else 1.0
+    widen = (factor - 1) * 100
+    return Host(probe, common, len(ratios), factor, widen, slower, wait, cpu_factor)
 
 
 def judge(
@@ -108,8 +134,10 @@ def judge(
     model_streams: Mapping[str, set[str]],
     host: Host,
     gate: Gate,
+    cpu: Mapping[str, Values] | None = None,
 ) -> list[Judged]:
-    """Every row with a baseline and enough recent samples, judged."""
+    """Every row with a baseline and enough recent samples, judged; its own cost too
+    (`cpu`: µs of CPU per run) where both the baseline and this interval have it."""
     before, after = Samples(), Samples()
     for key, now in recent.items():
         base = baselines.get(key)
@@ -119,18 +147,43 @@ def judge(
         after.rows[(base.kind, base.name)] = np.rint(now / host.factor).astype(np.int64).tolist()
     for model, streams in model_streams.items():
         before.model_streams[model] = set(streams)
-    widened = replace(gate, fail_over_pct=gate.fail_over_pct + host.widen_pct)
     out = []
     for key, now in recent.items():
         base = baselines.get(key)
         if base is None or (base.kind, base.name) not in after.rows:
             continue
+        # A baseline learned over intervals that differed by its spread allows as much.
+        widened = _widened(gate, host.widen_pct, base.spread)
         row = compare_row(base.kind, base.name, before, after, widened)
         ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
         p99 = _percentile_ms(base.samples, 99)
         p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)
-        out.append(Judged(key, base.kind, base.name, row, ratio, p99, p50_now, p99_now))
+        judged = Judged(key, base.kind, base.name, row, ratio, p99, p50_now, p99_now)
+        own_now = None if cpu is None else cpu.get(key)
+        if own_now is not None and own_now.size >= MIN_SAMPLES and base.cpu.size >= MIN_SAMPLES:
+            judged = _own(judged, base, own_now, before, host, gate)
+        out.append(judged)
     return out
+
+
+def _own(j: Judged, base: Baseline, now: Values, frames: Samples, host: Host, gate: Gate) -> Judged:
+    """`j` with its own cost per run judged: the same rule on CPU µs, divided by the
+    probe's share only, weighed against the same frame as its latency."""
+    scaled = np.rint(now / host.cpu_factor).astype(np.int64).tolist()
+    pair_before, pair_after = Samples(), Samples()
+    pair_before.rows = {**frames.rows, (base.kind, base.name): base.cpu.tolist()}
+    pair_before.model_streams = frames.model_streams
+    pair_after.rows = {(base.kind, base.name): scaled}
+    widen = (host.cpu_factor - 1) * 100
+    own = compare_row(
+        base.kind, base.name, pair_before, pair_after, _widened(gate, widen, base.cpu_spread)
+    )
+    ratio = own.after_ms / own.before_ms if own.before_ms > 0 else 1.0
+    return replace(j, own=own, own_ratio=round(ratio, 3))
+
+
+def _widened(gate: Gate, widen_pct: float, spread: float) -> Gate:
+    return replace(gate, fail_over_pct=gate.fail_over_pct + widen_pct + (spread - 1) * 100)
 
 
 def _median(values: Values) -> float:

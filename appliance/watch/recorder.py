@@ -26,7 +26,8 @@ from pipelines.types import FrameResult
 
 Samples = npt.NDArray[np.int64]
 SKIPPED = -1  # a block that did not run on that frame (gated by rate_limit, a branch)
-FRAME, AGE = 0, 1  # the first two columns of a stream's ring; then one per block
+FRAME, AGE = 0, 1  # the first two columns of a stream's ring; then one per block (its
+# latency), then one per block again (its thread CPU time: its own cost)
 
 
 class Ring:
@@ -60,9 +61,11 @@ class StreamRecorder:
     def __init__(self, stream_id: str, block_ids: Sequence[str], size: int) -> None:
         self.stream_id = stream_id
         self.block_ids = tuple(block_ids)
-        self.ring = Ring(len(self.block_ids) + 2, size)
+        n = len(self.block_ids)
+        self.ring = Ring(2 * n + 2, size)
         self.skip_until = 0.0  # perf_counter(): frames done before are not recorded
-        self._row = [0] * (len(self.block_ids) + 2)  # reused: nothing allocated per frame
+        self._row = [SKIPPED] * (2 * n + 2)  # reused: nothing allocated per frame
+        self._cpu_col = n + 2  # the first block's CPU column
 
     def __call__(self, result: FrameResult) -> None:
         spans = result.block_spans
@@ -73,6 +76,9 @@ class StreamRecorder:
         row[AGE] = round((result.done_mono - result.capture_mono) * 1e6)
         for col, span in enumerate(spans, 2):
             row[col] = SKIPPED if span is None else round((span[1] - span[0]) * 1e6)
+        # ns to whole µs; a skipped block's 0 (or no CPU clock: none) is no sample
+        for col, ns in enumerate(result.block_cpu_ns, self._cpu_col):
+            row[col] = ns // 1000 if ns else SKIPPED
         self.ring.put(row)
 
     def skip(self, seconds: float) -> None:
@@ -81,7 +87,9 @@ class StreamRecorder:
 
 
 class ModelRecorder:
-    """Every model's batches: its `session.run` and each sample's queue wait."""
+    """Every model's batches: its `session.run` and each sample's queue wait, and the
+    run's own cost per sample (`BatchRecord.cpu_s` over its batch size: a batch that
+    grows with more cameras costs more per run, not per sample)."""
 
     def __init__(self, size: int, warmup_s: float) -> None:
         self._size = size
@@ -103,7 +111,9 @@ class ModelRecorder:
         if runs is None:  # the model's first batch: its warm-up starts now
             self._first_batch(rec.model_id, start)
             return
-        runs.put((round(rec.run_s * 1e6),))
+        cpu = getattr(rec, "cpu_s", 0.0)  # µs of CPU per sample; none: SKIPPED
+        own = round(cpu * 1e6 / max(rec.batch_size, 1)) if cpu > 0 else SKIPPED
+        runs.put((round(rec.run_s * 1e6), own))
         waits = self.waits[rec.model_id]
         for wait in rec.queue_wait_s:
             waits.put((round(wait * 1e6),))
@@ -112,7 +122,7 @@ class ModelRecorder:
         # setdefault: a dict insert is atomic, so two threads (the batcher's and an inline
         # run's) cannot make two rings; Ring.put takes its own lock.
         self.waits.setdefault(model_id, Ring(1, self._size))
-        self.runs.setdefault(model_id, Ring(1, self._size))
+        self.runs.setdefault(model_id, Ring(2, self._size))  # run µs, CPU µs per sample
         self.skip_until.setdefault(model_id, now + self._warmup_s)
 
     def skip(self, model_id: str, seconds: float) -> None:

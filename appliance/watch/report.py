@@ -59,6 +59,9 @@ class Regression:
     ended_at: str | None = None
     end_reason: str | None = None  # recovered, re-baselined, stream removed, ...
     active: bool = True
+    # Its own cost per run (CPU) now over its baseline's, probe-normalised: what makes it
+    # a cause, not a victim of contention (None: not measured).
+    own_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class RowWatch:
     verdict: str | None = None  # trace diff's: slower, ok, immaterial, not significant, ...
     ratio: float | None = None
     learn_progress: float | None = None  # 0..1 while learning
+    own_ratio: float | None = None  # its own cost per run (CPU) now / in its baseline
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ What is raised:
 - the host, when its factor is past `host_pct` (judge.py) for as long.
 A whole frame (`frame:` rows) is only a weight, never raised. Muted rows are judged and
 shown, never raised. Each ends after `recover_intervals` comparisons that are not slower.
+A row slower only because it waited (contention.py: its own cost did not grow) is not
+slower here: it is a victim, reported as contention or as a change of load.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import as_json
 from appliance.watch.baseline import Baseline, BaselineStore, kind_of, stream_of_row
+from appliance.watch.contention import Contention, ContentionEvent
 from appliance.watch.judge import Host, Judged
 from appliance.watch.report import (
     Change,
@@ -65,8 +68,10 @@ class Rows:
     publish: Callable[[list[str] | None, dict[str, Any]], None]
     block_models: Callable[[str], str | None]  # "<stream>/<block>" -> its model, if any
     model_streams: Callable[[str], list[str]]
+    settle_s: float = 60.0  # after a change of load, its victims are its (contention.py)
     comparisons: int = 0
     host_factor: float | None = None
+    contention: Contention = field(default_factory=Contention)
     _states: dict[str, _State] = field(default_factory=dict)
     _host: _State = field(default_factory=_State)
     _history: deque[Regression] = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -91,8 +96,10 @@ class Rows:
             return []
         self.host_factor = host.factor
         raised = self._apply_host(host)
+        settling = self._settling()
+        victims = self.contention.judge(judged, settling is not None)
         for j in judged:
-            self._count(j)
+            self._count(j, j.key in victims)
         busy = {
             self._scope(k) for k, s in self._states.items() if s.active and s.active.kind in RAISED
         }
@@ -109,12 +116,46 @@ class Rows:
             stream = state.active.stream if state.active else None
             if stream is not None and stream not in attached:
                 self._end(key, state, "stream removed")
+        culprits = sorted(r.name for r in self.active() if r.kind in RAISED)
+        event = self.contention.event(victims, judged, culprits, settling, host)
+        if event is not None:
+            self._announce_contention(event)
         return raised
 
-    def _count(self, j: Judged) -> None:
+    def _settling(self) -> Change | None:
+        """The latest change of load younger than settle_s: it explains what waits now."""
+        now = time.time()
+        recent = [c for t, c in self._changes if now - t < self.settle_s]
+        return recent[-1] if recent else None
+
+    def settled_victims(self, baselines: Mapping[str, Baseline]) -> list[str]:
+        """Victims whose baseline is older than a change of load that has settled since:
+        their baselines follow the new load (the watch learns them again)."""
+        now = time.time()
+        out = []
+        for key in sorted(self.contention.victims):
+            base = baselines.get(key)
+            changes = [t for t, _ in self._changes if base is not None and t > base.learned_at]
+            if changes and now - max(changes) >= self.settle_s:
+                out.append(key)
+        return out
+
+    def _announce_contention(self, event: ContentionEvent) -> None:
+        names = ", ".join(f"{v.name} x{v.ratio:.2f}" for v in event.rows)
+        cause = (
+            f"{event.change.what}: {event.change.summary}"
+            if event.change
+            else ", ".join(event.culprits) or f"waits for a core x{event.wait_ratio or 1:.2f}"
+        )
+        log.info("%s: %s (own cost unchanged; %s)", event.type, names, cause)
+        self.metrics.watch_contention.labels(event.type).inc()
+        streams = sorted({s for v in event.rows if (s := _stream_of_key(v.name))})
+        self.publish(streams or None, {"type": event.type, event.type: as_json(event)})
+
+    def _count(self, j: Judged, contended: bool) -> None:
         state = self._states.setdefault(j.key, _State())
         state.last = j
-        if j.row.verdict == SLOWER:
+        if j.row.verdict == SLOWER and not contended:
             state.slower, state.fine = state.slower + 1, 0
         else:
             state.slower, state.fine = 0, state.fine + 1
@@ -185,6 +226,7 @@ class Rows:
             host.common_ratio,
             host.wait_ratio,
             self._change_since(base.learned_at),
+            own_ratio=j.own_ratio,
         )
         return regression
 
@@ -260,12 +302,16 @@ class Rows:
         kind = last.kind if last else kind_of(key)
         if progress is not None:
             return RowWatch(key, kind, "learning", learn_progress=round(progress, 3))
+        verdict = last.row.verdict if last else None
+        if last is not None and key in self.contention.victims:
+            verdict = "contention"  # slower, but only by waiting (contention.py)
         return RowWatch(
             key,
             kind,
             "watching" if last else "warming",
-            last.row.verdict if last else None,
+            verdict,
             round(last.ratio, 3) if last else None,
+            own_ratio=last.own_ratio if last else None,
         )
 
     def report(self, enabled: bool, interval_s: float, store: BaselineStore) -> WatchReport:
@@ -312,3 +358,10 @@ def _shift(r: Regression) -> str:
         f"median {r.baseline_p50_ms:.3f} -> {r.current_p50_ms:.3f} ms, "
         f"{r.shift_ms:+.3f} ms [{r.shift_low_ms:+.3f}, {r.shift_high_ms:+.3f}], p {r.p_value:.2g}"
     )
+
+
+def _stream_of_key(key: str) -> str | None:
+    """The stream a row key belongs to (None for a model's rows)."""
+    kind = kind_of(key)
+    name = key if kind == "block" else key.partition(":")[2]
+    return stream_of_row(kind, name)

@@ -67,6 +67,7 @@ def build_watch(
         publish,
         block_model,
         lambda model: sorted(watch.model_streams().get(model, set())),
+        settle_s=config.settle_s,
     )
     hooks = WatchHooks(publish, open_window, lambda: profiler.windows.active)
     watch = Watch(config, store, hooks, rows, Probe(profiler.tracer))

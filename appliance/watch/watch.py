@@ -61,6 +61,16 @@ class WatchHooks:
     window_active: Callable[[], bool]
 
 
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """A row's samples of one interval: latency, and own cost per run (may be empty)."""
+
+    kind: str
+    name: str
+    values: Samples
+    cpu: Samples
+
+
 @dataclass(slots=True)
 class _Stream:
     recorder: StreamRecorder
@@ -95,7 +105,7 @@ class Watch:
         self._opened: tuple[Evidence, frozenset[str] | None, float] | None = None
         # Rows whose interval brought fewer than MIN_SAMPLES (a stream at a few fps, a
         # rarely gated block): held for the next comparison, which judges them together.
-        self._held: dict[str, Samples] = {}
+        self._held: dict[str, tuple[Samples, Samples]] = {}  # latency, own cost
         self._last = time.perf_counter()
         self._lock = threading.RLock()  # the watch's state, for the API's readers
         self._stop = threading.Event()
@@ -234,12 +244,13 @@ class Watch:
             recent = self._collect()
             self._learn(recent, now)
             baselines = {k: b for k in recent if (b := self.store.get(k)) is not None}
-            values = {k: v for k, (_, _, v) in recent.items()}
+            values = {k: r.values for k, r in recent.items()}
+            cpu = {k: r.cpu for k, r in recent.items() if r.cpu.size}
             probe_now, waits_now = self.probe.since(since)
             host = host_speed(
                 values, baselines, probe_now, waits_now, self.gate, self.config.host_pct
             )
-            judged = judge(values, baselines, self.model_streams(), host, self.gate)
+            judged = judge(values, baselines, self.model_streams(), host, self.gate, cpu)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "host %s; %s",
@@ -248,58 +259,82 @@ class Watch:
                 )
             attached = set(self._streams)
             raised = self.rows.apply(judged, host, baselines, attached)
+            self._follow_load(baselines)
             evidence = self._evidence(raised) if raised else None
             for regression in raised:
                 regression.evidence = evidence
                 self.rows.announce(regression)
 
-    def _collect(self) -> dict[str, tuple[str, str, Samples]]:
-        """Every row's samples since the last comparison, at most window_samples each."""
-        out: dict[str, tuple[str, str, Samples]] = {}
+    def _follow_load(self, baselines: Mapping[str, Baseline]) -> None:
+        """Victims of a change of load that has settled learn their baselines again: the
+        new load is the normal now (their own cost did not change: contention.py)."""
+        stale = self.rows.settled_victims(baselines)
+        if stale:
+            self.store.drop(stale)
+            self.rows.forget(stale, "re-learned after a change of load")
+            log.info("regression watch: learning again after a change of load: %s", stale)
 
-        def add(kind: str, name: str, values: Samples) -> None:
+    def _collect(self) -> dict[str, Recent]:
+        """Every row's samples since the last comparison, at most window_samples each,
+        with its own cost per run where it has one."""
+        out: dict[str, Recent] = {}
+        empty = np.empty(0, np.int64)
+
+        def add(kind: str, name: str, values: Samples, cpu: Samples = empty) -> None:
             key = row_key(kind, name)
             held = self._held.pop(key, None)
             if held is not None:
-                values = np.concatenate((held, values))[-self.ring_size :]
+                values = np.concatenate((held[0], values))[-self.ring_size :]
+                cpu = np.concatenate((held[1], cpu))[-self.ring_size :]
             if values.size >= MIN_SAMPLES:
-                out[key] = (kind, name, self._window(values))
+                out[key] = Recent(kind, name, self._window(values), self._window(cpu))
             elif values.size:  # too few to judge (a slow stream): the next interval adds
-                self._held[key] = values
+                self._held[key] = (values, cpu)
 
         for stream_id, stream in self._streams.items():
             cols = stream.recorder.ring.take()
             add("frame", stream_id, cols[FRAME])
             add("frame age", stream_id, cols[AGE])
-            for block_id, col in zip(stream.recorder.block_ids, cols[2:], strict=True):
-                add("block", f"{stream_id}/{block_id}", col)
+            blocks = stream.recorder.block_ids
+            for i, block_id in enumerate(blocks):
+                add("block", f"{stream_id}/{block_id}", cols[2 + i], cols[2 + len(blocks) + i])
         for model_id, runs in list(self.models.runs.items()):
-            add("model", model_id, runs.take()[0])
+            run, cpu = runs.take()
+            add("model", model_id, run, cpu)
             add("queue", model_id, self.models.waits[model_id].take()[0])
         return out
 
     def _window(self, values: Samples) -> Samples:
         return subsample(values, self.config.window_samples, seed=self.rows.comparisons)
 
-    def _learn(self, recent: Mapping[str, tuple[str, str, Samples]], now: float) -> None:
+    def _learn(self, recent: Mapping[str, Recent], now: float) -> None:
         """Rows without a baseline gather samples; after learn_s they have one."""
         done: list[Baseline] = []
         cap = LEARN_CAP * self.config.reservoir
-        for key, (kind, name, values) in recent.items():
+        for key, r in recent.items():
             if self.store.get(key) is not None:
                 continue
-            _, _, learning = self._learning.setdefault(key, (kind, name, Learning(now)))
-            learning.add(values, cap)
+            _, _, learning = self._learning.setdefault(key, (r.kind, r.name, Learning(now)))
+            learning.add(r.values, cap, r.cpu)
             gathered = learning.samples()
             if now - learning.started >= self.config.learn_s and gathered.size >= MIN_SAMPLES:
-                probe, waits = self.probe.since(learning.started)
-                sample = subsample(gathered, self.config.reservoir, seed=len(done))
-                done.append(Baseline(kind, name, sample, probe, time.time(), "learned", waits))
+                done.append(self._learned(r.kind, r.name, learning, seed=len(done)))
                 del self._learning[key]
         if done:
             self.store.put(done)
             names = ", ".join(row_key(b.kind, b.name) for b in done)
             log.info("regression watch: learned %s", names)
+
+    def _learned(self, kind: str, name: str, learning: Learning, seed: int) -> Baseline:
+        probe, waits = self.probe.since(learning.started)
+        reservoir = self.config.reservoir
+        sample = subsample(learning.samples(), reservoir, seed=seed)
+        cpu = learning.cpu.kept
+        cpu = subsample(cpu, reservoir, seed=seed) if cpu.size >= MIN_SAMPLES else cpu[:0]
+        spread, cpu_spread = learning.spreads()
+        return Baseline(
+            kind, name, sample, probe, time.time(), "learned", waits, cpu, spread, cpu_spread
+        )
 
     def _progress(self, keys: list[str]) -> dict[str, float]:
         """Each key without a baseline: how far its learning is (0 before it began)."""

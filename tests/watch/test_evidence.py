@@ -16,6 +16,7 @@ from appliance.observe.metrics import Metrics
 from appliance.watch.baseline import Baseline, BaselineStore
 from appliance.watch.config import WatchConfig
 from appliance.watch.ranktest import MIN_SAMPLES
+from appliance.watch.recorder import SKIPPED
 from appliance.watch.rows import Rows
 from appliance.watch.watch import Watch, WatchHooks
 
@@ -62,7 +63,7 @@ def runs(watch: Watch, n: int, run_us: int) -> None:
 def frames(watch: Watch, n: int, block_us: int) -> None:
     ring = watch._streams["cam"].recorder.ring
     for _ in range(n):
-        ring.put((block_us + 1000, block_us + 2000, block_us))
+        ring.put((block_us + 1000, block_us + 2000, block_us, SKIPPED))  # no CPU clock
 
 
 def started(published: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from appliance.observe.metrics import Metrics
 from appliance.watch.baseline import Baseline, BaselineStore, row_key
 from appliance.watch.config import WatchConfig
 from appliance.watch.ranktest import MIN_SAMPLES
+from appliance.watch.recorder import SKIPPED
 from appliance.watch.rows import Rows
 from appliance.watch.watch import Watch, WatchHooks
 
@@ -36,7 +37,7 @@ def sparse_watch() -> tuple[Watch, list[dict[str, Any]]]:
 def frames(watch: Watch, n: int, block_us: int) -> None:
     ring = watch._streams["cam"].recorder.ring
     for _ in range(n):
-        ring.put((block_us + 1000, block_us + 2000, block_us))
+        ring.put((block_us + 1000, block_us + 2000, block_us, SKIPPED))  # no CPU clock
 
 
 def verdicts(watch: Watch) -> dict[str, str | None]:

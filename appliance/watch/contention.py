@@ -1,0 +1,101 @@
+"""Culprits and victims: which of a comparison's slower rows got slower by their own doing,
+and which only waited longer because the process or the host had more to do.
+
+A row's own cost per run is its CPU time (judge.py: a block's on its stream's worker
+thread, a model's on every thread of its run, per sample): it grows when the row does
+more work, on a slower core or a slower memory system (the probe's share is taken out),
+but not while its threads wait for a core. A row whose latency passed the gate while its
+own cost did not is contended: a victim. Rows without an own cost (a frame age, a queue
+wait) follow the others: slower while any row is contended, or while a change of the
+appliance's own load settles, they are victims too.
+
+What cannot be told apart: a block that only waits for a model (its latency holds the
+model's run) is a victim of that model whether the model did more work or waited itself;
+the model's own row says which. ONNX Runtime threads are attributed to the session that
+started them (appliance/models/threads.py), so a model's own cost excludes other
+sessions' threads; two models whose threads wait for each other's cores are victims of
+each other, and the culprit is named only when one of them grew its own cost.
+
+A change of load (a stream added, removed or restarted, a reload, a tune applied) names
+the victims of the next `settle_s` as that change's (`load_changed`), not as contention
+with no cause; once settled, their baselines follow the new load (watch.py re-learns
+them), unless their own cost changed, which is a regression.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from appliance.watch.judge import Host, Judged
+from appliance.watch.report import Change
+from appliance.watch.rule import SLOWER
+from pipelines.types import iso_utc
+
+OWNLESS = ("queue", "frame age")  # rows with no own cost: they follow the others
+KEPT = 50  # events kept for the API
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A row slower only by waiting: its latency and own cost now over its baseline's."""
+
+    name: str
+    ratio: float
+    own_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentionEvent:
+    """Rows that became victims at one comparison, and what they waited for."""
+
+    type: str  # "contention", or "load_changed" when a change of load explains them
+    at: str  # ISO 8601 UTC
+    rows: list[Victim]
+    culprits: list[str]  # rows in regression (their own cost grew) meanwhile
+    change: Change | None  # the change of load that explains them, if any
+    wait_ratio: float | None  # the streams' threads' waits for a core, now / learned
+    probe_ratio: float | None
+
+
+@dataclass
+class Contention:
+    """The victims of the latest comparison and the events so far."""
+
+    victims: set[str] = field(default_factory=set)
+    events: deque[ContentionEvent] = field(default_factory=lambda: deque(maxlen=KEPT))
+
+    def judge(self, judged: Sequence[Judged], load_settling: bool) -> set[str]:
+        """This comparison's victims (row keys), kept as `victims`; their earlier set is
+        what `event` compares with."""
+        victims = {j.key for j in judged if j.contended}
+        waiting = bool(victims) or load_settling
+        victims |= {
+            j.key for j in judged if j.kind in OWNLESS and j.row.verdict == SLOWER and waiting
+        }
+        return victims
+
+    def event(
+        self,
+        victims: set[str],
+        judged: Iterable[Judged],
+        culprits: list[str],
+        change: Change | None,
+        host: Host,
+    ) -> ContentionEvent | None:
+        """An event when rows became victims at this comparison (None otherwise)."""
+        new, self.victims = victims - self.victims, victims
+        if not new:
+            return None
+        rows = [
+            Victim(j.key, round(j.ratio, 3), j.own_ratio)
+            for j in sorted(judged, key=lambda j: j.key)
+            if j.key in new
+        ]
+        kind = "load_changed" if change is not None else "contention"
+        at = iso_utc(time.time())
+        event = ContentionEvent(kind, at, rows, culprits, change, host.wait_ratio, host.probe_ratio)
+        self.events.appendleft(event)
+        return event
