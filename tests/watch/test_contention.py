@@ -1,0 +1,137 @@
+"""Culprits and victims (appliance/watch/contention.py), on the real watch with rings
+filled as streams would fill them: a row whose own cost per run (CPU) grew is raised; a
+row whose latency alone grew waited, and is contention with the culprit named; after a
+change of load its victims are that change's, and learn again once it settled. A
+baseline learned over intervals that drifted allows that drift (judge.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from appliance.observe.metrics import Metrics
+from appliance.watch.baseline import Baseline, BaselineStore, Learning
+from appliance.watch.config import WatchConfig
+from appliance.watch.judge import Host, judge
+from appliance.watch.rows import Rows
+from appliance.watch.rule import Gate
+from appliance.watch.watch import Watch, WatchHooks
+
+BASE_US = 10_000  # each block's baseline: 10 ms, all of it its own CPU
+N = 200  # frames an interval
+EMPTY = np.empty(0, np.int64)
+GATE = Gate(fail_over_pct=25, min_ms=0.2, min_frame_pct=1.0, confidence=0.999)
+
+
+def spans(median: int, seed: int, n: int = N) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (median * (1 + 0.02 * rng.standard_normal(n))).astype(np.int64)
+
+
+def watched(settle_s: float = 3600.0) -> tuple[Watch, list[dict[str, Any]]]:
+    """A watch on `cam` (blocks `det` and `blur`) with baselines of latency and own cost
+    learned at BASE_US each."""
+    published: list[dict[str, Any]] = []
+    config = WatchConfig(interval_s=1, warmup_s=0, learn_s=1, settle_s=settle_s)
+    store = BaselineStore(None)
+    rows_kept = [
+        Baseline("block", f"cam/{b}", spans(BASE_US, i), EMPTY, 0.0, "learned",
+                 cpu=spans(BASE_US, 10 + i))
+        for i, b in enumerate(("det", "blur"))
+    ]  # fmt: skip
+    frame = Baseline("frame", "cam", spans(2 * BASE_US + 500, 9), EMPTY, 0.0, "learned")
+    store.put([*rows_kept, frame])
+    hooks = WatchHooks(lambda _s, doc: published.append(doc), lambda *_: "w1", lambda: False)
+    rows = Rows(1, 2, (), Metrics(), hooks.publish, lambda _n: None, lambda _m: [])
+    rows.settle_s = settle_s
+    watch = Watch(config, store, hooks, rows)
+    watch.attach("cam", ("det", "blur"), {})
+    return watch, published
+
+
+def frames(watch: Watch, det: tuple[int, int], blur: tuple[int, int], seed: int = 1) -> None:
+    """N frames: each block's (latency µs, own CPU µs) medians."""
+    ring = watch._streams["cam"].recorder.ring
+    cols = [spans(det[0], seed), spans(blur[0], seed + 1), spans(det[1], seed + 2),
+            spans(blur[1], seed + 3)]  # fmt: skip
+    for i in range(N):
+        lat_det, lat_blur, cpu_det, cpu_blur = (int(c[i]) for c in cols)
+        ring.put((lat_det + lat_blur + 500, 30_000, lat_det, lat_blur, cpu_det, cpu_blur))
+
+
+def of_type(published: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in published if d["type"] == kind]
+
+
+def verdicts(watch: Watch) -> dict[str, str | None]:
+    return {r.name: r.verdict for r in watch.stream_status("cam").rows}
+
+
+def test_the_block_whose_own_cost_grew_is_raised_and_the_one_that_waited_is_its_victim() -> None:
+    watch, published = watched()
+    # det does three times the work; blur does the same work but waits twice as long.
+    frames(watch, det=(3 * BASE_US, 3 * BASE_US), blur=(2 * BASE_US, BASE_US))
+    watch.compare()
+    raised = [d["regression"] for d in of_type(published, "regression_started")]
+    assert [r["name"] for r in raised] == ["cam/det"]
+    assert raised[0]["own_ratio"] > 2.5
+    assert verdicts(watch)["cam/blur"] == "contention"
+    [event] = of_type(published, "contention")
+    assert [v["name"] for v in event["contention"]["rows"]] == ["cam/blur"]
+    assert event["contention"]["culprits"] == ["cam/det"]
+    assert event["contention"]["rows"][0]["own_ratio"] < 1.1
+
+
+def test_without_its_own_cost_a_slower_row_is_raised_as_before() -> None:
+    """A baseline with no own cost (a trace file's) judges latency alone."""
+    watch, published = watched()
+    for key in ("cam/det", "cam/blur"):
+        base = watch.store.rows[key]
+        watch.store.rows[key] = Baseline(base.kind, base.name, base.samples, EMPTY, 0.0, "file")
+    frames(watch, det=(BASE_US, BASE_US), blur=(2 * BASE_US, BASE_US))
+    watch.compare()
+    raised = [d["regression"]["name"] for d in of_type(published, "regression_started")]
+    assert raised == ["cam/blur"]
+    assert of_type(published, "contention") == []
+
+
+def test_victims_of_a_change_of_load_are_its_and_learn_again_once_it_settled() -> None:
+    watch, published = watched()
+    watch.changed("stream added", "stream 'cam-2' added")
+    frames(watch, det=(2 * BASE_US, BASE_US), blur=(2 * BASE_US, BASE_US))
+    watch.compare()
+    assert of_type(published, "regression_started") == []
+    [event] = of_type(published, "load_changed")
+    assert event["load_changed"]["change"]["summary"] == "stream 'cam-2' added"
+    assert {v["name"] for v in event["load_changed"]["rows"]} == {"cam/det", "cam/blur"}
+    assert {v["name"]: v["ratio"] > 1.8 for v in event["load_changed"]["rows"]} == {
+        "cam/det": True,
+        "cam/blur": True,
+    }
+    assert watch.store.get("cam/det") is not None  # not settled yet: kept
+    watch.rows.settle_s = 0.0  # the change has settled
+    frames(watch, det=(2 * BASE_US, BASE_US), blur=(2 * BASE_US, BASE_US), seed=5)
+    watch.compare()
+    assert watch.store.get("cam/det") is None and watch.store.get("cam/blur") is None
+    assert of_type(published, "regression_started") == []
+    frames(watch, det=(2 * BASE_US, BASE_US), blur=(2 * BASE_US, BASE_US), seed=9)
+    watch.compare()  # learn_s is 1 s: the new load is learned from here
+    states = {r.name: r.state for r in watch.stream_status("cam").rows}
+    assert states["cam/det"] == states["cam/blur"] == "learning"
+
+
+def test_a_baseline_learned_over_drifting_intervals_allows_that_drift() -> None:
+    learning = Learning(0.0)
+    for i, median in enumerate((10_000, 13_000, 10_500, 12_800)):  # a machine's two states
+        learning.add(spans(median, i), 20_000, spans(median, 50 + i))
+    spread, cpu_spread = learning.spreads()
+    assert 1.25 < spread < 1.35 and 1.25 < cpu_spread < 1.35
+    host = Host(None, None, 0, 1.0, 0.0, False)
+    now = {"cam/det": spans(16_000, 99)}  # 1.45 times the fast state
+    for kept, raised in ((spread, False), (1.0, True)):
+        base = Baseline(
+            "block", "cam/det", spans(11_000, 7, 1000), EMPTY, 0.0, "learned", spread=kept
+        )
+        [row] = judge(now, {"cam/det": base}, {}, host, GATE)
+        assert (row.row.verdict == "slower") is raised, (kept, row.row)
