@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from appliance.tools.fingerprint import stream_of
 from appliance.tools.trace_file import Event, event_args, load_events
@@ -61,6 +62,7 @@ class TraceRows:
     rows: dict[RowKey, list[int]] = field(default_factory=lambda: defaultdict(list))
     probe: list[int] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)  # the probe's wait_ratio, ‰
+    measures: list[str] = field(default_factory=list)  # what each probe run timed
 
     def streams(self) -> set[str]:
         """The streams that have a row."""
@@ -102,6 +104,8 @@ def trace_rows(events: Sequence[Event]) -> TraceRows:
             # duration. Its `wait_ratio`: the contention the streams' threads met.
             host_us = args.get("host_us")
             out.probe.append(round(host_us) if isinstance(host_us, int | float) else dur)
+            # A probe span without it is the loop's (before the probe ran a model).
+            out.measures.append("onnx" if args.get("measure") == "onnx" else "loop")
             waits = args.get("wait_ratio")
             if isinstance(waits, int | float) and 0 < waits < 1e6:
                 out.waits.append(round(waits * 1000))
@@ -131,16 +135,18 @@ def fingerprint_baselines(
             f": {_listed(left_out)}" if left_out else ": no block, model, queue or frame spans"
         )
         raise FingerprintError(f"{path}: no row of {MIN_SPANS} spans or more{found_rows}")
-    probe = subsample(np.asarray(found.probe, dtype=np.int64), reservoir)
+    probe, measure = _probe_of(found)
+    probe = subsample(probe, reservoir)
     waits = subsample(np.asarray(found.waits, dtype=np.int64), reservoir)
     learned_at, source = path.stat().st_mtime, f"fingerprint:{path.name}"[:256]
     kept = sorted(rows.keys() - left_out.keys(), key=lambda k: (KINDS.index(k[0]), k[1]))
     baselines = [
         Baseline(
-            kind, name, _sample(rows[(kind, name)], reservoir), probe, learned_at, source, waits
+            kind, name, _sample(rows[(kind, name)], reservoir), probe, learned_at, source, waits,
+            probe_measure=measure,
         )
         for kind, name in kept
-    ]
+    ]  # fmt: skip
     return Fingerprinted(baselines, {k: spans[k] for k in kept}, left_out)
 
 
@@ -202,6 +208,16 @@ def _select(
 
 def _renamed(kind: str, name: str, stream: str) -> str:
     return f"{stream}/{name.partition('/')[2]}" if kind == "block" else stream
+
+
+def _probe_of(found: TraceRows) -> tuple[npt.NDArray[np.int64], str]:
+    """The probe samples of the trace's latest measure (a trace across an upgrade holds
+    both: their µs are not comparable), and that measure."""
+    if not found.measures:
+        return np.empty(0, np.int64), "loop"
+    measure = found.measures[-1]
+    kept = [v for v, m in zip(found.probe, found.measures, strict=True) if m == measure]
+    return np.asarray(kept, dtype=np.int64), measure
 
 
 def _check_values(path: Path, rows: Mapping[RowKey, list[int]], probe: list[int]) -> None:

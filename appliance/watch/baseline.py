@@ -81,6 +81,10 @@ class Baseline:
     # comparison allows on top of its gate (a minute's learning sees one state only).
     spread: float = 1.0
     cpu_spread: float = 1.0
+    # What `probe` timed (appliance/watch/probe.py): "onnx", or "loop" (the probe before
+    # it ran a model, and where none can be built). Probes of two measures are not
+    # compared: their µs differ by 1.1-1.9 times on the same host.
+    probe_measure: str = "loop"
 
     def document(self) -> dict[str, Any]:
         return {
@@ -92,6 +96,7 @@ class Baseline:
             "cpu_us": self.cpu.tolist(),
             "spread": round(self.spread, 4),
             "cpu_spread": round(self.cpu_spread, 4),
+            "probe_measure": self.probe_measure,
             "learned_at": round(self.learned_at, 3),
             "source": self.source,
         }
@@ -141,7 +146,17 @@ def _parse_row(row: Any, where: str) -> Baseline:
         _samples(row.get("cpu_us", []), f"{where}.cpu_us", minimum=0),
         _spread(row.get("spread", 1.0), f"{where}.spread"),
         _spread(row.get("cpu_spread", 1.0), f"{where}.cpu_spread"),
+        _measure(row.get("probe_measure", "loop"), f"{where}.probe_measure"),
     )
+
+
+PROBE_MEASURES = ("onnx", "loop")
+
+
+def _measure(value: Any, where: str) -> str:
+    if value not in PROBE_MEASURES:
+        raise BaselineError(f"{where}: expected one of {list(PROBE_MEASURES)}")
+    return str(value)
 
 
 MAX_SPREAD = 4.0  # a baseline whose intervals differed more than this learned nothing

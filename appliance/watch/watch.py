@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,7 @@ class Watch:
         # rarely gated block): held for the next comparison, which judges them together.
         self._held: dict[str, tuple[Samples, Samples]] = {}  # latency, own cost
         self._last = time.perf_counter()
+        self._probe_cpu_s = 0.0  # the probe's CPU counted into the metric so far
         self._lock = threading.RLock()  # the watch's state, for the API's readers
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -228,11 +229,17 @@ class Watch:
                 if self.hooks.window_active():  # the profiler's cost is not the workflow's
                     self._pause(tick + 0.5)
                 self.probe.run()
+                self._count_probe_cost()
                 count += 1
                 if count % TICKS == 0:
                     self.compare()
             except Exception:  # the watch must never take the appliance down
                 log.exception("regression watch: a comparison failed; the next one goes on")
+
+    def _count_probe_cost(self) -> None:
+        cpu_s = self.probe.cost().cpu_s
+        self.rows.metrics.watch_probe_cpu.inc(max(0.0, cpu_s - self._probe_cpu_s))
+        self._probe_cpu_s = cpu_s
 
     # -- one comparison --------------------------------------------------------------
     def compare(self) -> None:
@@ -247,8 +254,14 @@ class Watch:
             values = {k: r.values for k, r in recent.items()}
             cpu = {k: r.cpu for k, r in recent.items() if r.cpu.size}
             probe_now, waits_now = self.probe.since(since)
+            # A baseline whose probe timed another measure tells nothing of the host's speed.
+            measure = self.probe.cost().measure
+            comparable = {
+                k: b if b.probe_measure == measure else replace(b, probe=b.probe[:0])
+                for k, b in baselines.items()
+            }
             host = host_speed(
-                values, baselines, probe_now, waits_now, self.gate, self.config.host_pct
+                values, comparable, probe_now, waits_now, self.gate, self.config.host_pct
             )
             judged = judge(values, baselines, self.model_streams(), host, self.gate, cpu)
             if log.isEnabledFor(logging.DEBUG):
@@ -332,9 +345,11 @@ class Watch:
         cpu = learning.cpu.kept
         cpu = subsample(cpu, reservoir, seed=seed) if cpu.size >= MIN_SAMPLES else cpu[:0]
         spread, cpu_spread = learning.spreads()
+        measure = self.probe.cost().measure
         return Baseline(
-            kind, name, sample, probe, time.time(), "learned", waits, cpu, spread, cpu_spread
-        )
+            kind, name, sample, probe, time.time(), "learned", waits, cpu, spread, cpu_spread,
+            measure,
+        )  # fmt: skip
 
     def _progress(self, keys: list[str]) -> dict[str, float]:
         """Each key without a baseline: how far its learning is (0 before it began)."""
