@@ -30,34 +30,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from appliance.watch.judge import Host, Judged
-from appliance.watch.report import Change
+from appliance.watch.report import Change, ContentionEvent, Victim
 from appliance.watch.rule import SLOWER
 from pipelines.types import iso_utc
 
 OWNLESS = ("queue", "frame age")  # rows with no own cost: they follow the others
 KEPT = 50  # events kept for the API
-
-
-@dataclass(frozen=True, slots=True)
-class Victim:
-    """A row slower only by waiting: its latency and own cost now over its baseline's."""
-
-    name: str
-    ratio: float
-    own_ratio: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ContentionEvent:
-    """Rows that became victims at one comparison, and what they waited for."""
-
-    type: str  # "contention", or "load_changed" when a change of load explains them
-    at: str  # ISO 8601 UTC
-    rows: list[Victim]
-    culprits: list[str]  # rows in regression (their own cost grew) meanwhile
-    change: Change | None  # the change of load that explains them, if any
-    wait_ratio: float | None  # the streams' threads' waits for a core, now / learned
-    probe_ratio: float | None
 
 
 @dataclass

@@ -19,6 +19,28 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Victim:
+    """A row slower only by waiting: its latency and own cost now over its baseline's."""
+
+    name: str
+    ratio: float
+    own_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentionEvent:
+    """Rows that became victims at one comparison, and what they waited for."""
+
+    type: str  # "contention", or "load_changed" when a change of load explains them
+    at: str  # ISO 8601 UTC
+    rows: list[Victim]
+    culprits: list[str]  # rows in regression (their own cost grew) meanwhile
+    change: Change | None  # the change of load that explains them, if any
+    wait_ratio: float | None  # the streams' threads' waits for a core, now / learned
+    probe_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """The profiling window the watch opened itself on the regression."""
 
@@ -103,3 +125,6 @@ class WatchReport:
     history: list[Regression]
     """Ended ones, newest first, at most 200."""
     baseline_error: str | None = None
+    contention: list[ContentionEvent] = field(default_factory=list)
+    """Rows slower only by waiting, and the changes of load that explained them: the
+    latest 50 events, newest first."""

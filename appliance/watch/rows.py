@@ -29,10 +29,11 @@ from typing import Any
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import as_json
 from appliance.watch.baseline import Baseline, BaselineStore, kind_of, stream_of_row
-from appliance.watch.contention import Contention, ContentionEvent
+from appliance.watch.contention import Contention
 from appliance.watch.judge import Host, Judged
 from appliance.watch.report import (
     Change,
+    ContentionEvent,
     Regression,
     RowWatch,
     StreamWatch,
@@ -325,6 +326,7 @@ class Rows:
             [replace(r) for r in self.active()],
             [replace(r) for r in self._history],
             store.last_error,
+            list(self.contention.events),
         )
 
 

@@ -156,6 +156,7 @@ def merge_regressions(
     hosts = [{**a["host"], label: i} for a, i in docs if a.get("host")]
     factors = [a["host_ratio"] for a, _ in docs if a.get("host_ratio") is not None]
     history = sorted(tagged("history"), key=lambda r: r.get("ended_at") or "", reverse=True)
+    contention = sorted(tagged("contention"), key=lambda e: e.get("at") or "", reverse=True)
     return {
         "enabled": any(a.get("enabled") for a, _ in docs),
         "interval_s": max((a.get("interval_s", 0) for a, _ in docs), default=0),
@@ -167,6 +168,7 @@ def merge_regressions(
         "baseline_error": next(
             (a["baseline_error"] for a, _ in docs if a.get("baseline_error")), None
         ),
+        "contention": contention[:50],
     }
 
 

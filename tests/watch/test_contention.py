@@ -81,6 +81,8 @@ def test_the_block_whose_own_cost_grew_is_raised_and_the_one_that_waited_is_its_
     assert [v["name"] for v in event["contention"]["rows"]] == ["cam/blur"]
     assert event["contention"]["culprits"] == ["cam/det"]
     assert event["contention"]["rows"][0]["own_ratio"] < 1.1
+    [kept] = watch.report().contention  # GET /v1/regressions keeps it
+    assert kept.type == "contention" and kept.culprits == ["cam/det"]
 
 
 def test_without_its_own_cost_a_slower_row_is_raised_as_before() -> None:
