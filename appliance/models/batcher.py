@@ -35,7 +35,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from time import perf_counter
+from time import perf_counter, thread_time_ns
 from types import TracebackType
 from typing import NamedTuple
 
@@ -43,7 +43,8 @@ import numpy as np
 
 from appliance.models.batches import BatchRecord, ModelRunError, ModelStoppedError, SessionChooser
 from appliance.models.errors import describe_ort_error
-from appliance.models.session import LoadedModel
+from appliance.models.session import LoadedModel, session_threads
+from appliance.models.threads import threads_cpu_ns
 from pipelines.models import ModelInfo, Tensor
 from pipelines.spec import BatchingSpec
 
@@ -63,6 +64,7 @@ class _Outcome(NamedTuple):
     error: Exception | None
     run_start: float  # perf_counter seconds
     run_s: float
+    cpu_s: float  # the run's CPU: its calling thread's and its session's pool's
     sampled: bool  # on the session the chooser picked
 
 
@@ -342,19 +344,27 @@ class ModelBatcher:
         """Stack and run `items` on the session the chooser picks (the model's own
         without one). Holds the run lock: the shared stacking buffer is safe too."""
         model = self._model
+        pool: frozenset[int] = frozenset()  # the session's intra-op threads, once known
+        cpu_start = thread_time_ns()
         run_start = perf_counter()
         sampled = False
+        outputs: Sequence[Tensor] = ()
+        error: Exception | None = None
         try:
             batch = self._stack([item[0] for item in items], size)
-            run_start = perf_counter()
             session, chooser = model.session, self._chooser
             if chooser is not None and (chosen := chooser.session_for_batch()) is not None:
                 session, sampled = chosen, True
+            pool = session_threads(session)
+            cpu_start = thread_time_ns() + threads_cpu_ns(pool)
+            run_start = perf_counter()
             outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
-            outcome = _Outcome((), exc, run_start, perf_counter() - run_start, sampled)
-        else:
-            outcome = _Outcome(outputs, None, run_start, perf_counter() - run_start, sampled)
+            error = exc
+        run_s = perf_counter() - run_start
+        # Read after the wall clock: the pool's files (a few us) are not the run's time.
+        cpu_s = (thread_time_ns() + threads_cpu_ns(pool) - cpu_start) / 1e9
+        outcome = _Outcome(outputs, error, run_start, run_s, cpu_s, sampled)
         # Counted once the run is over (as `on_batch` is told right after): a reader that
         # sees `batches` grow sees a finished run.
         self._batches += 1
@@ -404,6 +414,7 @@ class ModelBatcher:
             else tuple(run_start - item[2] for item in items),
             run_start=run_start,
             run_s=outcome.run_s,
+            cpu_s=outcome.cpu_s,
             ok=outcome.error is None,
             queue_depth=len(self._queue),
             ort_profiled=outcome.sampled,

@@ -37,6 +37,11 @@ class BatchRecord:
     # Which batcher ran it (`ModelBatcher.serial`): a reloaded model's successor serves
     # beside its predecessor for a while, and each keeps a trace track of its own.
     batcher: int = 0
+    # CPU seconds the run's work took: the calling thread's and the session's intra-op
+    # pool threads'; it does not grow while they wait for a core (appliance/models/
+    # threads.py), as `run_s` does. With spinning on (`allow_spinning`) it includes the
+    # pool's spin between operators. 0.0 in records made before it was measured.
+    cpu_s: float = 0.0
 
 
 class SessionChooser(Protocol):

@@ -1,0 +1,66 @@
+"""This process's native threads: which ones a call started, and the CPU they have used.
+
+ONNX Runtime runs a session's work on the thread calling `run` and on the session's
+intra-op pool, native threads that Python does not know about. The batcher charges each
+run with the CPU those threads used (appliance/models/batcher.py), which, unlike its
+wall time, does not grow while they wait for a core. Linux only: where there is no /proc
+no thread is found, and a run is charged its calling thread's CPU alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_TASKS = "/proc/self/task"
+# One `started_during` at a time: two sessions created at once would each see the
+# other's pool threads appear. Reentrant: an `fn` that opens a session through it too
+# (a model loaded inside) must not wait for itself.
+_STARTING = threading.RLock()
+
+
+def native_tids() -> set[int]:
+    """The ids of this process's threads now (Linux tids); empty where there is no /proc."""
+    try:
+        return {int(name) for name in os.listdir(_TASKS)}
+    except FileNotFoundError:
+        return set()
+
+
+def started_during(fn: Callable[[], T]) -> tuple[T, frozenset[int]]:
+    """`fn()`, and the native threads that appeared while it ran and still live, less
+    every Python thread (another part of the appliance may start one meanwhile). Callers
+    are serialised (a call inside `fn` answers its own threads, which this one answers
+    too). A native thread started meanwhile by code that does not come through here
+    (another library's pool) would be counted, as would a Python thread still starting
+    as this returns (its `native_id` not set yet: microseconds)."""
+    with _STARTING:
+        before = native_tids()
+        result = fn()
+        after = native_tids()
+    python = {t.native_id for t in threading.enumerate()}  # after: those started meanwhile
+    return result, frozenset(after - before - python)
+
+
+def threads_cpu_ns(tids: Iterable[int]) -> int:
+    """The CPU ns the threads `tids` of this process have used so far: the first field of
+    /proc/self/task/<tid>/schedstat, time spent running on a CPU, not waiting for one
+    (Documentation/scheduler/sched-stats.rst). A thread gone meanwhile counts 0: its
+    time is lost, so a difference across its exit is short by what it had used."""
+    total = 0
+    for tid in tids:
+        try:
+            fd = os.open(f"{_TASKS}/{tid}/schedstat", os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            total += int(os.read(fd, 64).split(maxsplit=1)[0])
+        except ProcessLookupError:  # exited between the open and the read
+            pass
+        finally:
+            os.close(fd)
+    return total
