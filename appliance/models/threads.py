@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -47,20 +48,39 @@ def started_during(fn: Callable[[], T]) -> tuple[T, frozenset[int]]:
 
 
 def threads_cpu_ns(tids: Iterable[int]) -> int:
-    """The CPU ns the threads `tids` of this process have used so far: the first field of
-    /proc/self/task/<tid>/schedstat, time spent running on a CPU, not waiting for one
-    (Documentation/scheduler/sched-stats.rst). A thread gone meanwhile counts 0: its
-    time is lost, so a difference across its exit is short by what it had used."""
+    """The CPU ns the threads `tids` of this process have used so far: time spent running
+    on a CPU, not waiting for one. Read from each thread's CPU clock (below), else the
+    first field of /proc/self/task/<tid>/schedstat (Documentation/scheduler/
+    sched-stats.rst), the same count. A thread gone meanwhile counts 0: its time is lost,
+    so a difference across its exit is short by what it had used."""
     total = 0
     for tid in tids:
         try:
-            fd = os.open(f"{_TASKS}/{tid}/schedstat", os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            total += int(os.read(fd, 64).split(maxsplit=1)[0])
-        except ProcessLookupError:  # exited between the open and the read
-            pass
-        finally:
-            os.close(fd)
+            total += time.clock_gettime_ns(_thread_clock(tid))
+        except OSError:  # gone, or a kernel without per-thread clocks: the file says
+            total += _schedstat_ns(tid)
     return total
+
+
+def _thread_clock(tid: int) -> int:
+    """Linux's CPU clock id of thread `tid`, as glibc's pthread_getcpuclockid makes it
+    (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) in the kernel's posix-cpu-timers.h): a
+    clock_gettime call, about 1 µs, where opening and reading the schedstat file costs 7
+    (measured on this 2-core test machine, see the commit)."""
+    return ((~tid) << 3) | _PER_THREAD_SCHED
+
+
+_PER_THREAD_SCHED = 4 | 2  # CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED
+
+
+def _schedstat_ns(tid: int) -> int:
+    try:
+        fd = os.open(f"{_TASKS}/{tid}/schedstat", os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        return int(os.read(fd, 64).split(maxsplit=1)[0])
+    except ProcessLookupError:  # exited between the open and the read
+        return 0
+    finally:
+        os.close(fd)

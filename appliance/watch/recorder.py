@@ -111,7 +111,7 @@ class ModelRecorder:
         if runs is None:  # the model's first batch: its warm-up starts now
             self._first_batch(rec.model_id, start)
             return
-        cpu = getattr(rec, "cpu_s", 0.0)  # µs of CPU per sample; none: SKIPPED
+        cpu = rec.cpu_s  # its own cost; none measured (0): no sample
         own = round(cpu * 1e6 / max(rec.batch_size, 1)) if cpu > 0 else SKIPPED
         runs.put((round(rec.run_s * 1e6), own))
         waits = self.waits[rec.model_id]
