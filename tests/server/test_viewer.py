@@ -244,7 +244,8 @@ def watched_server(live_server: LiveFactory, folder: Path, probe_us: list[int]) 
     comparison. Nothing else has a baseline (`learn_s` is a day), so nothing else is judged."""
     samples = [1000 + i % 100 for i in range(300)]  # µs
     row = {"kind": "block", "name": "cam/people", "samples_us": samples, "probe_us": probe_us,
-           "learned_at": 0, "source": "a faster machine"}  # fmt: skip
+           "learned_at": 0, "source": "a faster machine",
+           "probe_measure": "onnx"}  # what today's probe times  # fmt: skip
     baseline = folder / "fleet-baseline.json"
     baseline.write_text(json.dumps({"version": 1, "rows": {"cam/people": row}}))
     doc = config_doc(demo_stream("cam"))
