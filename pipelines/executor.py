@@ -110,6 +110,10 @@ class WorkflowRun:
         # only when asked.
         self._cpu = [0] * len(self._plan) if cpu_clock else None
 
+    def measure_cpu(self, on: bool) -> None:
+        """Record each block's thread CPU time from the next frame on (or stop)."""
+        self._cpu = [0] * len(self._plan) if on else None
+
     def run(self, frame: Frame) -> FrameResult:
         """Run every block in order on `frame`; each block's (start, end) is recorded
         (None for a block skipped this frame)."""

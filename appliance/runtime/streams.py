@@ -25,7 +25,7 @@ from appliance.observe.status import Latency, StateName, StreamStatus
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
-from pipelines.executor import CompiledWorkflow
+from pipelines.executor import CompiledWorkflow, WorkflowRun
 from pipelines.types import Detections, FrameResult, iso_utc
 
 log = logging.getLogger("appliance.streams")
@@ -89,6 +89,7 @@ class Stream:
     ) -> None:
         self.id = cfg.id
         self._cpu_clock = cpu_clock  # each block's CPU time too (the regression watch's)
+        self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state
         self._trace = trace  # the profiler's per-frame hook, on this worker thread
@@ -197,7 +198,9 @@ class Stream:
 
     # -- the worker ------------------------------------------------------------------
     def _work(self) -> None:
-        run = self.workflow.instantiate(self._cpu_clock).run  # this stream's own block state
+        # This stream's own block state; kept, so a bench can switch its CPU clock.
+        self.workflow_run = self.workflow.instantiate(self._cpu_clock)
+        run = self.workflow_run.run
         publish, observe, trace = self._publish, self.metrics.observe, self._trace
         if trace is not None:
             trace.bind()

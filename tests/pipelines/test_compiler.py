@@ -121,6 +121,32 @@ def test_runs_blocks_in_dependency_order_whatever_the_file_order() -> None:
     assert (result.stream_id, result.seq) == ("cam1", 7)
 
 
+def test_each_blocks_cpu_time_is_recorded_when_asked() -> None:
+    """The regression watch's own-cost measure: each block's thread CPU ns, in workflow
+    order, only on a run asked to measure it (two clock reads a block)."""
+    wf = compile_(
+        {
+            "name": "t",
+            "blocks": [
+                {"id": "once", "type": "invert"},
+                {"id": "stats", "type": "brightness", "image": "once"},
+            ],
+            "outputs": {"video": "once", "mean": "stats.mean"},
+        }
+    )
+    assert wf.instantiate().run(frame()).block_cpu_ns == ()
+    run = wf.instantiate(cpu_clock=True)
+    big = Frame("cam1", 1, 0.0, time.time(), time.perf_counter(), np.ones((720, 1280, 3), np.uint8))
+    cpu = run.run(big).block_cpu_ns
+    assert len(cpu) == 2 and all(ns > 0 for ns in cpu)
+    # Bounded by the frame's own CPU: the blocks ran on this thread, nowhere else.
+    started = time.thread_time_ns()
+    cpu = run.run(big).block_cpu_ns
+    assert sum(cpu) <= time.thread_time_ns() - started
+    run.measure_cpu(False)
+    assert run.run(big).block_cpu_ns == ()
+
+
 def test_every_problem_is_reported_with_its_location() -> None:
     found = problems(
         {
