@@ -43,8 +43,8 @@ import numpy as np
 
 from appliance.models.batches import BatchRecord, ModelRunError, ModelStoppedError, SessionChooser
 from appliance.models.errors import describe_ort_error
-from appliance.models.session import LoadedModel, session_threads
-from appliance.models.threads import threads_cpu_ns
+from appliance.models.session import LoadedModel
+from appliance.models.threads import session_threads, threads_cpu_ns
 from pipelines.models import ModelInfo, Tensor
 from pipelines.spec import BatchingSpec
 

@@ -20,7 +20,6 @@ import functools
 import json
 import logging
 import os
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ import onnxruntime as ort
 
 from appliance.models.errors import ModelLoadError, describe_ort_error
 from appliance.models.providers import provider_entries
-from appliance.models.threads import started_during
+from appliance.models.threads import open_session
 from appliance.models.warmup import warm_up
 from pipelines.decoders import DecoderError
 from pipelines.models import Dim, ModelInfo, TensorInfo
@@ -296,33 +295,6 @@ def _open_session(
         else:
             return session, first_error
     raise AssertionError("unreachable: providers always ends with CPU")
-
-
-# Each open session's intra-op pool threads (native tids), for the batcher to charge a run
-# with their CPU. Weak: the entry goes with its session, before the threads' ids can be
-# reused by others.
-_POOL_THREADS: weakref.WeakKeyDictionary[ort.InferenceSession, frozenset[int]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def open_session(
-    source: str | bytes, options: ort.SessionOptions, **kwargs: Any
-) -> ort.InferenceSession:
-    """`ort.InferenceSession(source, options, **kwargs)`, its intra-op pool threads kept for
-    `session_threads`: ONNX Runtime starts them as it creates the session."""
-    session, pool = started_during(lambda: ort.InferenceSession(source, options, **kwargs))
-    _POOL_THREADS[session] = pool
-    return session
-
-
-def session_threads(session: ort.InferenceSession) -> frozenset[int]:
-    """The native threads of `session`'s intra-op pool: intra_op_num_threads - 1 of them
-    (the thread calling `run` is the last worker). Empty for a session not opened by
-    `open_session`, or where there is no /proc. On a GPU provider they may also hold
-    threads its libraries start with the process's first session on it (CUDA's driver
-    starts its own)."""
-    return _POOL_THREADS.get(session, frozenset())
 
 
 def _report_providers(

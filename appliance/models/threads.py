@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import onnxruntime as ort
 
 T = TypeVar("T")
 
@@ -84,3 +87,30 @@ def _schedstat_ns(tid: int) -> int:
         return 0
     finally:
         os.close(fd)
+
+
+# Each open session's intra-op pool threads (native tids), for the batcher to charge a run
+# with their CPU. Weak: the entry goes with its session, before the threads' ids can be
+# reused by others.
+_POOL_THREADS: weakref.WeakKeyDictionary[ort.InferenceSession, frozenset[int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def open_session(
+    source: str | bytes, options: ort.SessionOptions, **kwargs: Any
+) -> ort.InferenceSession:
+    """`ort.InferenceSession(source, options, **kwargs)`, its intra-op pool threads kept for
+    `session_threads`: ONNX Runtime starts them as it creates the session."""
+    session, pool = started_during(lambda: ort.InferenceSession(source, options, **kwargs))
+    _POOL_THREADS[session] = pool
+    return session
+
+
+def session_threads(session: ort.InferenceSession) -> frozenset[int]:
+    """The native threads of `session`'s intra-op pool: intra_op_num_threads - 1 of them
+    (the thread calling `run` is the last worker). Empty for a session not opened by
+    `open_session`, or where there is no /proc. On a GPU provider they may also hold
+    threads its libraries start with the process's first session on it (CUDA's driver
+    starts its own)."""
+    return _POOL_THREADS.get(session, frozenset())

@@ -3,16 +3,13 @@ and queue wait, judged against their baselines every `interval_s` on one thread 
 with `trace diff`'s rule after the host's own slowdown is taken out (judge.py).
 
 A row with no baseline learns one: `learn_s` of samples after the stream's warm-up, kept in
-the store beside the traces. A row slower for `confirm_intervals` comparisons in a row is a
-regression (rows.py says what is raised); it ends after `recover_intervals` that are not.
+the store beside the traces, its own cost per run beside its latency. A row slower for
+`confirm_intervals` comparisons in a row, by its own cost where it has one, is a regression
+(rows.py says what is raised); one slower only by waiting is contention (contention.py);
+it ends after `recover_intervals` that are not.
 A row whose interval brought too few samples to judge (a stream at a few fps) is held
 and judged with the next interval's.
-On a new regression the watch opens a profiling window itself (ONNX Runtime operators too
-when a model is involved), at most once per stream per `cooldown_s`, and the event links it.
-A regression raised while the watch's own window still records its streams (a block one
-interval after its model: their rows can reach enough samples one interval apart) is
-linked to that window: it is recording that regression's evidence, and no second window
-can open beside it.
+On a new regression the watch opens a profiling window itself (evidence.py).
 
 Cost: the recorders add a row of integer stores per frame and batch; the thread runs the
 probe `TICKS` times an interval and one comparison (a rank test per row) each interval.
@@ -35,11 +32,12 @@ import numpy as np
 
 from appliance.watch.baseline import Baseline, BaselineStore, Learning, row_key, subsample
 from appliance.watch.config import WatchConfig
+from appliance.watch.evidence import EvidenceWindows
 from appliance.watch.judge import host_speed, judge
 from appliance.watch.probe import Probe
 from appliance.watch.ranktest import MIN_SAMPLES
 from appliance.watch.recorder import AGE, FRAME, ModelRecorder, Samples, StreamRecorder
-from appliance.watch.report import Evidence, Regression, StreamWatch, WatchReport
+from appliance.watch.report import StreamWatch, WatchReport
 from appliance.watch.rows import Rows
 from appliance.watch.rule import Gate
 from pipelines.types import FrameResult
@@ -100,9 +98,8 @@ class Watch:
         self.rows = rows
         self._streams: dict[str, _Stream] = {}
         self._learning: dict[str, tuple[str, str, Learning]] = {}  # key -> kind, name, data
-        self._evidence_at: dict[str, float] = {}  # stream -> monotonic time of its last window
-        # The last window the watch opened: its evidence, streams (None: all) and when.
-        self._opened: tuple[Evidence, frozenset[str] | None, float] | None = None
+        # The profiling windows it opens on what it raises (evidence.py).
+        self.evidence = EvidenceWindows(config, hooks.open_window, self.model_streams)
         # Rows whose interval brought fewer than MIN_SAMPLES (a stream at a few fps, a
         # rarely gated block): held for the next comparison, which judges them together.
         self._held: dict[str, tuple[Samples, Samples]] = {}  # latency, own cost
@@ -273,7 +270,9 @@ class Watch:
             attached = set(self._streams)
             raised = self.rows.apply(judged, host, baselines, attached)
             self._follow_load(baselines)
-            evidence = self._evidence(raised) if raised else None
+            evidence, opened = self.evidence.open(raised) if raised else (None, False)
+            if opened:  # nothing recorded while it runs: the profiler's cost is not theirs
+                self._pause(self.config.evidence_s + 1.0)
             for regression in raised:
                 regression.evidence = evidence
                 self.rows.announce(regression)
@@ -371,58 +370,6 @@ class Watch:
             for model_id in sorted(stream.models):
                 keys += [row_key("model", model_id), row_key("queue", model_id)]
         return keys
-
-    # -- evidence --------------------------------------------------------------------
-    def _evidence(self, raised: list[Regression]) -> Evidence | None:
-        """One profiling window on the regressions raised together (one runs at a time:
-        a window per regression would leave all but the first without), over their
-        streams whose last window is older than cooldown_s; None when all are younger,
-        or another window runs."""
-        keys: dict[str, list[str] | None] = {}  # cooldown key -> its streams (None: all)
-        for r in raised:
-            if r.stream is not None:
-                keys[r.stream] = [r.stream]
-            elif r.model is not None:
-                keys[f"model:{r.model}"] = sorted(self.model_streams().get(r.model, set()))
-            else:
-                keys["host"] = None  # the host: every stream
-        now = time.monotonic()
-        due = {
-            k: v
-            for k, v in keys.items()
-            if now - self._evidence_at.get(k, -math.inf) >= self.config.cooldown_s
-        }
-        if not due:
-            return None
-        lists = list(due.values())
-        streams = None if None in lists else sorted({s for v in lists if v for s in v}) or None
-        ort = any(r.model is not None for r in raised)
-        evidence = self._recording(streams, ort, now)
-        if evidence is None:
-            try:
-                window = self.hooks.open_window(self.config.evidence_s, streams, ort)
-            except Exception as exc:  # another window runs, profiling is off, ...
-                log.info("regression watch: no evidence window for %s: %s", sorted(due), exc)
-                return None
-            evidence = Evidence(window, f"/v1/profiling/{window}/trace", ort)
-            covered = None if streams is None else frozenset(streams)
-            self._opened = (evidence, covered, now)
-            self._pause(self.config.evidence_s + 1.0)
-        for key in due:
-            self._evidence_at[key] = now
-        return evidence
-
-    def _recording(self, streams: list[str] | None, ort: bool, now: float) -> Evidence | None:
-        """The watch's own window when it still records these streams (with ONNX Runtime's
-        operators, if `ort`): it opened less than evidence_s ago, so it runs yet."""
-        if self._opened is None:
-            return None
-        evidence, covered, opened = self._opened
-        if now - opened >= self.config.evidence_s or (ort and not evidence.ort_operators):
-            return None
-        if covered is not None and (streams is None or not covered.issuperset(streams)):
-            return None
-        return evidence
 
     def _pause(self, seconds: float, *, reset: bool = False) -> None:
         """Record nothing for `seconds` from now: longer pauses stay, unless `reset`."""

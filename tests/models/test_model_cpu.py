@@ -25,8 +25,7 @@ import numpy as np
 import pytest
 
 from appliance.models import BatchRecord, LoadedModel, ModelBatcher, load_model
-from appliance.models.session import session_threads
-from appliance.models.threads import native_tids, started_during, threads_cpu_ns
+from appliance.models.threads import native_tids, session_threads, started_during, threads_cpu_ns
 from pipelines.models import Tensor
 from pipelines.spec import BatchingSpec, ModelSpec
 from tests.models.conftest import TIMEOUT_S
