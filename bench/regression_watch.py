@@ -708,6 +708,27 @@ def describe(
     settings = WatchConfig.model_validate(QUICK_WATCH if quick else {})
     interval = settings.interval_s
     load_s = max(settings.settle_s + 2 * interval, 3 * interval)
+    entries = {
+        "false_alarms": f"counts, one run of {minutes:g} min per config after its "
+        f"baselines were learned, nothing changed{configs}{shorter}",
+        "short_learning": f"false_alarms' counts with {short} over the watch's "
+        f"settings: one run of {minutes:g} min per config after its baselines were "
+        f"learned, nothing changed{configs}{shorter}",
+        "load": f"counts on the demo once learned: {len(ADDED)} streams added through "
+        "Runtime.add_stream (requested=False), "
+        + ", ".join(f"{sid} a copy of {like}" for sid, like in ADDED)
+        + f", run {load_s:g} s (settle_s + 2 intervals, at least 3), removed with "
+        f"Runtime.remove_stream, then {AFTER_INTERVALS * interval:g} s more; events on "
+        "MQTT from the first add; the demo streams' watched rows as GET "
+        "/v1/streams/{id} shows them, read after every comparison under the added load",
+        "detection": f"counts over {trials} trial(s) on one runtime: the faces model "
+        f"reloaded at {SLOW[0]}x{SLOW[1]} (from {FAST[0]}x{FAST[1]}), the time to its "
+        "regression_started on MQTT, then reloaded back, the time to regression_ended",
+        "host": f"counts: two busy processes pinned one per core for {HOST_BUSY_S:g} s, "
+        "after the detection trials on their runtime (a run of its own with --only "
+        "host)",
+        "cost": f"{cycles} crossover round(s), see `round` and `figure`",
+    }
     return method(
         "the regression watch on the bundled clip as live cameras, its events read on a "
         "real mosquitto; its cost (the one comparison): watch on against off on one "
@@ -722,27 +743,7 @@ def describe(
         "the throughput ratio of the same pairs reported beside it, no target",
         order="on and off alternate every 30 frames in one run; each round's second loop "
         "starts with off, so each pair has on first once and off first once",
-        parts={
-            "false_alarms": f"counts, one run of {minutes:g} min per config after its "
-            f"baselines were learned, nothing changed{configs}{shorter}",
-            "short_learning": f"false_alarms' counts with {short} over the watch's "
-            f"settings: one run of {minutes:g} min per config after its baselines were "
-            f"learned, nothing changed{configs}{shorter}",
-            "load": f"counts on the demo once learned: {len(ADDED)} streams added through "
-            "Runtime.add_stream (requested=False), "
-            + ", ".join(f"{sid} a copy of {like}" for sid, like in ADDED)
-            + f", run {load_s:g} s (settle_s + 2 intervals, at least 3), removed with "
-            f"Runtime.remove_stream, then {AFTER_INTERVALS * interval:g} s more; events on "
-            "MQTT from the first add; the demo streams' watched rows as GET "
-            "/v1/streams/{id} shows them, read after every comparison under the added load",
-            "detection": f"counts over {trials} trial(s) on one runtime: the faces model "
-            f"reloaded at {SLOW[0]}x{SLOW[1]} (from {FAST[0]}x{FAST[1]}), the time to its "
-            "regression_started on MQTT, then reloaded back, the time to regression_ended",
-            "host": f"counts: two busy processes pinned one per core for {HOST_BUSY_S:g} s, "
-            "after the detection trials on their runtime (a run of its own with --only "
-            "host)",
-            "cost": f"{cycles} crossover round(s), see `round` and `figure`",
-        },
+        parts={part: entries[part] for part in parts},  # others: merged, or absent
         parts_run=parts,
         watch=QUICK_WATCH if quick else "the defaults (appliance/watch/config.py, WatchConfig)",
     )
@@ -865,8 +866,6 @@ def restated(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, A
     parts = [p for p in PARTS if any(k.startswith(f"{p}.") for k in m)]
     how = describe(parts, m.get("false_alarms.demo.minutes", 0.0), m.get("detection.trials", 0),
                    0, quick=False)  # fmt: skip
-    for part in set(PARTS) - set(parts):
-        how["parts"].pop(part)
     how["rounds"] = None  # the crossover's rounds were not recorded, its pairs were
     if "cost" in parts:
         how["parts"]["cost"] = (f"crossover, {m['cost.crossover_pairs']} pairs (the rounds "
