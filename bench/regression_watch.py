@@ -834,7 +834,9 @@ def finish(
             how["rounds"] = old_how.get("rounds")
             if "cost.total_pct_of_cpu" in old.get("verdicts", {}):
                 verdicts["cost.total_pct_of_cpu"] = old["verdicts"]["cost.total_pct_of_cpu"]
-        how["merged"] = "parts not in parts_run are the previous full run's"
+        if "recorded_how" in old_how:  # how the kept parts' original run was described
+            how["recorded_how"] = old_how["recorded_how"]
+        how["merged"] = "parts not in parts_run are the replaced results file's"
     verdicts = count_verdicts(metrics) | verdicts
     targets = {
         "false_alarms.demo.block_regressions": "0 in >= 20 min",
