@@ -7,15 +7,16 @@ the per-frame path only calls bound callables and times them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from time import perf_counter, thread_time_ns
+from time import perf_counter
 from typing import Any
 
 from pipelines.blocks.base import SKIP, StepFactory
 from pipelines.geometry import Region
 from pipelines.types import Frame, FrameResult
 
+CpuClock = Callable[[], int]  # ns of the calling thread's CPU so far
 IMAGE_SLOT = 0  # the frame's image, what `frame` refers to
 FRAME_SLOT = 1  # the Frame itself, passed to blocks that want it (stream id, timestamps)
 NONE_SLOT = 2  # never written: what an optional input that was left out reads
@@ -68,9 +69,10 @@ class CompiledWorkflow:
         self.block_models: dict[str, str] = {}  # block id -> the model it runs (compiler)
         self.regions: tuple[Region, ...] = ()  # lines and zones its blocks count (compiler)
 
-    def instantiate(self, cpu_clock: bool = False) -> WorkflowRun:
-        """A runnable copy for one stream, with fresh per-stream block state. `cpu_clock`:
-        each block's thread CPU time is recorded too (`FrameResult.block_cpu_ns`)."""
+    def instantiate(self, cpu_clock: CpuClock | None = None) -> WorkflowRun:
+        """A runnable copy for one stream, with fresh per-stream block state. `cpu_clock`
+        (ns of this thread's CPU, e.g. time.thread_time_ns): each block's CPU time is
+        recorded too (`FrameResult.block_cpu_ns`)."""
         return WorkflowRun(self, cpu_clock)
 
     def summary(self) -> str:
@@ -91,7 +93,7 @@ class WorkflowRun:
     said SKIP) keeps its last outputs, which later blocks and the outputs then read.
     """
 
-    def __init__(self, workflow: CompiledWorkflow, cpu_clock: bool = False) -> None:
+    def __init__(self, workflow: CompiledWorkflow, cpu_clock: CpuClock | None = None) -> None:
         self.workflow = workflow
         self._vals: list[Any] = [None] * workflow.n_slots
         # Flattened plan: tuples unpack faster than attribute access on the hot path.
@@ -107,12 +109,15 @@ class WorkflowRun:
         # which does not grow while the thread waits for a core (a victim of contention)
         # but does when the block does more work. 0 for a block skipped on the frame.
         # A CPU clock read is a system call (about 0.7 µs here, perf_counter's 0.08 µs):
-        # only when asked.
-        self._cpu = [0] * len(self._plan) if cpu_clock else None
+        # only when asked. The runtime's clock leaves out the model runs a block makes on
+        # this thread (an inline batch): those are the model's own cost, not the block's.
+        self._clock = cpu_clock
+        self._cpu = [0] * len(self._plan) if cpu_clock is not None else None
 
     def measure_cpu(self, on: bool) -> None:
-        """Record each block's thread CPU time from the next frame on (or stop)."""
-        self._cpu = [0] * len(self._plan) if on else None
+        """Record each block's CPU time from the next frame on (or stop), by the clock it
+        was made with."""
+        self._cpu = [0] * len(self._plan) if on and self._clock is not None else None
 
     def run(self, frame: Frame) -> FrameResult:
         """Run every block in order on `frame`; each block's (start, end) is recorded
@@ -122,7 +127,7 @@ class WorkflowRun:
         vals[FRAME_SLOT] = frame
         start = perf_counter()
         cpu = self._cpu
-        spans = self._run(vals) if cpu is None else self._run_timed(vals, cpu)
+        spans = self._run(vals) if cpu is None else self._run_timed(vals, cpu, self._clock)
         return FrameResult(
             stream_id=frame.stream_id,
             seq=frame.seq,
@@ -173,8 +178,11 @@ class WorkflowRun:
             spans.append((t0, perf_counter()))
         return spans
 
-    def _run_timed(self, vals: list[Any], cpu: list[int]) -> list[tuple[float, float] | None]:
-        """Like _run_gated, and each block's thread CPU ns into `cpu` (0 when skipped)."""
+    def _run_timed(
+        self, vals: list[Any], cpu: list[int], clock: CpuClock | None
+    ) -> list[tuple[float, float] | None]:
+        """Like _run_gated, and each block's CPU ns by `clock` into `cpu` (0 when skipped)."""
+        assert clock is not None  # `cpu` is only made with a clock
         spans: list[tuple[float, float] | None] = []
         fresh = self._fresh
         for i, (fn, args, out, deps) in enumerate(self._plan):
@@ -182,7 +190,7 @@ class WorkflowRun:
                 fresh[i], cpu[i] = False, 0
                 spans.append(None)
                 continue
-            c0, t0 = thread_time_ns(), perf_counter()
+            c0, t0 = clock(), perf_counter()
             value = fn(*[vals[a] for a in args])
             fresh[i] = value is not SKIP
             if value is SKIP:
@@ -193,5 +201,5 @@ class WorkflowRun:
                 for slot, v in zip(out, value, strict=True):
                     vals[slot] = v
             spans.append((t0, perf_counter()))
-            cpu[i] = thread_time_ns() - c0
+            cpu[i] = clock() - c0
         return spans

@@ -44,7 +44,7 @@ import numpy as np
 from appliance.models.batches import BatchRecord, ModelRunError, ModelStoppedError, SessionChooser
 from appliance.models.errors import describe_ort_error
 from appliance.models.session import LoadedModel
-from appliance.models.threads import session_threads, threads_cpu_ns
+from appliance.models.threads import count_run_cpu, session_threads, threads_cpu_ns
 from pipelines.models import ModelInfo, Tensor
 from pipelines.spec import BatchingSpec
 
@@ -348,7 +348,7 @@ class ModelBatcher:
         without one). Holds the run lock: the shared stacking buffer is safe too."""
         model = self._model
         pool: frozenset[int] = frozenset()  # the session's intra-op threads, once known
-        cpu_start = thread_time_ns()
+        pool_start, caller_start = 0, thread_time_ns()
         run_start = perf_counter()
         sampled = False
         outputs: Sequence[Tensor] = ()
@@ -360,14 +360,18 @@ class ModelBatcher:
                 session, sampled = chosen, True
             if self.measure_cpu:
                 pool = session_threads(session)
-                cpu_start = thread_time_ns() + threads_cpu_ns(pool)
+                pool_start, caller_start = threads_cpu_ns(pool), thread_time_ns()
             run_start = perf_counter()
             outputs = session.run(model.output_names, {model.input_name: batch})
         except Exception as exc:  # ORT's errors share no base but Exception; fail this batch
             error = exc
         run_s = perf_counter() - run_start
         # Read after the wall clock: the CPU clocks (about 1 µs each) are not the run's time.
-        cpu_ns = thread_time_ns() + threads_cpu_ns(pool) - cpu_start if self.measure_cpu else 0
+        cpu_ns = 0
+        if self.measure_cpu:
+            caller_ns = thread_time_ns() - caller_start
+            count_run_cpu(caller_ns)  # not the calling block's own cost (inline runs)
+            cpu_ns = caller_ns + threads_cpu_ns(pool) - pool_start
         cpu_s = cpu_ns / 1e9
         outcome = _Outcome(outputs, error, run_start, run_s, cpu_s, sampled)
         # Counted once the run is over (as `on_batch` is told right after): a reader that

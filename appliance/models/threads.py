@@ -50,6 +50,24 @@ def started_during(fn: Callable[[], T]) -> tuple[T, frozenset[int]]:
     return result, frozenset(after - before - python)
 
 
+_RUNS = threading.local()  # per thread: `ns`, the CPU its own model runs took so far
+
+
+def count_run_cpu(ns: int) -> None:
+    """This thread spent `ns` of CPU in a model's run (the batcher's `session.run` share
+    on the calling thread): `block_cpu_ns` leaves it out."""
+    _RUNS.ns = getattr(_RUNS, "ns", 0) + ns
+
+
+def block_cpu_ns() -> int:
+    """This thread's CPU ns so far, less what its model runs took (`count_run_cpu`): a
+    block's own cost. A stream's block runs its model inline, on its own thread, while
+    the model has one user, and on the model's batcher thread once it has more: without
+    this, adding a camera made a detector block's CPU fall to 4 % of its baseline, and
+    removing one would multiply it (bench/regression_watch.py's load part)."""
+    return time.thread_time_ns() - getattr(_RUNS, "ns", 0)
+
+
 def threads_cpu_ns(tids: Iterable[int]) -> int:
     """The CPU ns the threads `tids` of this process have used so far: time spent running
     on a CPU, not waiting for one. Read from each thread's CPU clock (below), else the

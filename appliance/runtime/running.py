@@ -21,6 +21,7 @@ from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 
 from appliance.config import AppConfig, StreamConfig
 from appliance.errors import LimitError, StreamExistsError, UnknownStreamError
+from appliance.models.threads import block_cpu_ns
 from appliance.observe.blocklatency import BlockLatencies
 from appliance.observe.metrics import Metrics, StreamMetrics
 from appliance.policy.hosts import SourceHosts
@@ -137,7 +138,7 @@ class RunningStreams(Mapping[str, Stream]):
             trace=trace,
             on_state=self._outputs.stream_state,
             hosts=self._hosts,
-            cpu_clock=config.profiling.watch.enabled,
+            cpu_clock=block_cpu_ns if config.profiling.watch.enabled else None,
         )
         with self._lock:
             self._check_room(cfg.id)

@@ -25,7 +25,7 @@ from appliance.observe.status import Latency, StateName, StreamStatus
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
-from pipelines.executor import CompiledWorkflow, WorkflowRun
+from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
 from pipelines.types import Detections, FrameResult, iso_utc
 
 log = logging.getLogger("appliance.streams")
@@ -85,10 +85,10 @@ class Stream:
         trace: StreamTrace | None = None,
         on_state: Callable[[str, str, str], None] | None = None,
         hosts: SourceHosts = ANY_HOST,
-        cpu_clock: bool = False,
+        cpu_clock: CpuClock | None = None,
     ) -> None:
         self.id = cfg.id
-        self._cpu_clock = cpu_clock  # each block's CPU time too (the regression watch's)
+        self._cpu_clock = cpu_clock  # each block's own CPU time too (the regression watch's)
         self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state

@@ -9,12 +9,13 @@ own cost did not is contended: a victim. Rows without an own cost (a frame age, 
 wait) follow the others: slower while any row is contended, or while a change of the
 appliance's own load settles, they are victims too.
 
-What cannot be told apart: a block that only waits for a model (its latency holds the
-model's run) is a victim of that model whether the model did more work or waited itself;
-the model's own row says which. ONNX Runtime threads are attributed to the session that
-started them (appliance/models/threads.py), so a model's own cost excludes other
-sessions' threads; two models whose threads wait for each other's cores are victims of
-each other, and the culprit is named only when one of them grew its own cost.
+A block that runs a model holds the model's run in its latency, but not in its own cost
+(its thread's CPU less the runs it made inline, which are the model's): it is raised with
+its model when the model's own cost grew, and is a victim when the model only waited.
+ONNX Runtime threads are attributed to the session that started them
+(appliance/models/threads.py), so a model's own cost excludes other sessions' threads;
+two models whose threads wait for each other's cores are victims of each other, and the
+culprit is named only when one of them grew its own cost.
 
 A change of load (a stream added, removed or restarted, a reload, a tune applied) names
 the victims of the next `settle_s` as that change's (`load_changed`), not as contention
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from appliance.watch.judge import Host, Judged
@@ -45,10 +46,22 @@ class Contention:
     victims: set[str] = field(default_factory=set)
     events: deque[ContentionEvent] = field(default_factory=lambda: deque(maxlen=KEPT))
 
-    def judge(self, judged: Sequence[Judged], load_settling: bool) -> set[str]:
-        """This comparison's victims (row keys), kept as `victims`; their earlier set is
-        what `event` compares with."""
-        victims = {j.key for j in judged if j.contended}
+    def judge(
+        self,
+        judged: Sequence[Judged],
+        load_settling: bool,
+        block_model: Callable[[str], str | None] = lambda _name: None,
+    ) -> set[str]:
+        """This comparison's victims (row keys); their earlier set is what `event`
+        compares with. A block whose own model grew its own cost is not a victim: the
+        inference it asks for is its work too (its own CPU leaves the model's run out,
+        wherever it ran: appliance/models/threads.py)."""
+        grown = {j.name for j in judged if j.kind == "model" and j.slower}
+        victims = {
+            j.key
+            for j in judged
+            if j.contended and not (j.kind == "block" and block_model(j.name) in grown)
+        }
         waiting = bool(victims) or load_settling
         victims |= {
             j.key for j in judged if j.kind in OWNLESS and j.row.verdict == SLOWER and waiting

@@ -98,7 +98,7 @@ class Rows:
         self.host_factor = host.factor
         raised = self._apply_host(host)
         settling = self._settling()
-        victims = self.contention.judge(judged, settling is not None)
+        victims = self.contention.judge(judged, settling is not None, self.block_models)
         for j in judged:
             self._count(j, j.key in victims)
         busy = {
@@ -156,7 +156,7 @@ class Rows:
     def _count(self, j: Judged, contended: bool) -> None:
         state = self._states.setdefault(j.key, _State())
         state.last = j
-        if j.row.verdict == SLOWER and not contended:
+        if j.row.verdict == SLOWER and not contended:  # its own doing, or its model's
             state.slower, state.fine = state.slower + 1, 0
         else:
             state.slower, state.fine = 0, state.fine + 1

@@ -25,7 +25,13 @@ import numpy as np
 import pytest
 
 from appliance.models import BatchRecord, LoadedModel, ModelBatcher, load_model
-from appliance.models.threads import native_tids, session_threads, started_during, threads_cpu_ns
+from appliance.models.threads import (
+    block_cpu_ns,
+    native_tids,
+    session_threads,
+    started_during,
+    threads_cpu_ns,
+)
 from pipelines.models import Tensor
 from pipelines.spec import BatchingSpec, ModelSpec
 from tests.models.conftest import TIMEOUT_S
@@ -208,3 +214,21 @@ def test_a_wait_for_a_core_does_not_grow_a_runs_cpu(
     assert busy_run > 1.1 * quiet_run, (quiet_run, busy_run)
     # ... and did the same work (CPU x0.89-1.00).
     assert quiet_cpu / 1.5 < busy_cpu < 1.5 * quiet_cpu, (quiet_cpu, busy_cpu)
+
+
+def test_a_blocks_own_cpu_leaves_out_the_model_run_it_made_inline(
+    run_once: Callable[[Tensor], BatchRecord],
+) -> None:
+    """A stream alone on a model runs it inline, on its own thread: the block's own cost
+    (`block_cpu_ns`, what the executor times a block by) leaves that run out, so a
+    detector block's cost does not change when a second camera moves the runs to the
+    batcher's thread."""
+    sample = frame(LARGE)
+    thread0, block0 = time.thread_time_ns(), block_cpu_ns()
+    record = run_once(sample)
+    thread_ns, block_ns = time.thread_time_ns() - thread0, block_cpu_ns() - block0
+    assert record.inline
+    # The run's share on this thread is in the thread's CPU, not in the block's: what is
+    # left is submitting and resolving (well under a tenth of a CenterFace VGA run).
+    assert thread_ns - block_ns > 0.5 * record.cpu_s * 1e9 / 2  # caller: ~half of two threads
+    assert block_ns < 0.1 * thread_ns, (block_ns, thread_ns)

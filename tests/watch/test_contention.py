@@ -6,10 +6,12 @@ baseline learned over intervals that drifted allows that drift (judge.py)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
+from appliance.models.batches import BatchRecord
 from appliance.observe.metrics import Metrics
 from appliance.watch.baseline import Baseline, BaselineStore, Learning
 from appliance.watch.config import WatchConfig
@@ -137,3 +139,27 @@ def test_a_baseline_learned_over_drifting_intervals_allows_that_drift() -> None:
         )
         [row] = judge(now, {"cam/det": base}, {}, host, GATE)
         assert (row.row.verdict == "slower") is raised, (kept, row.row)
+
+
+def test_a_block_is_raised_with_its_model_when_the_model_did_more_work() -> None:
+    """A detector block's own cost leaves its model's run out: it is raised with the
+    model when the model's own cost grew, and a victim when the model only waited."""
+    for model_cpu, block_raised in ((3 * BASE_US, True), (BASE_US, False)):
+        watch, published = watched()
+        watch.rows.block_models = lambda name: "m" if name == "cam/det" else None
+        watch.attach("cam", ("det", "blur"), {"det": "m"})
+        model = Baseline("model", "m", spans(BASE_US, 20), EMPTY, 0.0, "learned",
+                         cpu=spans(BASE_US, 21))  # fmt: skip
+        watch.store.put([model])
+        watch.models._first_batch("m", 0.0)
+        watch.models.skip_until["m"] = 0.0
+        for run, cpu in zip(spans(3 * BASE_US, 22), spans(model_cpu, 23), strict=True):
+            watch.models(BatchRecord("m", 1, ("cam",), (0.0,), time.perf_counter(), run / 1e6,
+                                     cpu_s=cpu / 1e6))  # fmt: skip
+        # The block waits for its model's run: its latency grows, its own cost does not.
+        frames(watch, det=(3 * BASE_US, BASE_US), blur=(BASE_US, BASE_US))
+        watch.compare()
+        raised = {d["regression"]["name"] for d in of_type(published, "regression_started")}
+        assert ("cam/det" in raised) is block_raised, (model_cpu, raised)
+        assert ("model:m" in raised) is block_raised
+        assert (verdicts(watch)["cam/det"] == "contention") is not block_raised
