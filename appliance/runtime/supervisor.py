@@ -41,7 +41,13 @@ StallHandler = Callable[[Stream, str], None]
 
 # The executor's per-frame loops. Each appends one span per block it has run, so while a
 # block runs, the count of spans is its index: naming the block costs the hot path nothing.
-_EXECUTOR_LOOPS = frozenset({WorkflowRun._run_plain.__code__, WorkflowRun._run_gated.__code__})
+_EXECUTOR_LOOPS = frozenset(
+    {
+        WorkflowRun._run_plain.__code__,
+        WorkflowRun._run_gated.__code__,
+        WorkflowRun._run_timed.__code__,
+    }
+)
 
 
 class Supervisor:
