@@ -207,6 +207,7 @@ class Watch:
     def start(self) -> None:
         if not self.config.enabled:
             return
+        self.probe.open()  # its model's one-time build, off the watch's ticks
         self._last = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
         self._thread.start()
