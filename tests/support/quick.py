@@ -212,6 +212,7 @@ LIVE_TESTS: dict[str, dict[str, str]] = {
     ),
     # Measured: 20 CPU seconds, a sixth of the rest of the quick set together
     "tests/test_shipped_workflows.py": {ALL: "the runtime over whole clips, every frame"},
+    "tests/watch/test_load_live.py": {ALL: "a runtime, three cameras in real time and fast"},
     "tests/test_workers.py": {
         "test_a_port_in_use_starts_no_worker": "a listener, `appliance serve`",
     },
