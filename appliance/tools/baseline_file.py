@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 from appliance.tools.fingerprint import stream_of
 from appliance.tools.trace_file import Event, event_args, load_events
@@ -63,6 +62,8 @@ class TraceRows:
     probe: list[int] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)  # the probe's wait_ratio, ‰
     measures: list[str] = field(default_factory=list)  # what each probe run timed
+    # Each probe run's CPU µs alone (its `onnx_cpu_us`, else `loop_cpu_us`; 0: neither)
+    cpus: list[int] = field(default_factory=list)
 
     def streams(self) -> set[str]:
         """The streams that have a row."""
@@ -106,6 +107,8 @@ def trace_rows(events: Sequence[Event]) -> TraceRows:
             out.probe.append(round(host_us) if isinstance(host_us, int | float) else dur)
             # A probe span without it is the loop's (before the probe ran a model).
             out.measures.append("onnx" if args.get("measure") == "onnx" else "loop")
+            cpu = args.get("onnx_cpu_us" if out.measures[-1] == "onnx" else "loop_cpu_us")
+            out.cpus.append(round(cpu) if isinstance(cpu, int | float) and 0 < cpu < MAX_US else 0)
             waits = args.get("wait_ratio")
             if isinstance(waits, int | float) and 0 < waits < 1e6:
                 out.waits.append(round(waits * 1000))
@@ -135,15 +138,15 @@ def fingerprint_baselines(
             f": {_listed(left_out)}" if left_out else ": no block, model, queue or frame spans"
         )
         raise FingerprintError(f"{path}: no row of {MIN_SPANS} spans or more{found_rows}")
-    probe, measure = _probe_of(found)
-    probe = subsample(probe, reservoir)
+    probe, probe_cpu, measure = _probe_of(found)
+    probe, probe_cpu = subsample(probe, reservoir), subsample(probe_cpu, reservoir)
     waits = subsample(np.asarray(found.waits, dtype=np.int64), reservoir)
     learned_at, source = path.stat().st_mtime, f"fingerprint:{path.name}"[:256]
     kept = sorted(rows.keys() - left_out.keys(), key=lambda k: (KINDS.index(k[0]), k[1]))
     baselines = [
         Baseline(
             kind, name, _sample(rows[(kind, name)], reservoir), probe, learned_at, source, waits,
-            probe_measure=measure,
+            probe_measure=measure, probe_cpu=probe_cpu,
         )
         for kind, name in kept
     ]  # fmt: skip
@@ -210,14 +213,18 @@ def _renamed(kind: str, name: str, stream: str) -> str:
     return f"{stream}/{name.partition('/')[2]}" if kind == "block" else stream
 
 
-def _probe_of(found: TraceRows) -> tuple[npt.NDArray[np.int64], str]:
+def _probe_of(found: TraceRows) -> tuple[Samples, Samples, str]:
     """The probe samples of the trace's latest measure (a trace across an upgrade holds
-    both: their µs are not comparable), and that measure."""
+    both: their µs are not comparable), their CPU µs alone (empty unless every run has
+    them: a trace from before they were written), and that measure."""
     if not found.measures:
-        return np.empty(0, np.int64), "loop"
+        return np.empty(0, np.int64), np.empty(0, np.int64), "loop"
     measure = found.measures[-1]
-    kept = [v for v, m in zip(found.probe, found.measures, strict=True) if m == measure]
-    return np.asarray(kept, dtype=np.int64), measure
+    runs = [(v, c) for v, c, m in zip(found.probe, found.cpus, found.measures, strict=True)
+            if m == measure]  # fmt: skip
+    kept = np.asarray([v for v, _ in runs], dtype=np.int64)
+    cpus = np.asarray([c for _, c in runs], dtype=np.int64)
+    return kept, cpus if cpus.all() else cpus[:0], measure
 
 
 def _check_values(path: Path, rows: Mapping[RowKey, list[int]], probe: list[int]) -> None:

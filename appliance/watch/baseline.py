@@ -85,6 +85,10 @@ class Baseline:
     # it ran a model, and where none can be built). Probes of two measures are not
     # compared: their µs differ by 1.1-1.9 times on the same host.
     probe_measure: str = "loop"
+    # The probe's CPU µs alone while it was learned (`probe` is them over the share of the
+    # machine left to us): what a row's own cost is judged against. Empty: unknown (a
+    # baseline from before they were kept), when the whole probe ratio stands in.
+    probe_cpu: Samples = field(default_factory=lambda: np.empty(0, np.int64))
 
     def document(self) -> dict[str, Any]:
         return {
@@ -97,6 +101,7 @@ class Baseline:
             "spread": round(self.spread, 4),
             "cpu_spread": round(self.cpu_spread, 4),
             "probe_measure": self.probe_measure,
+            "probe_cpu_us": self.probe_cpu.tolist(),
             "learned_at": round(self.learned_at, 3),
             "source": self.source,
         }
@@ -147,6 +152,7 @@ def _parse_row(row: Any, where: str) -> Baseline:
         _spread(row.get("spread", 1.0), f"{where}.spread"),
         _spread(row.get("cpu_spread", 1.0), f"{where}.cpu_spread"),
         _measure(row.get("probe_measure", "loop"), f"{where}.probe_measure"),
+        _samples(row.get("probe_cpu_us", []), f"{where}.probe_cpu_us", minimum=0),
     )
 
 

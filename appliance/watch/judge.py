@@ -7,8 +7,9 @@ Three things slow many rows at once, none of them a row's own regression, each w
 measure (probe.py), now against while the row was learned:
 
 - a slower CPU (frequency, throttling) and a busier machine (another tenant, a noisy
-  neighbour, a VM's steal): the probe, a fixed loop's CPU time over the share of the
-  machine other processes leave us. Our own work never moves it. This is the host;
+  neighbour, a VM's steal): the probe, a small fixed ONNX model's CPU time over the share
+  of the machine other processes leave us. Our own work barely moves it. This is the
+  host;
 - contention among the streams' own threads: how long they waited for a core per second
   run. On a saturated machine it swings by tens of % with nothing changed (the streams'
   models overlap more or less as their frames drift in and out of phase), and a noisy
@@ -20,8 +21,12 @@ samples divided by the factor, with the gate's `fail_over_pct` widened by as muc
 rows do not all slow alike (ONNX Runtime's threads wait for each other when one of them
 waits for a core; a Python block barely notices), so a machine 40 % slower must leave a
 row 40 % beyond what it explains. A heavier block is still found: its own work grew, and
-the contention it adds for the others excuses them, not it. With a factor of 1 this is
-exactly `trace diff --fail-over`.
+the contention it adds for the others excuses them, not it (`judge`). With a factor of 1
+this is exactly `trace diff --fail-over`.
+
+A row's own cost per run (CPU time) is divided by the probe's CPU time alone, now over
+learned (`Host.cpu_factor`): a slower core moves both, while a wait for a core or a
+neighbour that leaves us fewer cores moves neither.
 
 The host is reported slower when the probe passes `host_pct` and the median CPU row (the
 common shift: blocks and models of at least `min_ms`, each its median now over its
@@ -31,7 +36,7 @@ baseline's) moved too: a busier machine that costs the streams nothing is not an
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -58,9 +63,11 @@ class Host:
     widen_pct: float  # added to the gate's fail_over_pct
     slower: bool  # the host: the probe past host_pct, and the rows moved
     wait_ratio: float | None = None  # the threads' waits per second run, now / learned
-    # What a row's own cost (CPU time) is divided by: the probe's share only, since a
-    # wait for a core does not move CPU time while a slower core does.
+    # What a row's own cost (CPU time) is divided by: the probe's CPU time alone, now /
+    # learned (`probe_cpu_ratio`), since a wait for a core, or fewer cores left to us,
+    # does not move CPU time while a slower core does.
     cpu_factor: float = 1.0
+    probe_cpu_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,24 +105,30 @@ class Judged:
 def host_speed(
     recent: Mapping[str, Values],
     baselines: Mapping[str, Baseline],
-    probe_now: Values,
+    probe_now: tuple[Values, Values],
     waits_now: Values,
     gate: Gate,
     host_pct: float,
 ) -> Host:
-    """The factor of this comparison, and the host's verdict (see the top)."""
-    ratios, probes, waits = [], [], []
+    """The factor of this comparison, and the host's verdict (see the top). `probe_now`:
+    the probe's samples since the last comparison (host µs, its model's CPU µs alone)."""
+    host_now, cpu_now = probe_now
+    ratios, probes, cpus, waits = [], [], [], []
     for key, now in recent.items():
         base = baselines.get(key)
         if base is None or now.size < MIN_SAMPLES:
             continue
-        if base.probe.size and probe_now.size:
-            probes.append(_median(probe_now) / max(_median(base.probe), 1.0))
+        if base.probe.size and host_now.size:
+            probes.append(_ratio(host_now, base.probe))
+            # A baseline from before the CPU µs were kept: the whole probe stands in.
+            has_cpu = base.probe_cpu.size and cpu_now.size
+            cpus.append(_ratio(cpu_now, base.probe_cpu) if has_cpu else probes[-1])
         if base.contention.size and waits_now.size:
-            waits.append(_median(waits_now) / max(_median(base.contention), 1.0))
+            waits.append(_ratio(waits_now, base.contention))
         if base.kind in CPU_KINDS and _median(base.samples) >= gate.min_ms * 1000:
-            ratios.append(_median(now) / max(_median(base.samples), 1.0))
+            ratios.append(_ratio(now, base.samples))
     probe = statistics.median(probes) if probes else None
+    probe_cpu = statistics.median(cpus) if cpus else None
     wait = statistics.median(waits) if waits else None
     common = statistics.median(ratios) if ratios else None
     margin = host_pct / 200
@@ -123,9 +136,11 @@ def host_speed(
     factor = factor if factor > 1 + margin else 1.0
     moved = common is not None and common > 1 + margin
     slower = probe is not None and probe >= 1 + host_pct / 100 and moved
-    cpu_factor = probe if probe is not None and probe > 1 + margin else 1.0
+    cpu_factor = probe_cpu if probe_cpu is not None and probe_cpu > 1 + margin else 1.0
     widen = (factor - 1) * 100
-    return Host(probe, common, len(ratios), factor, widen, slower, wait, cpu_factor)
+    return Host(
+        probe, common, len(ratios), factor, widen, slower, wait, cpu_factor, probe_cpu
+    )  # fmt: skip
 
 
 def judge(
@@ -135,40 +150,56 @@ def judge(
     host: Host,
     gate: Gate,
     cpu: Mapping[str, Values] | None = None,
+    block_model: Callable[[str], str | None] = lambda _name: None,
 ) -> list[Judged]:
     """Every row with a baseline and enough recent samples, judged; its own cost too
-    (`cpu`: µs of CPU per run) where both the baseline and this interval have it."""
-    before, after = Samples(), Samples()
+    (`cpu`: µs of CPU per run) where both the baseline and this interval have it.
+
+    A culprit, a row whose own cost grew (or a block whose model's did: `block_model`
+    names a block's model), is judged on its latency with the slower core taken out but
+    not the waits: the contention it adds for the others excuses them, not it. Without
+    this, a model that doubled its work on a saturated machine, and so raised the waits
+    of every thread by some tens of %, had its own latency divided by that and judged
+    against a gate widened by as much."""
+    before = Samples()
+    rows = []
     for key, now in recent.items():
         base = baselines.get(key)
         if base is None or now.size < MIN_SAMPLES:
             continue
         before.rows[(base.kind, base.name)] = base.samples.tolist()
-        after.rows[(base.kind, base.name)] = np.rint(now / host.factor).astype(np.int64).tolist()
+        rows.append((key, now, base))
     for model, streams in model_streams.items():
         before.model_streams[model] = set(streams)
+    own = {}
+    for key, _, base in rows:
+        own_now = None if cpu is None else cpu.get(key)
+        if own_now is not None and own_now.size >= MIN_SAMPLES and base.cpu.size >= MIN_SAMPLES:
+            own[key] = _own(base, own_now, before, host, gate)
+    grown = {key for key, (row, _) in own.items() if row.verdict == SLOWER}
+    grown_models = {base.name for key, _, base in rows if key in grown and base.kind == "model"}
     out = []
-    for key, now in recent.items():
-        base = baselines.get(key)
-        if base is None or (base.kind, base.name) not in after.rows:
-            continue
+    for key, now, base in rows:
+        culprit = key in grown or (base.kind == "block" and block_model(base.name) in grown_models)
+        factor = host.cpu_factor if culprit else host.factor
+        after = Samples()
+        after.rows[(base.kind, base.name)] = np.rint(now / factor).astype(np.int64).tolist()
         # A baseline learned over intervals that differed by its spread allows as much.
-        widened = _widened(gate, host.widen_pct, base.spread)
+        widened = _widened(gate, (factor - 1) * 100, base.spread)
         row = compare_row(base.kind, base.name, before, after, widened)
         ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
         p99 = _percentile_ms(base.samples, 99)
         p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)
         judged = Judged(key, base.kind, base.name, row, ratio, p99, p50_now, p99_now)
-        own_now = None if cpu is None else cpu.get(key)
-        if own_now is not None and own_now.size >= MIN_SAMPLES and base.cpu.size >= MIN_SAMPLES:
-            judged = _own(judged, base, own_now, before, host, gate)
+        if key in own:
+            judged = replace(judged, own=own[key][0], own_ratio=own[key][1])
         out.append(judged)
     return out
 
 
-def _own(j: Judged, base: Baseline, now: Values, frames: Samples, host: Host, gate: Gate) -> Judged:
-    """`j` with its own cost per run judged: the same rule on CPU µs, divided by the
-    probe's share only, weighed against the same frame as its latency."""
+def _own(base: Baseline, now: Values, frames: Samples, host: Host, gate: Gate) -> tuple[Row, float]:
+    """A row's own cost per run judged, with its ratio: the same rule on CPU µs, divided
+    by the slower core only, weighed against the same frame as its latency."""
     scaled = np.rint(now / host.cpu_factor).astype(np.int64).tolist()
     pair_before, pair_after = Samples(), Samples()
     pair_before.rows = {**frames.rows, (base.kind, base.name): base.cpu.tolist()}
@@ -179,11 +210,15 @@ def _own(j: Judged, base: Baseline, now: Values, frames: Samples, host: Host, ga
         base.kind, base.name, pair_before, pair_after, _widened(gate, widen, base.cpu_spread)
     )
     ratio = own.after_ms / own.before_ms if own.before_ms > 0 else 1.0
-    return replace(j, own=own, own_ratio=round(ratio, 3))
+    return own, round(ratio, 3)
 
 
 def _widened(gate: Gate, widen_pct: float, spread: float) -> Gate:
     return replace(gate, fail_over_pct=gate.fail_over_pct + widen_pct + (spread - 1) * 100)
+
+
+def _ratio(now: Values, then: Values) -> float:
+    return _median(now) / max(_median(then), 1.0)
 
 
 def _median(values: Values) -> float:

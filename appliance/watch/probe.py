@@ -21,7 +21,9 @@ Two things slow every block at once, and each has its own measure:
   ONNX Runtime threads of the streams wait.
 
 A probe sample is the model's CPU µs divided by the share of the machine left to us,
-1 − others' share (at least `MIN_LEFT`): the time the model would take here now.
+1 − others' share (at least `MIN_LEFT`): the time the model would take here now. The CPU
+µs alone are kept too: a row's own cost (CPU time) moves with a slower core, not with
+fewer cores, so it is judged against them only (judge.py's `cpu_factor`).
 
 Beside it, each tick reads how long this process's threads waited for a core for each
 second they ran, (run + wait) / run, from the kernel's per-thread
@@ -136,7 +138,7 @@ class Probe:
         self._layers = layers
         self._model: ProbeModel | None = None  # opened by the first run
         self._failed = False  # the model could not be built or run: the loop alone
-        self._runs: deque[tuple[float, int, float]] = deque(maxlen=KEEP)
+        self._runs: deque[tuple[float, int, float, int]] = deque(maxlen=KEEP)
         self._ticks = cpu_ticks()
         self._stats = thread_schedstats()
         self._cpu_s, self._count = 0.0, 0
@@ -167,7 +169,7 @@ class Probe:
                 args["onnx_cpu_us"], args["onnx_wall_us"] = onnx_cpu, onnx_wall
             self._tracer.span(SPAN, CATEGORY, start, end, args)
         with self._lock:
-            self._runs.append((start, host_us, waits))
+            self._runs.append((start, host_us, waits, max(cpu, 1)))
             self._cpu_s += time.thread_time() - began
             self._count += 1
 
@@ -233,11 +235,14 @@ class Probe:
         self._ticks = now
         return min(1.0, max(0.0, (busy - mine) / total)) if total > 0 else 0.0
 
-    def since(self, t: float) -> tuple[Samples, Samples]:
-        """(host µs, wait ratio × 1000) of the runs that started at or after `t`."""
+    def since(self, t: float) -> tuple[Samples, Samples, Samples]:
+        """(host µs, wait ratio × 1000, CPU µs) of the runs that started at or after `t`.
+        The CPU µs are the model's alone, before the share left to us: how fast a core
+        runs this work, which is all that moves a row's own cost (judge.py)."""
         with self._lock:
-            runs = [(h, round(w * 1000)) for s, h, w in self._runs if s >= t]
+            runs = [(h, round(w * 1000), c) for s, h, w, c in self._runs if s >= t]
         if not runs:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty
         values = np.asarray(runs, dtype=np.int64)
-        return values[:, 0], values[:, 1]
+        return values[:, 0], values[:, 1], values[:, 2]

@@ -251,17 +251,22 @@ class Watch:
             baselines = {k: b for k in recent if (b := self.store.get(k)) is not None}
             values = {k: r.values for k, r in recent.items()}
             cpu = {k: r.cpu for k, r in recent.items() if r.cpu.size}
-            probe_now, waits_now = self.probe.since(since)
+            probe_now, waits_now, probe_cpu_now = self.probe.since(since)
             # A baseline whose probe timed another measure tells nothing of the host's speed.
             measure = self.probe.cost().measure
             comparable = {
-                k: b if b.probe_measure == measure else replace(b, probe=b.probe[:0])
+                k: b
+                if b.probe_measure == measure
+                else replace(b, probe=b.probe[:0], probe_cpu=b.probe_cpu[:0])
                 for k, b in baselines.items()
             }
             host = host_speed(
-                values, comparable, probe_now, waits_now, self.gate, self.config.host_pct
+                values, comparable, (probe_now, probe_cpu_now), waits_now, self.gate,
+                self.config.host_pct,
+            )  # fmt: skip
+            judged = judge(
+                values, baselines, self.model_streams(), host, self.gate, cpu, self.block_model
             )
-            judged = judge(values, baselines, self.model_streams(), host, self.gate, cpu)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "host %s; %s",
@@ -339,7 +344,7 @@ class Watch:
             log.info("regression watch: learned %s", names)
 
     def _learned(self, kind: str, name: str, learning: Learning, seed: int) -> Baseline:
-        probe, waits = self.probe.since(learning.started)
+        probe, waits, probe_cpu = self.probe.since(learning.started)
         reservoir = self.config.reservoir
         sample = subsample(learning.samples(), reservoir, seed=seed)
         cpu = learning.cpu.kept
@@ -348,7 +353,7 @@ class Watch:
         measure = self.probe.cost().measure
         return Baseline(
             kind, name, sample, probe, time.time(), "learned", waits, cpu, spread, cpu_spread,
-            measure,
+            measure, probe_cpu,
         )  # fmt: skip
 
     def _progress(self, keys: list[str]) -> dict[str, float]:

@@ -181,6 +181,28 @@ def test_the_host_probe_is_every_rows_probe(
     assert f"host probe: {len(PROBE_US)} samples, median {np.median(PROBE_US) / 1000:.3f}" in stdout
 
 
+def test_the_probe_models_cpu_time_is_kept_beside_its_host_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The watch's spans of a run on a machine half taken by another tenant: host_us is
+    # the model's CPU µs over the half left to us, which the baseline keeps apart.
+    onnx = [
+        span("watch", "host.probe", 1000 * k, 2 * us, host_us=2 * us, measure="onnx",
+             onnx_cpu_us=us, loop_cpu_us=us + 5, wait_ratio=1.1)
+        for k, us in enumerate(PROBE_US)
+    ]  # fmt: skip
+    trace = write_trace(tmp_path / "t.json", camera("cam", 12) + onnx)
+    rows, _, _ = fingerprint(trace, tmp_path / "a.json", capsys)
+    for b in rows.values():
+        assert b.probe_measure == "onnx"
+        assert b.probe.tolist() == [2 * us for us in PROBE_US]
+        assert b.probe_cpu.tolist() == PROBE_US
+    # Spans from before the CPU µs were written: none kept (the host µs stand in).
+    trace = write_trace(tmp_path / "old.json", camera("cam", 12) + probes())
+    rows, _, _ = fingerprint(trace, tmp_path / "b.json", capsys)
+    assert all(b.probe.size and not b.probe_cpu.size for b in rows.values())
+
+
 def test_failed_and_profiled_runs_are_not_a_models_baseline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -36,21 +36,23 @@ def test_a_store_survives_a_restart(tmp_path: Path) -> None:
     assert set(BaselineStore.open(path).rows) == {"cam2/detect"}
 
 
-def test_own_cost_spread_and_probe_measure_survive_a_restart(tmp_path: Path) -> None:
+def test_own_cost_spread_and_the_probe_survive_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "baselines.json"
     cpu = np.arange(800, 850, dtype=np.int64)
     probe = np.array([1500], np.int64)
     made = Baseline("block", "cam1/blur", cpu + 200, probe, 1.5e9, "learned", cpu=cpu,
-                    spread=1.3, cpu_spread=1.2, probe_measure="onnx")  # fmt: skip
+                    spread=1.3, cpu_spread=1.2, probe_measure="onnx",
+                    probe_cpu=probe - 300)  # fmt: skip
     BaselineStore.open(path).put([made])
     row = BaselineStore.open(path).rows["cam1/blur"]
-    assert row.cpu.tolist() == cpu.tolist()
+    assert row.cpu.tolist() == cpu.tolist() and row.probe_cpu.tolist() == [1200]
     assert (row.spread, row.cpu_spread, row.probe_measure) == (1.3, 1.2, "onnx")
     # A document written before them: no own cost, no spread, the loop's probe.
     old = {k: v for k, v in made.document().items() if k not in ("cpu_us", "spread",
-           "cpu_spread", "probe_measure")}  # fmt: skip
+           "cpu_spread", "probe_measure", "probe_cpu_us")}  # fmt: skip
     row = parse({"version": 1, "rows": {"cam1/blur": old}}, "old.json")["cam1/blur"]
     assert row.cpu.size == 0 and row.spread == 1.0 and row.probe_measure == "loop"
+    assert row.probe_cpu.size == 0
 
 
 def test_a_broken_store_is_set_aside_and_learned_again(tmp_path: Path) -> None:

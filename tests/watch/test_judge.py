@@ -10,7 +10,7 @@ import numpy as np
 
 from appliance.tools.regression import SLOWER, Gate, Samples, compare_traces
 from appliance.watch.baseline import Baseline, row_key
-from appliance.watch.judge import Host, host_speed, judge
+from appliance.watch.judge import Host, Judged, host_speed, judge
 
 GATE = Gate(fail_over_pct=10.0, min_ms=0.2, min_frame_pct=1.0, confidence=0.999)
 RNG = np.random.default_rng(7)
@@ -36,13 +36,17 @@ def rows() -> dict[tuple[str, str], float]:
     }
 
 
-def baselines() -> dict[str, Baseline]:
+def baselines(cpu: bool = False) -> dict[str, Baseline]:
+    """Every row's baseline; with `cpu`, its own cost too (a tenth less than its latency)."""
     probe = np.full(60, PROBE_US, dtype=np.int64)  # the probe's own noise is not under test
     waits = np.full(60, WAITS, dtype=np.int64)
-    return {
-        row_key(kind, name): Baseline(kind, name, spans(median), probe, 0.0, "learned", waits)
-        for (kind, name), median in rows().items()
-    }
+    out = {}
+    for (kind, name), median in rows().items():
+        own = spans(0.9 * median) if cpu and kind != "frame" else np.empty(0, np.int64)
+        out[row_key(kind, name)] = Baseline(
+            kind, name, spans(median), probe, 0.0, "learned", waits, own, probe_cpu=probe
+        )
+    return out
 
 
 def recent(scale: dict[str, float], every: float = 1.0) -> dict[str, np.ndarray]:
@@ -53,14 +57,29 @@ def recent(scale: dict[str, float], every: float = 1.0) -> dict[str, np.ndarray]
     }
 
 
+def measured(
+    now: dict[str, np.ndarray],
+    probe_factor: float,
+    wait_factor: float = 1.0,
+    core_factor: float | None = None,
+    own: dict[str, np.ndarray] | None = None,
+) -> tuple[Host, list[Judged]]:
+    """The comparison: `probe_factor` the probe's host µs now over learned, `core_factor`
+    its CPU µs alone (the same by default: a slower core), `own` each row's own cost."""
+    base = baselines(cpu=own is not None)
+    probe = np.full(10, round(PROBE_US * probe_factor), dtype=np.int64)
+    core = np.full(10, round(PROBE_US * (core_factor or probe_factor)), dtype=np.int64)
+    waits = np.full(10, round(WAITS * wait_factor), dtype=np.int64)
+    host = host_speed(now, base, (probe, core), waits, GATE, host_pct=10)
+    models = {"cam1/detect": "faces"}
+    judged = judge(now, base, {"faces": {"cam1"}}, host, GATE, own, models.get)
+    return host, judged
+
+
 def verdicts(
     now: dict[str, np.ndarray], probe_factor: float, wait_factor: float = 1.0
 ) -> tuple[Host, dict[str, str]]:
-    base = baselines()
-    probe = np.full(10, round(PROBE_US * probe_factor), dtype=np.int64)
-    waits = np.full(10, round(WAITS * wait_factor), dtype=np.int64)
-    host = host_speed(now, base, probe, waits, GATE, host_pct=10)
-    judged = judge(now, base, {"faces": {"cam1"}}, host, GATE)
+    host, judged = measured(now, probe_factor, wait_factor)
     return host, {j.key: j.row.verdict for j in judged}
 
 
@@ -138,3 +157,48 @@ def test_with_a_steady_host_the_verdicts_are_trace_diffs() -> None:
     assert diff == out
     assert out["cam1/blur"] == SLOWER
     assert out["cam2/count"] == "immaterial"  # +0.16 ms: under min_ms
+
+
+def own_costs(scale: dict[str, float]) -> dict[str, np.ndarray]:
+    """Each row's own cost now: its baseline's (0.9 of its latency), the rows in `scale`
+    that much more."""
+    return {
+        row_key(kind, name): spans(0.9 * median * scale.get(row_key(kind, name), 1.0), 300)
+        for (kind, name), median in rows().items()
+        if kind != "frame"
+    }
+
+
+def test_a_neighbour_that_leaves_us_fewer_cores_does_not_excuse_own_cost() -> None:
+    # The probe takes twice as long by the wall (half the machine is another tenant's)
+    # while its CPU time did not move: the cores are as fast, so a row's own cost is judged
+    # as it stands, and the blur block's, 1.6 times its baseline, is a regression.
+    scale = {"cam1/detect": 2.0, "cam2/detect": 2.0, "model:faces": 2.0, "cam1/blur": 3.2}
+    host, judged = measured(
+        recent(scale), 2.0, core_factor=1.0, own=own_costs({"cam1/blur": 1.6})
+    )  # fmt: skip
+    assert host.factor == 2.0 and host.cpu_factor == 1.0 and host.probe_cpu_ratio == 1.0
+    slower = {j.key for j in judged if j.slower}
+    assert slower == {"cam1/blur"}, [(j.key, j.row.verdict, j.own_ratio) for j in judged]
+    # A slower core (the probe's CPU time grew as much) excuses the same growth.
+    host, judged = measured(recent(scale), 2.0, own=own_costs({"cam1/blur": 1.6}))
+    assert host.cpu_factor == 2.0
+    assert not [j.key for j in judged if j.slower]
+
+
+def test_a_culprit_is_not_excused_by_the_waits_it_causes() -> None:
+    # The faces model's work doubled and every thread waits 40 % longer for a core. The
+    # others' latency grew by the waits alone (their own cost did not): victims. The model
+    # and the block that runs it are judged without the waits they caused.
+    waited = {"cam1/blur": 1.4, "cam1/draw": 1.4, "cam2/detect": 1.4, "cam2/count": 1.4}
+    scale = {**waited, "model:faces": 2.0, "cam1/detect": 2.0}
+    host, judged = measured(
+        recent(scale), 1.0, wait_factor=1.4, own=own_costs({"model:faces": 2.0})
+    )  # fmt: skip
+    assert host.factor == 1.4 and host.cpu_factor == 1.0
+    slower = {j.key for j in judged if j.row.verdict == SLOWER and j.kind != "frame"}
+    assert slower == {"model:faces", "cam1/detect"}, [(j.key, j.row.verdict) for j in judged]
+    # Without its own cost measured, the model's latency is excused by the waits: ×2 / 1.4
+    # against a gate widened by 40 % (what the watch did before it told culprits).
+    _, judged = measured(recent(scale), 1.0, wait_factor=1.4)
+    assert not [j.key for j in judged if j.row.verdict == SLOWER and j.kind != "frame"]

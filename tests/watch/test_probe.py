@@ -65,11 +65,15 @@ def test_the_host_samples_are_the_onnx_runs_cpu_time() -> None:
     for _ in range(RUNS):
         small.run()
         large.run()
-    (small_us, _), (large_us, _) = small.since(0.0), large.since(0.0)
-    assert small_us.size == large_us.size == RUNS
+    (small_us, _, small_cpu), (large_us, _, large_cpu) = small.since(0.0), large.since(0.0)
+    assert small_us.size == large_us.size == small_cpu.size == RUNS
     # 4x the model's work (the loop beside it is the same in both): about 4x the sample.
     ratio = float(np.median(large_us)) / float(np.median(small_us))
     assert ratio > 1.5, ratio
+    # The CPU µs alone are the samples before the share left to us: never more than them.
+    assert (small_cpu <= small_us).all() and (large_cpu <= large_us).all()
+    cpu_ratio = float(np.median(large_cpu)) / float(np.median(small_cpu))
+    assert cpu_ratio > 1.5, cpu_ratio
 
 
 def test_the_model_runs_on_the_calling_thread_alone() -> None:
@@ -142,5 +146,5 @@ def test_a_model_that_cannot_be_built_leaves_the_loop_said_once(
     spans = probe_spans(tracer)
     assert [s["args"]["measure"] for s in spans] == ["loop"] * 3
     assert all("onnx_cpu_us" not in s["args"] and s["args"]["host_us"] > 0 for s in spans)
-    host_us, waits = probe.since(0.0)
-    assert host_us.size == waits.size == 3 and probe.cost().measure == "loop"
+    host_us, waits, cpu_us = probe.since(0.0)
+    assert host_us.size == waits.size == cpu_us.size == 3 and probe.cost().measure == "loop"
