@@ -469,6 +469,29 @@ def detection(
     }
 
 
+class Judgements:
+    """One row's verdict at each comparison, with the host's factor then: what a late
+    detection waited on."""
+
+    def __init__(self, rt: Runtime, stream: str, name: str, t0: float) -> None:
+        self._rt, self._stream, self._name, self._t0 = rt, stream, name, t0
+        self._seen = rt.regressions().comparisons
+        self.rows: list[dict[str, Any]] = []
+
+    def look(self) -> None:
+        report = self._rt.regressions()
+        if report.comparisons == self._seen:
+            return
+        self._seen = report.comparisons
+        rows = as_json(self._rt.stream_status(self._stream))["watch"]["rows"]
+        for r in rows:
+            if r["name"] == self._name and r["state"] == "watching":
+                self.rows.append({"at_s": round(time.monotonic() - self._t0, 1),
+                                  "verdict": r["verdict"], "ratio": r["ratio"],
+                                  "own_ratio": r["own_ratio"],
+                                  "host_factor": report.host_ratio})  # fmt: skip
+
+
 def one_trial(rt: Runtime, folder: Path, events: Events, watch: dict[str, Any]) -> dict[str, Any]:
     """Heavier, found?, lighter again, recovered?"""
     set_faces(folder, SLOW)
@@ -479,9 +502,16 @@ def one_trial(rt: Runtime, folder: Path, events: Events, watch: dict[str, Any]) 
         return [e for e in events.since(t0, "regression_started")
                 if e[1]["regression"]["name"] == "faces-cam/faces"]  # fmt: skip
 
-    hit = wait(started, FOUND_WITHIN_S + 4 * watch.get("interval_s", 30))
+    seen = Judgements(rt, "faces-cam", "faces-cam/faces", t0)
+
+    def found() -> list[tuple[float, dict[str, Any]]]:
+        seen.look()
+        return started()
+
+    hit = wait(found, FOUND_WITHIN_S + 4 * watch.get("interval_s", 30))
     row: dict[str, Any] = {"found_s": None, "slowdown": None, "change": None,
-                           "evidence_spans": 0, "recovered_s": None}  # fmt: skip
+                           "evidence_spans": 0, "recovered_s": None,
+                           "comparisons": seen.rows}  # fmt: skip
     if hit:
         at, doc = hit[0]
         r = doc["regression"]
