@@ -51,16 +51,23 @@ class Contention:
         judged: Sequence[Judged],
         load_settling: bool,
         block_model: Callable[[str], str | None] = lambda _name: None,
+        after_change: Callable[[str], bool] = lambda _key: False,
     ) -> set[str]:
         """This comparison's victims (row keys); their earlier set is what `event`
         compares with. A block whose own model grew its own cost is not a victim: the
         inference it asks for is its work too (its own CPU leaves the model's run out,
-        wherever it ran: appliance/models/threads.py)."""
-        grown = {j.name for j in judged if j.kind == "model" and j.slower}
-        victims = {
-            j.key
-            for j in judged
-            if j.contended and not (j.kind == "block" and block_model(j.name) in grown)
+        wherever it ran: appliance/models/threads.py). `after_change`: whether a change
+        of load came after the row's baseline was learned; a row it slowed within what
+        the waits explain (`Judged.excused`) is that change's victim too, so that it is
+        named and its baseline follows the new load."""
+        grown = {j.name for j in judged if j.kind == "model" and (j.slower or j.grew)}
+
+        def runs_grown_model(j: Judged) -> bool:
+            return j.kind == "block" and block_model(j.name) in grown
+
+        victims = {j.key for j in judged if j.contended and not runs_grown_model(j)}
+        victims |= {
+            j.key for j in judged if j.excused and not runs_grown_model(j) and after_change(j.key)
         }
         waiting = bool(victims) or load_settling
         victims |= {
@@ -81,7 +88,7 @@ class Contention:
         if not new:
             return None
         rows = [
-            Victim(j.key, round(j.ratio, 3), j.own_ratio)
+            Victim(j.key, j.raw_ratio, j.own_ratio)
             for j in sorted(judged, key=lambda j: j.key)
             if j.key in new
         ]

@@ -84,11 +84,26 @@ class Judged:
     current_p99_ms: float
     own: Row | None = None  # its own cost per run (CPU) judged alike; None: not measured
     own_ratio: float | None = None  # own cost now (normalised) / in the baseline
+    # Its latency as measured, judged before the host's factor was taken out (None: the
+    # factor was 1, or `row` is slower already), and its median now over its baseline's.
+    raw: Row | None = None
+    raw_ratio: float = 1.0
 
     @property
     def slower(self) -> bool:
         """Slower, and by its own doing where its own cost tells (see `contended`)."""
         return self.row.verdict == SLOWER and not self.contended
+
+    @property
+    def grew(self) -> bool:
+        """Its own cost per run passed the gate: whatever its latency did, it did more."""
+        return self.own is not None and self.own.verdict == SLOWER
+
+    @property
+    def excused(self) -> bool:
+        """Slower as measured, but not once the machine's factor was taken out: what a
+        change of the appliance's own load makes of the rows it slows (contention.py)."""
+        return self.raw is not None and self.raw.verdict == SLOWER and not self.grew
 
     @property
     def contended(self) -> bool:
@@ -190,7 +205,14 @@ def judge(
         ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
         p99 = _percentile_ms(base.samples, 99)
         p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)
-        judged = Judged(key, base.kind, base.name, row, ratio, p99, p50_now, p99_now)
+        raw_ratio = round(_ratio(now, base.samples), 3)
+        judged = Judged(
+            key, base.kind, base.name, row, ratio, p99, p50_now, p99_now, raw_ratio=raw_ratio
+        )  # fmt: skip
+        if factor != 1.0 and row.verdict != SLOWER:  # as measured, with its spread allowed
+            after.rows[(base.kind, base.name)] = now.tolist()
+            raw = compare_row(base.kind, base.name, before, after, _widened(gate, 0, base.spread))
+            judged = replace(judged, raw=raw)
         if key in own:
             judged = replace(judged, own=own[key][0], own_ratio=own[key][1])
         out.append(judged)

@@ -98,7 +98,9 @@ class Rows:
         self.host_factor = host.factor
         raised = self._apply_host(host)
         settling = self._settling()
-        victims = self.contention.judge(judged, settling is not None, self.block_models)
+        victims = self.contention.judge(
+            judged, settling is not None, self.block_models, self._after_change(baselines)
+        )
         for j in judged:
             self._count(j, j.key in victims)
         busy = {
@@ -128,6 +130,16 @@ class Rows:
         now = time.time()
         recent = [c for t, c in self._changes if now - t < self.settle_s]
         return recent[-1] if recent else None
+
+    def _after_change(self, baselines: Mapping[str, Baseline]) -> Callable[[str], bool]:
+        """Whether a change of load was recorded after a row's baseline was learned."""
+        latest = max((t for t, _ in self._changes), default=None)
+
+        def after(key: str) -> bool:
+            base = baselines.get(key)
+            return latest is not None and base is not None and latest > base.learned_at
+
+        return after
 
     def settled_victims(self, baselines: Mapping[str, Baseline]) -> list[str]:
         """Victims whose baseline is older than a change of load that has settled since:

@@ -15,7 +15,9 @@ from appliance.models.batches import BatchRecord
 from appliance.observe.metrics import Metrics
 from appliance.watch.baseline import Baseline, BaselineStore, Learning
 from appliance.watch.config import WatchConfig
+from appliance.watch.contention import Contention
 from appliance.watch.judge import Host, judge
+from appliance.watch.report import Change
 from appliance.watch.rows import Rows
 from appliance.watch.rule import Gate
 from appliance.watch.watch import Watch, WatchHooks
@@ -163,3 +165,63 @@ def test_a_block_is_raised_with_its_model_when_the_model_did_more_work() -> None
         assert ("cam/det" in raised) is block_raised, (model_cpu, raised)
         assert ("model:m" in raised) is block_raised
         assert (verdicts(watch)["cam/det"] == "contention") is not block_raised
+
+
+def test_rows_a_change_of_load_slowed_within_the_waits_are_its_victims() -> None:
+    """Two cameras added to a saturated machine: every thread waits 60 % longer, and the
+    rows' latency grows as much. The waits explain it, so nothing is slower once they are
+    taken out, but the rows did move: after a change of load they are that change's
+    victims (named, and learned again once it settles), without one they are nothing, and
+    a row whose own cost grew is never one."""
+    base = {
+        f"cam/{b}": Baseline("block", f"cam/{b}", spans(BASE_US, i), EMPTY, 0.0, "learned",
+                             cpu=spans(BASE_US, 10 + i))
+        for i, b in enumerate(("det", "blur"))
+    }  # fmt: skip
+    now = {"cam/det": spans(16_000, 30), "cam/blur": spans(16_000, 31)}
+    own = {"cam/det": spans(BASE_US, 32), "cam/blur": spans(BASE_US, 33)}
+    host = Host(None, None, 0, 1.6, 60.0, False, wait_ratio=1.6)
+    judged = judge(now, base, {}, host, GATE, own)
+    assert [j.row.verdict for j in judged] == ["ok", "ok"]
+    assert all(j.excused and 1.5 < j.raw_ratio < 1.7 for j in judged)
+    contention = Contention()
+    assert contention.judge(judged, False) == set()  # no change of load: the waits' swing
+    victims = contention.judge(judged, True, after_change=lambda _key: True)
+    assert victims == {"cam/det", "cam/blur"}
+    event = contention.event(victims, judged, [], Change("stream added", "t", "cam-2"), host)
+    assert event is not None and event.type == "load_changed"
+    assert {v.name: v.ratio > 1.5 for v in event.rows} == {"cam/det": True, "cam/blur": True}
+    # A row that did more work as well is no change's victim: it is judged without the
+    # waits (judge.py), and raised.
+    own["cam/det"] = spans(2 * BASE_US, 34)
+    now["cam/det"] = spans(32_000, 35)
+    judged = judge(now, base, {}, host, GATE, own)
+    by_key = {j.key: j for j in judged}
+    assert by_key["cam/det"].slower and not by_key["cam/det"].excused
+    assert contention.judge(judged, True, after_change=lambda _key: True) == {"cam/blur"}
+
+
+def test_rows_a_change_of_load_slowed_learn_again_once_it_settled() -> None:
+    base = {
+        "cam/det": Baseline("block", "cam/det", spans(BASE_US, 1), EMPTY, 0.0, "learned",
+                            cpu=spans(BASE_US, 2))
+    }  # fmt: skip
+    published: list[dict[str, Any]] = []
+    rows = Rows(1, 2, (), Metrics(), lambda _s, doc: published.append(doc), lambda _n: None,
+                lambda _m: [])  # fmt: skip
+    host = Host(None, None, 0, 1.6, 60.0, False, wait_ratio=1.6)
+
+    def compare(seed: int) -> None:
+        now, own = {"cam/det": spans(16_000, seed)}, {"cam/det": spans(BASE_US, seed + 1)}
+        assert rows.apply(judge(now, base, {}, host, GATE, own), host, base, {"cam"}) == []
+
+    compare(40)  # the waits swing with no change of load: not the rows' business
+    assert published == [] and rows.settled_victims(base) == []
+    rows.changed("stream added", "stream 'cam-2' added")
+    compare(42)
+    [event] = of_type(published, "load_changed")
+    assert [v["name"] for v in event["load_changed"]["rows"]] == ["cam/det"]
+    assert rows.settled_victims(base) == []  # not settled yet
+    rows.settle_s = 0.0
+    compare(44)
+    assert rows.settled_victims(base) == ["cam/det"]  # the watch learns it again
