@@ -199,8 +199,13 @@ def judge(
         factor = host.cpu_factor if culprit else host.factor
         after = Samples()
         after.rows[(base.kind, base.name)] = np.rint(now / factor).astype(np.int64).tolist()
-        # A baseline learned over intervals that differed by its spread allows as much.
-        widened = _widened(gate, (factor - 1) * 100, base.spread)
+        # A baseline learned over intervals that differed by its spread allows as much; a
+        # culprit's, the drift of its own cost: its latency's held the waits' swing too,
+        # which a row that does more work cannot hide behind (a faces model twice as heavy
+        # was ×1.84 at its first comparison here, inside its latency spread of 1.55, while
+        # its own cost's spread was 1.18).
+        spread = base.cpu_spread if culprit and base.cpu.size else base.spread
+        widened = _widened(gate, (factor - 1) * 100, spread)
         row = compare_row(base.kind, base.name, before, after, widened)
         ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
         p99 = _percentile_ms(base.samples, 99)

@@ -202,3 +202,25 @@ def test_a_culprit_is_not_excused_by_the_waits_it_causes() -> None:
     # against a gate widened by 40 % (what the watch did before it told culprits).
     _, judged = measured(recent(scale), 1.0, wait_factor=1.4)
     assert not [j.key for j in judged if j.row.verdict == SLOWER and j.kind != "frame"]
+
+
+def test_a_culprits_latency_is_allowed_the_drift_of_its_own_cost_not_of_its_waits() -> None:
+    # Learned while the waits swung: the block's latency medians moved by 1.55 over its
+    # intervals, its own cost's by 1.18. Now its latency is 1.5 times its baseline.
+    base = baselines(cpu=True)
+    blur = base["cam1/blur"]
+    base["cam1/blur"] = Baseline(
+        blur.kind, blur.name, blur.samples, blur.probe, 0.0, "learned", blur.contention,
+        blur.cpu, spread=1.55, cpu_spread=1.18, probe_cpu=blur.probe_cpu,
+    )  # fmt: skip
+    now = recent({"cam1/blur": 1.5})
+    probe = np.full(10, PROBE_US, dtype=np.int64)
+    waits = np.full(10, WAITS, dtype=np.int64)
+    host = host_speed(now, base, (probe, probe), waits, GATE, host_pct=10)
+    for own_scale, raised in ((1.5, True), (1.0, False)):
+        own = own_costs({"cam1/blur": own_scale})
+        [blur_now] = [j for j in judge(now, base, {}, host, GATE, own) if j.key == "cam1/blur"]
+        # It did 1.5 times the work: its latency is judged within 1.18, and raised. Its own
+        # cost did not move: within the 1.55 its latency showed with nothing changed.
+        assert (blur_now.row.verdict == SLOWER) is raised, (own_scale, blur_now.row)
+        assert blur_now.slower is raised
