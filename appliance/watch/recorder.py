@@ -66,6 +66,7 @@ class StreamRecorder:
         self.skip_until = 0.0  # perf_counter(): frames done before are not recorded
         self._row = [SKIPPED] * (2 * n + 2)  # reused: nothing allocated per frame
         self._cpu_col = n + 2  # the first block's CPU column
+        self._unmeasured = (0,) * n  # a frame's CPU times when its run did not read them
 
     def __call__(self, result: FrameResult) -> None:
         spans = result.block_spans
@@ -76,8 +77,9 @@ class StreamRecorder:
         row[AGE] = round((result.done_mono - result.capture_mono) * 1e6)
         for col, span in enumerate(spans, 2):
             row[col] = SKIPPED if span is None else round((span[1] - span[0]) * 1e6)
-        # ns to whole µs; a skipped block's 0 (or no CPU clock: none) is no sample
-        for col, ns in enumerate(result.block_cpu_ns, self._cpu_col):
+        # ns to whole µs; a skipped block's 0 is no sample, nor a frame not measured
+        # (the row is reused: its last frame's values must not stand for this one's)
+        for col, ns in enumerate(result.block_cpu_ns or self._unmeasured, self._cpu_col):
             row[col] = ns // 1000 if ns else SKIPPED
         self.ring.put(row)
 
