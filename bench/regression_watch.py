@@ -26,7 +26,12 @@ with its sinks on a real mosquitto (started here), and reads the watch's events 
   every 30 frames of one saturated stream), plus the watch thread's own CPU time (its
   probe and comparisons, read from /proc) over that run, as a share of both cores; per
   pair, median with a bootstrap interval (bench/_compare.py's `judge`). Target: <= 0.5 %,
-  met only by the interval's upper bound.
+  met only by the interval's upper bound. Alternating with it, round by round, an arm
+  that switches nothing (`cost.null.*`: the same segments, the same switch calls): what
+  the method reads where there is no difference, so its resolution on this machine.
+  Beside them, the parts' estimate (`cost.parts.*`): the recorder's row and a CPU clock
+  read each timed alone in a loop, times their count per frame; a hypothesis, not the
+  verdict.
 - load: on the demo, once learned, two more streams of the clip added through
   Runtime.add_stream (a copy of each demo stream, as the config declares them), run for
   settle_s + 2 intervals (at least 3 comparisons), removed with Runtime.remove_stream,
@@ -71,19 +76,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import paho.mqtt.client as mqtt
 import yaml
 from _common import RESULTS, ROOT, bench_parser, report
 from _compare import Verdict, judge, method
-from _crossover import FrameClock, crossover, median, thread_cpu_ns
+from _crossover import Arm, FrameClock, crossover, median, thread_cpu_ns
 from _restate import restate
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.config import load_config
+from appliance.models.threads import block_cpu_ns, threads_cpu_ns
 from appliance.observe.status import as_json
 from appliance.runtime.runtime import Runtime
 from appliance.watch.baseline import kind_of, stream_of_row
 from appliance.watch.config import WatchConfig
+from appliance.watch.recorder import StreamRecorder
+from pipelines.types import FrameResult
 
 PARTS = ("false_alarms", "detection", "host", "cost", "load", "short_learning")
 QUICK_PARTS = ("load",)  # what fits --quick's 60 s (the docstring says why)
@@ -602,8 +611,9 @@ def neighbour_trial(events: Events, busy_s: float, watch: dict[str, Any]) -> dic
 
 
 def cost(tmp: Path, cycles: int, watch: dict[str, Any]) -> tuple[dict[str, Any], Verdict]:
-    """The watch on one saturated stream: recorders by crossover, the thread by its CPU;
-    the figures and the verdict on their sum."""
+    """The watch on one saturated stream: recorders by crossover beside an arm that
+    switches nothing (the method's own resolution), the thread by its CPU; the figures
+    and the verdict on their sum."""
     folder = tmp / "cost"
     folder.mkdir()
     for name in ("models", "media", "workflows"):
@@ -637,13 +647,20 @@ def cost(tmp: Path, cycles: int, watch: dict[str, Any]) -> tuple[dict[str, Any],
     def arm() -> Iterator[Callable[[bool], None]]:
         yield switch
 
+    @contextmanager
+    def null() -> Iterator[Callable[[bool], None]]:
+        yield lambda _on: None  # the same segments and switches, nothing switched
+
     try:
         clock.wait_for(30)
+        switch(False)
         wall0, cpu0 = time.monotonic(), thread_cpu_ns().get("watch", 0)
-        result = crossover(clock, {"watch": arm}, [["watch"]] * cycles)
+        rounds = [["watch", "null"], ["null", "watch"]] * cycles
+        result = crossover(clock, {"watch": arm, "null": null}, rounds)
         wall = time.monotonic() - wall0
         thread_ns = thread_cpu_ns().get("watch", 0) - cpu0
         comparisons = rt.regressions().comparisons
+        blocks = len(rt.watch._streams["bench"].recorder.block_ids)
     finally:
         rt.stop(10.0)
     cores = len(os.sched_getaffinity(0))
@@ -653,28 +670,67 @@ def cost(tmp: Path, cycles: int, watch: dict[str, Any]) -> tuple[dict[str, Any],
         "cost.run_s": round(wall, 1),
         "cost.comparisons": comparisons,
     }
-    arm_ = result["watch"]
-    pairs = len(arm_.ratios)
-    throughput = judge(arm_.ratios)
-    out["cost.crossover_pairs"] = pairs
-    out["cost.throughput_vs_off"] = round(throughput.median, 4)
-    out["cost.throughput_vs_off.ci95"] = f"{throughput.low:.4f}-{throughput.high:.4f}"
+    arm_, null_ = result["watch"], result["null"]
     frame_s = median(arm_.off_frame_s)
-    # The recorders' CPU per frame (worker and batcher threads), on - off, as a share
-    # of both cores at the saturated frame rate.
-    added = [sum(arm_.cpu_delta_ms.get(k, [0.0] * pairs)[i] for k in ("work", "batch"))
-             for i in range(pairs)]  # fmt: skip
-    recorders = judge(added)
     to_pct = 100 / 1000 / frame_s / cores
-    out["cost.recorders_cpu_ms_per_frame"] = (
-        f"{recorders.median:+.4f} [{recorders.low:+.4f}, {recorders.high:+.4f}]"
-    )
-    out["cost.recorders_pct_of_cpu.ci95_high"] = round(max(recorders.high, 0.0) * to_pct, 4)
+    added = crossover_figures(out, "cost", arm_)
+    crossover_figures(out, "cost.null", null_)
+    out["cost.recorders_pct_of_cpu.ci95_high"] = round(max(judge(added).high, 0.0) * to_pct, 4)
     out["cost.frame_ms"] = round(frame_s * 1000, 2)
+    out |= parts_estimate(blocks, to_pct)
     # Per pair: the thread's share (one figure for the run) plus the recorders'.
     verdict = judge([thread_pct + a * to_pct for a in added], at_most=COST_TARGET_PCT)
     out["cost.total_pct_of_cpu"] = round(max(verdict.high, thread_pct), 4)
     return out, verdict
+
+
+def crossover_figures(out: dict[str, Any], at: str, arm: Arm) -> list[float]:
+    """An arm's pairs as figures under `at`: its throughput against off and the CPU it
+    added per frame on the streams' worker and batcher threads (returned, per pair)."""
+    pairs = len(arm.ratios)
+    throughput = judge(arm.ratios)
+    out[f"{at}.crossover_pairs"] = pairs
+    out[f"{at}.throughput_vs_off"] = round(throughput.median, 4)
+    out[f"{at}.throughput_vs_off.ci95"] = f"{throughput.low:.4f}-{throughput.high:.4f}"
+    added = [sum(arm.cpu_delta_ms.get(k, [0.0] * pairs)[i] for k in ("work", "batch"))
+             for i in range(pairs)]  # fmt: skip
+    cpu = judge(added)
+    out[f"{at}.recorders_cpu_ms_per_frame"] = f"{cpu.median:+.4f} [{cpu.low:+.4f}, {cpu.high:+.4f}]"
+    return added
+
+
+def parts_estimate(blocks: int, to_pct: float) -> dict[str, Any]:
+    """What the watch's per-frame work costs by its parts, each timed alone here: a
+    hypothesis, not the verdict (a part timed in a loop misses what it does to the code
+    around it). Per frame on the people counter: the stream recorder's row, two CPU clock
+    reads per block, and per model run the batch record and four clock reads (two of the
+    calling thread, two of its one pool thread)."""
+    n = 20_000
+    recorder = StreamRecorder("s", [f"b{i}" for i in range(blocks)], 4096)
+    result = FrameResult(stream_id="s", seq=0, pts=None, capture_time=0.0, capture_mono=0.4,
+                         start_mono=0.5, done_mono=1.0, image=np.zeros((2, 2, 3), np.uint8),
+                         outputs={}, block_spans=[(0.0, 0.001)] * blocks,
+                         block_cpu_ns=(12_345,) * blocks)  # fmt: skip
+    t0 = time.perf_counter()
+    for _ in range(n):
+        recorder(result)
+    recorder_us = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        block_cpu_ns()
+    clock_us = (time.perf_counter() - t0) / n * 1e6
+    tid = threading.get_native_id()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        threads_cpu_ns((tid,))
+    other_us = (time.perf_counter() - t0) / n * 1e6
+    per_frame = recorder_us + 2 * blocks * clock_us + 2 * clock_us + 2 * other_us
+    return {
+        "cost.parts.recorder_us": round(recorder_us, 2),
+        "cost.parts.clock_read_us": round(clock_us, 2),
+        "cost.parts.us_per_frame": round(per_frame, 1),
+        "cost.parts.pct_of_cpu": round(per_frame / 1000 * to_pct, 4),
+    }
 
 
 def main() -> None:
@@ -764,20 +820,22 @@ def describe(
         "host": f"counts: two busy processes pinned one per core for {HOST_BUSY_S:g} s, "
         "after the detection trials on their runtime (a run of its own with --only "
         "host)",
-        "cost": f"{cycles} crossover round(s), see `round` and `figure`",
+        "cost": f"{2 * cycles} crossover rounds, the watch's arm and the null arm (which "
+        "switches nothing) in each, their order alternating; see `round` and `figure`",
     }
     return method(
         "the regression watch on the bundled clip as live cameras, its events read on a "
         "real mosquitto; its cost (the one comparison): watch on against off on one "
         "saturated stream, switched inside one process",
-        ["watch on", "watch off"],
-        cycles,
+        ["watch on", "watch off", "null (nothing switched)"],
+        2 * cycles,
         "cost: two loops of the clip in crossover, 30-frame segments alternating on and "
         "off, the second loop starting with off (bench/_crossover.py)",
         figure="cost: per pair of segments, the recorders' added CPU per frame on the "
         "stream's worker and batcher threads (on - off) as a share of all cores at the "
         "off frame time, plus the watch thread's CPU share over the whole run (/proc); "
-        "the throughput ratio of the same pairs reported beside it, no target",
+        "the throughput ratio of the same pairs reported beside it, no target; the null "
+        "arm's figures alike, for the method's resolution",
         order="on and off alternate every 30 frames in one run; each round's second loop "
         "starts with off, so each pair has on first once and off first once",
         parts={part: entries[part] for part in parts},  # others: merged, or absent
