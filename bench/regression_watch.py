@@ -21,17 +21,11 @@ with its sinks on a real mosquitto (started here), and reads the watch's events 
 - host: two busy processes, one pinned to each core, for `host_s`: the time to
   `host_slowdown_started`, block regressions raised meanwhile (target 0), the time to
   `host_slowdown_ended` after they stop.
-- cost: the watch's share of a saturated CPU: its recorders and own-cost clocks on the
-  streams' and batchers' threads by crossover (bench/_crossover.py: on and off alternate
-  every 30 frames of one saturated stream), plus the watch thread's own CPU time (its
-  probe and comparisons, read from /proc) over that run, as a share of both cores; per
-  pair, median with a bootstrap interval (bench/_compare.py's `judge`). Target: <= 0.5 %,
-  met only by the interval's upper bound. Alternating with it, round by round, an arm
-  that switches nothing (`cost.null.*`: the same segments, the same switch calls): what
-  the method reads where there is no difference, so its resolution on this machine.
-  Beside them, the parts' estimate (`cost.parts.*`): the recorder's row and a CPU clock
-  read each timed alone in a loop, times their count per frame; a hypothesis, not the
-  verdict.
+- cost: the watch's share of a saturated CPU (bench/_watch_cost.py says how): its
+  recorders and own-cost clocks by crossover on one stream of the people counter, with
+  its real detector and again with a near-free stand-in (the watch's µs per frame out of
+  the noise), each beside an arm that switches nothing; plus the watch thread's own CPU
+  time. Target: <= 0.5 %, met only by the interval's upper bound.
 - load: on the demo, once learned, two more streams of the clip added through
   Runtime.add_stream (a copy of each demo stream, as the config declares them), run for
   settle_s + 2 intervals (at least 3 comparisons), removed with Runtime.remove_stream,
@@ -76,23 +70,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import paho.mqtt.client as mqtt
 import yaml
 from _common import RESULTS, ROOT, bench_parser, report
-from _compare import Verdict, judge, method
-from _crossover import Arm, FrameClock, crossover, median, thread_cpu_ns
+from _compare import Verdict, method
 from _restate import restate
+from _watch_cost import COST_FIGURE, COST_TARGET_PCT, FREE_ROUNDS, cost
 from paho.mqtt.enums import CallbackAPIVersion
 
 from appliance.config import load_config
-from appliance.models.threads import block_cpu_ns, threads_cpu_ns
 from appliance.observe.status import as_json
 from appliance.runtime.runtime import Runtime
 from appliance.watch.baseline import kind_of, stream_of_row
 from appliance.watch.config import WatchConfig
-from appliance.watch.recorder import StreamRecorder
-from pipelines.types import FrameResult
 
 PARTS = ("false_alarms", "detection", "host", "cost", "load", "short_learning")
 QUICK_PARTS = ("load",)  # what fits --quick's 60 s (the docstring says why)
@@ -105,12 +95,7 @@ AFTER_INTERVALS = 3  # the load part's comparisons after the added streams are r
 FIRST_EVENTS = 3  # contention and load_changed events shown in full, per run
 FAST, SLOW = [640, 352], [896, 512]  # the faces model's input size: the demo's, and heavier
 FOUND_WITHIN_S = 90.0
-COST_TARGET_PCT = 0.5
 HOST_BUSY_S = 100.0  # the noisy neighbour's time: enough for 3 intervals after the start
-COST_FIGURE = (
-    "per pair: the watch thread's CPU share of all cores over the run plus the recorders' "
-    "added CPU share (bench/_crossover.py pairs), percent"
-)
 
 
 # -- real parts ----------------------------------------------------------------------------
@@ -610,129 +595,6 @@ def neighbour_trial(events: Events, busy_s: float, watch: dict[str, Any]) -> dic
     }
 
 
-def cost(tmp: Path, cycles: int, watch: dict[str, Any]) -> tuple[dict[str, Any], Verdict]:
-    """The watch on one saturated stream: recorders by crossover beside an arm that
-    switches nothing (the method's own resolution), the thread by its CPU; the figures
-    and the verdict on their sum."""
-    folder = tmp / "cost"
-    folder.mkdir()
-    for name in ("models", "media", "workflows"):
-        (folder / name).symlink_to(ROOT / "configs" / name)
-    doc = {
-        "profiling": {"dir": "traces", "watch": watch},
-        "streams": [{"id": "bench", "workflow": "workflows/people_counter.yaml",
-                     "source": {"url": "media/demo.mp4", "loop": True, "pace": "fast"}}],
-    }  # fmt: skip
-    config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    rt = Runtime(load_config(config), config_path=config)
-    clock = FrameClock()
-    rt.subscribe(clock, "bench")
-    rt.start()
-    never = float("inf")
-
-    def switch(on: bool) -> None:
-        recorder = rt.watch._streams["bench"].recorder
-        recorder.skip_until = 0.0 if on else never
-        rt.watch.models.paused_until = 0.0 if on else never
-        # The own-cost clocks the watch asks for: each block's CPU on the worker thread,
-        # and each run's on the batcher's (appliance/watch/contention.py).
-        run = rt.streams.find("bench").workflow_run
-        if run is not None:
-            run.measure_cpu(on)
-        for batcher in rt.pool.handles.values():
-            batcher.measure_cpu = on
-
-    @contextmanager
-    def arm() -> Iterator[Callable[[bool], None]]:
-        yield switch
-
-    @contextmanager
-    def null() -> Iterator[Callable[[bool], None]]:
-        yield lambda _on: None  # the same segments and switches, nothing switched
-
-    try:
-        clock.wait_for(30)
-        switch(False)
-        wall0, cpu0 = time.monotonic(), thread_cpu_ns().get("watch", 0)
-        rounds = [["watch", "null"], ["null", "watch"]] * cycles
-        result = crossover(clock, {"watch": arm, "null": null}, rounds)
-        wall = time.monotonic() - wall0
-        thread_ns = thread_cpu_ns().get("watch", 0) - cpu0
-        comparisons = rt.regressions().comparisons
-        blocks = len(rt.watch._streams["bench"].recorder.block_ids)
-    finally:
-        rt.stop(10.0)
-    cores = len(os.sched_getaffinity(0))
-    thread_pct = 100 * thread_ns / 1e9 / wall / cores
-    out: dict[str, Any] = {
-        "cost.thread_pct_of_cpu": round(thread_pct, 4),
-        "cost.run_s": round(wall, 1),
-        "cost.comparisons": comparisons,
-    }
-    arm_, null_ = result["watch"], result["null"]
-    frame_s = median(arm_.off_frame_s)
-    to_pct = 100 / 1000 / frame_s / cores
-    added = crossover_figures(out, "cost", arm_)
-    crossover_figures(out, "cost.null", null_)
-    out["cost.recorders_pct_of_cpu.ci95_high"] = round(max(judge(added).high, 0.0) * to_pct, 4)
-    out["cost.frame_ms"] = round(frame_s * 1000, 2)
-    out |= parts_estimate(blocks, to_pct)
-    # Per pair: the thread's share (one figure for the run) plus the recorders'.
-    verdict = judge([thread_pct + a * to_pct for a in added], at_most=COST_TARGET_PCT)
-    out["cost.total_pct_of_cpu"] = round(max(verdict.high, thread_pct), 4)
-    return out, verdict
-
-
-def crossover_figures(out: dict[str, Any], at: str, arm: Arm) -> list[float]:
-    """An arm's pairs as figures under `at`: its throughput against off and the CPU it
-    added per frame on the streams' worker and batcher threads (returned, per pair)."""
-    pairs = len(arm.ratios)
-    throughput = judge(arm.ratios)
-    out[f"{at}.crossover_pairs"] = pairs
-    out[f"{at}.throughput_vs_off"] = round(throughput.median, 4)
-    out[f"{at}.throughput_vs_off.ci95"] = f"{throughput.low:.4f}-{throughput.high:.4f}"
-    added = [sum(arm.cpu_delta_ms.get(k, [0.0] * pairs)[i] for k in ("work", "batch"))
-             for i in range(pairs)]  # fmt: skip
-    cpu = judge(added)
-    out[f"{at}.recorders_cpu_ms_per_frame"] = f"{cpu.median:+.4f} [{cpu.low:+.4f}, {cpu.high:+.4f}]"
-    return added
-
-
-def parts_estimate(blocks: int, to_pct: float) -> dict[str, Any]:
-    """What the watch's per-frame work costs by its parts, each timed alone here: a
-    hypothesis, not the verdict (a part timed in a loop misses what it does to the code
-    around it). Per frame on the people counter: the stream recorder's row, two CPU clock
-    reads per block, and per model run the batch record and four clock reads (two of the
-    calling thread, two of its one pool thread)."""
-    n = 20_000
-    recorder = StreamRecorder("s", [f"b{i}" for i in range(blocks)], 4096)
-    result = FrameResult(stream_id="s", seq=0, pts=None, capture_time=0.0, capture_mono=0.4,
-                         start_mono=0.5, done_mono=1.0, image=np.zeros((2, 2, 3), np.uint8),
-                         outputs={}, block_spans=[(0.0, 0.001)] * blocks,
-                         block_cpu_ns=(12_345,) * blocks)  # fmt: skip
-    t0 = time.perf_counter()
-    for _ in range(n):
-        recorder(result)
-    recorder_us = (time.perf_counter() - t0) / n * 1e6
-    t0 = time.perf_counter()
-    for _ in range(n):
-        block_cpu_ns()
-    clock_us = (time.perf_counter() - t0) / n * 1e6
-    tid = threading.get_native_id()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        threads_cpu_ns((tid,))
-    other_us = (time.perf_counter() - t0) / n * 1e6
-    per_frame = recorder_us + 2 * blocks * clock_us + 2 * clock_us + 2 * other_us
-    return {
-        "cost.parts.recorder_us": round(recorder_us, 2),
-        "cost.parts.clock_read_us": round(clock_us, 2),
-        "cost.parts.us_per_frame": round(per_frame, 1),
-        "cost.parts.pct_of_cpu": round(per_frame / 1000 * to_pct, 4),
-    }
-
-
 def main() -> None:
     parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
@@ -820,8 +682,10 @@ def describe(
         "host": f"counts: two busy processes pinned one per core for {HOST_BUSY_S:g} s, "
         "after the detection trials on their runtime (a run of its own with --only "
         "host)",
-        "cost": f"{2 * cycles} crossover rounds, the watch's arm and the null arm (which "
-        "switches nothing) in each, their order alternating; see `round` and `figure`",
+        "cost": f"{2 * cycles} crossover rounds on the demo's people counter and "
+        f"{2 * FREE_ROUNDS * cycles} with its detector near-free (bench/_watch_cost.py), the "
+        "watch's arm and the null arm (which switches nothing) in each, their order "
+        "alternating; see `round` and `figure`",
     }
     return method(
         "the regression watch on the bundled clip as live cameras, its events read on a "
@@ -831,11 +695,11 @@ def describe(
         2 * cycles,
         "cost: two loops of the clip in crossover, 30-frame segments alternating on and "
         "off, the second loop starting with off (bench/_crossover.py)",
-        figure="cost: per pair of segments, the recorders' added CPU per frame on the "
-        "stream's worker and batcher threads (on - off) as a share of all cores at the "
-        "off frame time, plus the watch thread's CPU share over the whole run (/proc); "
-        "the throughput ratio of the same pairs reported beside it, no target; the null "
-        "arm's figures alike, for the method's resolution",
+        figure="cost: per pair of the near-free run's segments, the watch's added CPU "
+        "per frame on the stream's worker and batcher threads (on - off) as a share of "
+        "all cores at the demo's off frame time, plus the watch thread's CPU share over "
+        "the demo run (/proc); the demo run's own pairs, the throughput ratios and the "
+        "null arms' figures reported beside it, no target",
         order="on and off alternate every 30 frames in one run; each round's second loop "
         "starts with off, so each pair has on first once and off first once",
         parts={part: entries[part] for part in parts},  # others: merged, or absent
