@@ -173,9 +173,9 @@ def judge(
     A culprit, a row whose own cost grew (or a block whose model's did: `block_model`
     names a block's model), is judged on its latency with the slower core taken out but
     not the waits: the contention it adds for the others excuses them, not it. Without
-    this, a model that doubled its work on a saturated machine, and so raised the waits
-    of every thread by some tens of %, had its own latency divided by that and judged
-    against a gate widened by as much."""
+    this, a model that doubled its work on a saturated machine raised every thread's
+    waits, and its own latency was divided by them and judged against a gate widened by
+    as much."""
     before = Samples()
     rows = []
     for key, now in recent.items():
@@ -196,32 +196,42 @@ def judge(
     out = []
     for key, now, base in rows:
         culprit = key in grown or (base.kind == "block" and block_model(base.name) in grown_models)
-        factor = host.cpu_factor if culprit else host.factor
-        after = Samples()
-        after.rows[(base.kind, base.name)] = np.rint(now / factor).astype(np.int64).tolist()
-        # A baseline learned over intervals that differed by its spread allows as much; a
-        # culprit's, the drift of its own cost: its latency's held the waits' swing too,
-        # which a row that does more work cannot hide behind (a faces model twice as heavy
-        # was ×1.84 at its first comparison here, inside its latency spread of 1.55, while
-        # its own cost's spread was 1.18).
-        spread = base.cpu_spread if culprit and base.cpu.size else base.spread
-        widened = _widened(gate, (factor - 1) * 100, spread)
-        row = compare_row(base.kind, base.name, before, after, widened)
-        ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
-        p99 = _percentile_ms(base.samples, 99)
-        p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)
-        raw_ratio = round(_ratio(now, base.samples), 3)
-        judged = Judged(
-            key, base.kind, base.name, row, ratio, p99, p50_now, p99_now, raw_ratio=raw_ratio
-        )  # fmt: skip
-        if factor != 1.0 and row.verdict != SLOWER:  # as measured, with its spread allowed
-            after.rows[(base.kind, base.name)] = now.tolist()
-            raw = compare_row(base.kind, base.name, before, after, _widened(gate, 0, base.spread))
-            judged = replace(judged, raw=raw)
+        judged = _latency(key, now, base, before, host, gate, culprit)
         if key in own:
             judged = replace(judged, own=own[key][0], own_ratio=own[key][1])
         out.append(judged)
     return out
+
+
+def _latency(
+    key: str, now: Values, base: Baseline, before: Samples, host: Host, gate: Gate, culprit: bool
+) -> Judged:
+    """A row's latency judged: divided by the host's factor (a culprit's by the slower
+    core's alone), and as measured too where that factor excused it (`Judged.excused`)."""
+    factor = host.cpu_factor if culprit else host.factor
+    after = Samples()
+    after.rows[(base.kind, base.name)] = np.rint(now / factor).astype(np.int64).tolist()
+    # A baseline learned over intervals that differed by its spread allows as much; a
+    # culprit's, the drift of its own cost: its latency's held the waits' swing too,
+    # which a row that does more work cannot hide behind (a faces model twice as heavy
+    # was ×1.84 at its first comparison here, inside its latency spread of 1.55, while
+    # its own cost's spread was 1.18).
+    spread = base.cpu_spread if culprit and base.cpu.size else base.spread
+    row = compare_row(
+        base.kind, base.name, before, after, _widened(gate, (factor - 1) * 100, spread)
+    )
+    ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
+    p99 = _percentile_ms(base.samples, 99)
+    p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)
+    raw_ratio = round(_ratio(now, base.samples), 3)
+    judged = Judged(
+        key, base.kind, base.name, row, ratio, p99, p50_now, p99_now, raw_ratio=raw_ratio
+    )  # fmt: skip
+    if factor != 1.0 and row.verdict != SLOWER:  # as measured, with its spread allowed
+        after.rows[(base.kind, base.name)] = now.tolist()
+        raw = compare_row(base.kind, base.name, before, after, _widened(gate, 0, base.spread))
+        judged = replace(judged, raw=raw)
+    return judged
 
 
 def _own(base: Baseline, now: Values, frames: Samples, host: Host, gate: Gate) -> tuple[Row, float]:
