@@ -172,18 +172,19 @@ def own_costs(scale: dict[str, float]) -> dict[str, np.ndarray]:
 def test_a_neighbour_that_leaves_us_fewer_cores_does_not_excuse_own_cost() -> None:
     # The probe takes twice as long by the wall (half the machine is another tenant's)
     # while its CPU time did not move: the cores are as fast, so a row's own cost is judged
-    # as it stands, and the blur block's, 1.6 times its baseline, is a regression.
+    # as it stands, and the blur block's, 1.6 times its baseline, grew. (Raising it is the
+    # host's business while the host is slower: see the test below.)
     scale = {"cam1/detect": 2.0, "cam2/detect": 2.0, "model:faces": 2.0, "cam1/blur": 3.2}
     host, judged = measured(
         recent(scale), 2.0, core_factor=1.0, own=own_costs({"cam1/blur": 1.6})
     )  # fmt: skip
     assert host.factor == 2.0 and host.cpu_factor == 1.0 and host.probe_cpu_ratio == 1.0
-    slower = {j.key for j in judged if j.slower}
-    assert slower == {"cam1/blur"}, [(j.key, j.row.verdict, j.own_ratio) for j in judged]
+    grew = {j.key for j in judged if j.grew}
+    assert grew == {"cam1/blur"}, [(j.key, j.own, j.own_ratio) for j in judged]
     # A slower core (the probe's CPU time grew as much) excuses the same growth.
     host, judged = measured(recent(scale), 2.0, own=own_costs({"cam1/blur": 1.6}))
     assert host.cpu_factor == 2.0
-    assert not [j.key for j in judged if j.slower]
+    assert not [j.key for j in judged if j.grew]
 
 
 def test_a_culprit_is_not_excused_by_the_waits_it_causes() -> None:
@@ -224,3 +225,20 @@ def test_a_culprits_latency_is_allowed_the_drift_of_its_own_cost_not_of_its_wait
         # cost did not move: within the 1.55 its latency showed with nothing changed.
         assert (blur_now.row.verdict == SLOWER) is raised, (own_scale, blur_now.row)
         assert blur_now.slower is raised
+
+
+def test_while_the_host_is_slower_no_row_is_judged_without_its_factor() -> None:
+    # A slow state of the machine: the probe reads ×1.4 by the wall and ×1.1 by its CPU
+    # time while the models' latency moved ×1.8 and their own cost ×1.6 (ONNX Runtime's
+    # kernels feel it more than the probe does). The host is reported; the rows are judged
+    # with its whole factor, and none is raised.
+    scale = {k: 1.8 for k in ("cam1/detect", "cam2/detect", "model:faces", "cam1/blur")}
+    own = own_costs({k: 1.6 for k in scale})
+    host, judged = measured(recent(scale), 1.4, wait_factor=1.6, core_factor=1.1, own=own)
+    assert host.slower and host.factor == 1.6
+    assert {"model:faces", "cam1/blur"} <= {j.key for j in judged if j.grew}
+    assert not [j.key for j in judged if j.slower], [(j.key, j.row.verdict) for j in judged]
+    # The same rows with the host steady: their own cost grew, and they are raised.
+    host, judged = measured(recent(scale), 1.0, wait_factor=1.6, core_factor=1.0, own=own)
+    assert not host.slower
+    assert {j.key for j in judged if j.slower} >= {"model:faces", "cam1/detect"}
