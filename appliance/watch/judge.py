@@ -20,9 +20,8 @@ else 1: a machine faster than at learning excuses nothing. Each row is judged on
 samples divided by the factor, with the gate's `fail_over_pct` widened by as much again:
 rows do not all slow alike (ONNX Runtime's threads wait for each other when one of them
 waits for a core; a Python block barely notices), so a machine 40 % slower must leave a
-row 40 % beyond what it explains. A heavier block is still found: its own work grew, and
-the contention it adds for the others excuses them, not it (`judge`). With a factor of 1
-this is exactly `trace diff --fail-over`.
+row 40 % beyond what it explains. With a factor of 1 this is exactly `trace diff
+--fail-over`.
 
 A row's own cost per run (CPU time) is divided by the probe's CPU time alone, now over
 learned (`Host.cpu_factor`): a slower core moves both, while a wait for a core or a
@@ -36,7 +35,7 @@ baseline's) moved too: a busier machine that costs the streams nothing is not an
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -165,17 +164,17 @@ def judge(
     host: Host,
     gate: Gate,
     cpu: Mapping[str, Values] | None = None,
-    block_model: Callable[[str], str | None] = lambda _name: None,
 ) -> list[Judged]:
     """Every row with a baseline and enough recent samples, judged; its own cost too
     (`cpu`: µs of CPU per run) where both the baseline and this interval have it.
 
-    A culprit, a row whose own cost grew (or a block whose model's did: `block_model`
-    names a block's model), is judged on its latency with the slower core taken out but
-    not the waits: the contention it adds for the others excuses them, not it. Without
-    this, a model that doubled its work on a saturated machine raised every thread's
-    waits, and its own latency was divided by them and judged against a gate widened by
-    as much."""
+    Every row's latency is divided by the host's whole factor, its own cost grown or
+    not. Judging a row whose own cost grew without the waits (the contention a heavier
+    row adds excuses the others, not it) raised the faces model and its block in a
+    20-minute run with short learning and nothing changed: a slow state of the machine
+    moved the models' latency and own cost far more than the probe, which reads a small
+    model on one thread. Until the probe reads what slows the models, a grown own cost
+    may be the host's."""
     before = Samples()
     rows = []
     for key, now in recent.items():
@@ -191,17 +190,9 @@ def judge(
         own_now = None if cpu is None else cpu.get(key)
         if own_now is not None and own_now.size >= MIN_SAMPLES and base.cpu.size >= MIN_SAMPLES:
             own[key] = _own(base, own_now, before, host, gate)
-    grown = {key for key, (row, _) in own.items() if row.verdict == SLOWER}
-    grown_models = {base.name for key, _, base in rows if key in grown and base.kind == "model"}
     out = []
     for key, now, base in rows:
-        # While the host itself is slower, a grown own cost may be the host's: the probe
-        # under-reads what slows the models (a slow state moved the demo's models ×1.6-1.8
-        # and the probe ×1.10-1.15), so nobody is judged without the host's factor then.
-        culprit = not host.slower and (
-            key in grown or (base.kind == "block" and block_model(base.name) in grown_models)
-        )
-        judged = _latency(key, now, base, before, host, gate, culprit)
+        judged = _latency(key, now, base, before, host, gate)
         if key in own:
             judged = replace(judged, own=own[key][0], own_ratio=own[key][1])
         out.append(judged)
@@ -209,22 +200,16 @@ def judge(
 
 
 def _latency(
-    key: str, now: Values, base: Baseline, before: Samples, host: Host, gate: Gate, culprit: bool
+    key: str, now: Values, base: Baseline, before: Samples, host: Host, gate: Gate
 ) -> Judged:
-    """A row's latency judged: divided by the host's factor (a culprit's by the slower
-    core's alone), and as measured too where that factor excused it (`Judged.excused`)."""
-    factor = host.cpu_factor if culprit else host.factor
+    """A row's latency judged: divided by the host's factor, and as measured too where
+    that factor excused it (`Judged.excused`)."""
+    factor = host.factor
     after = Samples()
     after.rows[(base.kind, base.name)] = np.rint(now / factor).astype(np.int64).tolist()
-    # A baseline learned over intervals that differed by its spread allows as much; a
-    # culprit's, the drift of its own cost: its latency's held the waits' swing too,
-    # which a row that does more work cannot hide behind (a faces model twice as heavy
-    # was ×1.84 at its first comparison here, inside its latency spread of 1.55, while
-    # its own cost's spread was 1.18).
-    spread = base.cpu_spread if culprit and base.cpu.size else base.spread
-    row = compare_row(
-        base.kind, base.name, before, after, _widened(gate, (factor - 1) * 100, spread)
-    )
+    # A baseline learned over intervals that differed by its spread allows as much.
+    widened = _widened(gate, (factor - 1) * 100, base.spread)
+    row = compare_row(base.kind, base.name, before, after, widened)
     ratio = row.after_ms / row.before_ms if row.before_ms > 0 else 1.0
     p99 = _percentile_ms(base.samples, 99)
     p50_now, p99_now = _percentile_ms(now, 50), _percentile_ms(now, 99)

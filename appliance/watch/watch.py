@@ -264,9 +264,7 @@ class Watch:
                 values, comparable, (probe_now, probe_cpu_now), waits_now, self.gate,
                 self.config.host_pct,
             )  # fmt: skip
-            judged = judge(
-                values, baselines, self.model_streams(), host, self.gate, cpu, self.block_model
-            )
+            judged = judge(values, baselines, self.model_streams(), host, self.gate, cpu)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "host %s; %s",

@@ -191,8 +191,8 @@ def test_rows_a_change_of_load_slowed_within_the_waits_are_its_victims() -> None
     event = contention.event(victims, judged, [], Change("stream added", "t", "cam-2"), host)
     assert event is not None and event.type == "load_changed"
     assert {v.name: v.ratio > 1.5 for v in event.rows} == {"cam/det": True, "cam/blur": True}
-    # A row that did more work as well is no change's victim: it is judged without the
-    # waits (judge.py), and raised.
+    # A row that did more work as well is no change's victim: twice the work on top of
+    # the waits passes the gate they widened, and it is raised.
     own["cam/det"] = spans(2 * BASE_US, 34)
     now["cam/det"] = spans(32_000, 35)
     judged = judge(now, base, {}, host, GATE, own)

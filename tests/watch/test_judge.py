@@ -71,8 +71,7 @@ def measured(
     core = np.full(10, round(PROBE_US * (core_factor or probe_factor)), dtype=np.int64)
     waits = np.full(10, round(WAITS * wait_factor), dtype=np.int64)
     host = host_speed(now, base, (probe, core), waits, GATE, host_pct=10)
-    models = {"cam1/detect": "faces"}
-    judged = judge(now, base, {"faces": {"cam1"}}, host, GATE, own, models.get)
+    judged = judge(now, base, {"faces": {"cam1"}}, host, GATE, own)
     return host, judged
 
 
@@ -172,8 +171,7 @@ def own_costs(scale: dict[str, float]) -> dict[str, np.ndarray]:
 def test_a_neighbour_that_leaves_us_fewer_cores_does_not_excuse_own_cost() -> None:
     # The probe takes twice as long by the wall (half the machine is another tenant's)
     # while its CPU time did not move: the cores are as fast, so a row's own cost is judged
-    # as it stands, and the blur block's, 1.6 times its baseline, grew. (Raising it is the
-    # host's business while the host is slower: see the test below.)
+    # as it stands, and the blur block's, 1.6 times its baseline, grew.
     scale = {"cam1/detect": 2.0, "cam2/detect": 2.0, "model:faces": 2.0, "cam1/blur": 3.2}
     host, judged = measured(
         recent(scale), 2.0, core_factor=1.0, own=own_costs({"cam1/blur": 1.6})
@@ -187,58 +185,15 @@ def test_a_neighbour_that_leaves_us_fewer_cores_does_not_excuse_own_cost() -> No
     assert not [j.key for j in judged if j.grew]
 
 
-def test_a_culprit_is_not_excused_by_the_waits_it_causes() -> None:
-    # The faces model's work doubled and every thread waits 40 % longer for a core. The
-    # others' latency grew by the waits alone (their own cost did not): victims. The model
-    # and the block that runs it are judged without the waits they caused.
-    waited = {"cam1/blur": 1.4, "cam1/draw": 1.4, "cam2/detect": 1.4, "cam2/count": 1.4}
-    scale = {**waited, "model:faces": 2.0, "cam1/detect": 2.0}
-    host, judged = measured(
-        recent(scale), 1.0, wait_factor=1.4, own=own_costs({"model:faces": 2.0})
-    )  # fmt: skip
-    assert host.factor == 1.4 and host.cpu_factor == 1.0
-    slower = {j.key for j in judged if j.row.verdict == SLOWER and j.kind != "frame"}
-    assert slower == {"model:faces", "cam1/detect"}, [(j.key, j.row.verdict) for j in judged]
-    # Without its own cost measured, the model's latency is excused by the waits: ×2 / 1.4
-    # against a gate widened by 40 % (what the watch did before it told culprits).
-    _, judged = measured(recent(scale), 1.0, wait_factor=1.4)
-    assert not [j.key for j in judged if j.row.verdict == SLOWER and j.kind != "frame"]
-
-
-def test_a_culprits_latency_is_allowed_the_drift_of_its_own_cost_not_of_its_waits() -> None:
-    # Learned while the waits swung: the block's latency medians moved by 1.55 over its
-    # intervals, its own cost's by 1.18. Now its latency is 1.5 times its baseline.
-    base = baselines(cpu=True)
-    blur = base["cam1/blur"]
-    base["cam1/blur"] = Baseline(
-        blur.kind, blur.name, blur.samples, blur.probe, 0.0, "learned", blur.contention,
-        blur.cpu, spread=1.55, cpu_spread=1.18, probe_cpu=blur.probe_cpu,
-    )  # fmt: skip
-    now = recent({"cam1/blur": 1.5})
-    probe = np.full(10, PROBE_US, dtype=np.int64)
-    waits = np.full(10, WAITS, dtype=np.int64)
-    host = host_speed(now, base, (probe, probe), waits, GATE, host_pct=10)
-    for own_scale, raised in ((1.5, True), (1.0, False)):
-        own = own_costs({"cam1/blur": own_scale})
-        [blur_now] = [j for j in judge(now, base, {}, host, GATE, own) if j.key == "cam1/blur"]
-        # It did 1.5 times the work: its latency is judged within 1.18, and raised. Its own
-        # cost did not move: within the 1.55 its latency showed with nothing changed.
-        assert (blur_now.row.verdict == SLOWER) is raised, (own_scale, blur_now.row)
-        assert blur_now.slower is raised
-
-
-def test_while_the_host_is_slower_no_row_is_judged_without_its_factor() -> None:
-    # A slow state of the machine: the probe reads ×1.4 by the wall and ×1.1 by its CPU
-    # time while the models' latency moved ×1.8 and their own cost ×1.6 (ONNX Runtime's
-    # kernels feel it more than the probe does). The host is reported; the rows are judged
-    # with its whole factor, and none is raised.
+def test_a_slow_state_the_probe_under_reads_raises_nothing() -> None:
+    # The machine's slow state: the models' latency moved ×1.8 and their own cost ×1.6,
+    # while the probe reads ×1.08 by the wall and ×1.05 by its CPU time (ONNX Runtime's
+    # kernels feel the state more than the probe's small model), and the threads wait
+    # 60 % longer. The own costs grew; every row's latency is still judged with the whole
+    # factor, so none is raised (as a culprit judged without the waits, the model was).
     scale = {k: 1.8 for k in ("cam1/detect", "cam2/detect", "model:faces", "cam1/blur")}
     own = own_costs({k: 1.6 for k in scale})
-    host, judged = measured(recent(scale), 1.4, wait_factor=1.6, core_factor=1.1, own=own)
-    assert host.slower and host.factor == 1.6
+    host, judged = measured(recent(scale), 1.08, wait_factor=1.6, core_factor=1.05, own=own)
+    assert not host.slower and host.factor == 1.6 and host.cpu_factor == 1.0
     assert {"model:faces", "cam1/blur"} <= {j.key for j in judged if j.grew}
     assert not [j.key for j in judged if j.slower], [(j.key, j.row.verdict) for j in judged]
-    # The same rows with the host steady: their own cost grew, and they are raised.
-    host, judged = measured(recent(scale), 1.0, wait_factor=1.6, core_factor=1.0, own=own)
-    assert not host.slower
-    assert {j.key for j in judged if j.slower} >= {"model:faces", "cam1/detect"}
