@@ -4,15 +4,16 @@ events).
 
 What is raised:
 - a block or a model's `session.run` slower for `confirm_intervals` comparisons in a row;
-- a queue wait or a frame age for one interval more, and only while the host is not
-  slower and nothing of its stream (a frame age) or model (a queue wait) is raised
-  already: those follow from a slower block or model, and a person wants the cause, not
-  its echo;
+- a frame age for one interval more, and only while the host is not slower and nothing
+  of its stream is raised already: it follows from a slower block or model, and a person
+  wants the cause, not its echo;
 - the host, when its factor is past `host_pct` (judge.py) for as long.
 A whole frame (`frame:` rows) is only a weight, never raised. Muted rows are judged and
 shown, never raised. Each ends after `recover_intervals` comparisons that are not slower.
 A row slower only because it waited (contention.py: its own cost did not grow) is not
-slower here: it is a victim, reported as contention or as a change of load.
+slower here: it is a victim, reported as contention or as a change of load. A queue wait
+is nothing but waiting (for its model's runs, and the other samples of their batches): it
+is never raised, its model is (contention.py).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ log = logging.getLogger("appliance.watch")
 HISTORY = 200  # ended regressions kept for the API
 CHANGES = 32  # changes kept to name a regression's cause
 RAISED = ("block", "model")
-ECHOES = ("queue", "frame age")
+ECHOES = ("frame age",)
 
 
 @dataclass(slots=True)
@@ -179,7 +180,7 @@ class Rows:
         if j.kind in RAISED:
             return state.slower >= self.confirm
         # An echo alone: one more interval, since a frame age also moves with the camera's
-        # pace and a queue wait with the batching, more than a block's run does.
+        # pace, more than a block's run does.
         alone = not host.slower and self._scope(j.key) not in busy
         return alone and state.slower >= self.confirm + 1
 

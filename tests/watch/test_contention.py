@@ -225,3 +225,32 @@ def test_rows_a_change_of_load_slowed_learn_again_once_it_settled() -> None:
     rows.settle_s = 0.0
     compare(44)
     assert rows.settled_victims(base) == ["cam/det"]  # the watch learns it again
+
+
+def test_a_queue_wait_that_grew_while_its_model_did_not_is_contention_never_raised() -> None:
+    """A queue wait is only waiting: for the model's runs (the model row) and the other
+    samples of its batch. Longer waits with the runs unchanged are the streams' arrivals
+    lining up differently with the batches, reported as contention, never raised, even
+    when they last; the frame age stays judged as before."""
+    watch, published = watched()
+    watch.attach("cam", ("det", "blur"), {"det": "m"})
+    watch.store.put([
+        Baseline("model", "m", spans(BASE_US, 20), EMPTY, 0.0, "learned", cpu=spans(BASE_US, 21)),
+        Baseline("queue", "m", spans(BASE_US, 24), EMPTY, 0.0, "learned"),
+    ])  # fmt: skip
+    watch.models._first_batch("m", 0.0)
+    watch.models.skip_until["m"] = 0.0
+    for interval in range(4):  # past confirm + 1 intervals: when an echo would be raised
+        waits = spans(3 * BASE_US, 30 + interval)
+        for run, wait in zip(spans(BASE_US, 40 + interval), waits, strict=True):
+            watch.models(BatchRecord("m", 1, ("cam",), (wait / 1e6,), time.perf_counter(),
+                                     run / 1e6, cpu_s=run / 1e6))  # fmt: skip
+        frames(watch, det=(BASE_US, BASE_US), blur=(BASE_US, BASE_US), seed=50 + interval)
+        watch.compare()
+    assert of_type(published, "regression_started") == []
+    [event] = of_type(published, "contention")  # once: it stayed a victim
+    [row] = event["contention"]["rows"]
+    assert row["name"] == "queue:m" and row["ratio"] > 2.5
+    assert event["contention"]["culprits"] == []
+    [kept] = watch.report().contention  # GET /v1/regressions keeps it
+    assert [v.name for v in kept.rows] == ["queue:m"]
