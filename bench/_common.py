@@ -6,7 +6,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -302,3 +306,22 @@ def live_sources(
     finally:
         for camera in cameras.values():
             camera.stop()
+
+
+@contextlib.contextmanager
+def mosquitto(folder: Path) -> Iterator[int]:
+    """A mosquitto on a free loopback port."""
+    if shutil.which("mosquitto") is None:
+        raise SystemExit("mosquitto is not installed: run `make test-deps`")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = folder / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(5)

@@ -65,14 +65,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import yaml
-from _common import RESULTS, ROOT, bench_parser, report
+from _common import RESULTS, ROOT, bench_parser, mosquitto, report
 from _compare import Verdict, method
 from _restate import restate
 from _watch_cost import COST_FIGURE, COST_TARGET_PCT, FREE_ROUNDS, cost
@@ -99,27 +99,6 @@ HOST_BUSY_S = 100.0  # the noisy neighbour's time: enough for 3 intervals after 
 
 
 # -- real parts ----------------------------------------------------------------------------
-@contextmanager
-def mosquitto(folder: Path) -> Iterator[int]:
-    """A mosquitto on a free loopback port."""
-    if shutil.which("mosquitto") is None:
-        raise SystemExit("mosquitto is not installed: run `make test-deps`")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    conf = folder / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(5)
-
-
 WATCH_EVENTS = (
     "regression_started", "regression_ended", "host_slowdown_started", "host_slowdown_ended",
     "contention", "load_changed",
@@ -236,8 +215,9 @@ def host_evidence(events: list[tuple[float, dict[str, Any]]]) -> list[str]:
 # -- the parts -----------------------------------------------------------------------------
 DEMO = [("people-cam", "people_counter"), ("faces-cam", "privacy_blur")]
 CENTERFACE4 = [(f"cam{i}", "privacy_blur") for i in range(1, 5)]
-CONFIGS = ("demo", "centerface4")  # the false-alarm runs' labels
-ECHOES = ("queue", "frame age")  # rows raised only as a cause's echo (appliance/watch/rows.py)
+CONFIG_STREAMS = {"demo": DEMO, "centerface4": CENTERFACE4}  # the false-alarm runs' configs
+CONFIGS = tuple(CONFIG_STREAMS)
+ECHOES = ("queue", "frame age")  # rows with no own cost; a queue wait is never raised now
 
 
 def learn_s(watch: dict[str, Any]) -> float:
@@ -601,6 +581,12 @@ def main() -> None:
     parser.add_argument(
         "--minutes", type=float, default=20.0, help="each false_alarms and short_learning run"
     )
+    parser.add_argument(
+        "--config",
+        choices=CONFIGS,
+        action="append",
+        help="false_alarms and short_learning: only these configs (the others' figures kept)",
+    )
     parser.add_argument("--trials", type=int, default=10, help="detection trials")
     parser.add_argument("--cycles", type=int, default=4, help="cost: crossover cycles")
     parser.add_argument(
@@ -620,6 +606,7 @@ def main() -> None:
         short |= {"learn_s": 6 * QUICK_WATCH["interval_s"], "interval_s": QUICK_WATCH["interval_s"]}
     minutes = 0.25 if quick else args.minutes
     trials, cycles = (1, 1) if quick else (args.trials, max(1, args.cycles))
+    configs = ["demo"] if quick else args.config or list(CONFIGS)
     metrics: dict[str, Any] = {}
     cost_verdict = None
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -627,10 +614,9 @@ def main() -> None:
         with mosquitto(tmp) as port:
             for part, settings in (("false_alarms", watch), ("short_learning", short)):
                 if part in parts:
-                    metrics |= false_alarms(tmp, port, part, "demo", DEMO, minutes, settings)
-                    if not quick:
+                    for label in configs:
                         metrics |= false_alarms(
-                            tmp, port, part, "centerface4", CENTERFACE4, minutes, settings
+                            tmp, port, part, label, CONFIG_STREAMS[label], minutes, settings
                         )
             both = "detection" in parts and "host" in parts and not quick
             if "detection" in parts:  # with the host's trial after it, on its runtime
@@ -646,7 +632,7 @@ def main() -> None:
     how = describe(ran, minutes, trials, cycles, quick, short)
     for part in ran if args.note else ():
         how["parts"][part] += f"; note: {args.note}"
-    finish(metrics, parts, quick, how, cost_verdict)
+    finish(metrics, parts, quick, how, cost_verdict, configs)
 
 
 def describe(
@@ -768,22 +754,32 @@ def load_verdicts(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
+def ran_key(key: str, parts: Sequence[str], configs: Sequence[str]) -> bool:
+    """Whether this run's parts (and false-alarm configs) made the figure `key`."""
+    part, _, rest = key.partition(".")
+    if part not in parts:
+        return False
+    return part not in ("false_alarms", "short_learning") or rest.split(".")[0] in configs
+
+
 def finish(
     metrics: dict[str, Any],
     parts: list[str],
     quick: bool,
     how: dict[str, Any],
     cost_verdict: Verdict | None,
+    configs: Sequence[str] = CONFIGS,
 ) -> None:
     """Merge with the parts of the last full run that this one did not run (their
-    figures, cost verdict and method entries); the verdicts."""
+    figures, cost verdict and method entries), and the false-alarm configs it did not
+    run; the verdicts."""
     path = RESULTS / "regression_watch.json"
     verdicts: dict[str, dict[str, Any]] = {}
     if cost_verdict is not None:
         verdicts["cost.total_pct_of_cpu"] = {**cost_verdict.as_json(), "figure": COST_FIGURE}
-    if not quick and path.exists() and set(parts) != set(PARTS):
+    if not quick and path.exists() and (set(parts) != set(PARTS) or set(configs) != set(CONFIGS)):
         old = json.loads(path.read_text())
-        kept = {k: v for k, v in old["metrics"].items() if k.split(".")[0] not in parts}
+        kept = {k: v for k, v in old["metrics"].items() if not ran_key(k, parts, configs)}
         metrics = {k: v for k, v in kept.items() if k != "method"} | metrics
         old_how = old.get("method", {})
         for part in set(PARTS) - set(parts):
