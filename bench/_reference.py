@@ -1,7 +1,7 @@
 """The pipeline children of bench/freshness.py: the reference, ours, and what they share.
 
-    bench/.work/reference-venv/bin/python bench/_reference.py ref SPEC_JSON
-    .venv/bin/python bench/_reference.py ours SPEC_JSON
+    bench/.work/reference-venv/bin/python bench/_reference.py ref[-count] SPEC_JSON
+    .venv/bin/python bench/_reference.py ours[-count] SPEC_JSON
 
 `ref` runs Roboflow's InferencePipeline (the package `streamvision` 0.1.3: the pipeline
 that `inference` 1.8.3 subclasses) in a bench-only environment with `onnxruntime`
@@ -13,7 +13,8 @@ appliance's `Runtime` with the same model, CPU provider and decoder, results tak
 `outputs.subscribe`. So both pay the same model cost; what differs is the pipeline:
 reading, decoding, buffering, threads.
 
-Both print one line per result on stdout (`Recorder`) and stop when stdin closes; the
+Both print one line per result on stdout (`Recorder`; with `-count`, a running count
+instead: `Counter`, for bench/ceiling.py) and stop when stdin closes; the
 bench reads them (`Child`, `Record`). Each line dates, besides the result, the moment the
 frame was decoded and ready for the pipeline (post-decode): for ours the grabber's decode
 end (`stamp_our_decodes`), for the reference the moment its `VideoFrame` was built, right
@@ -53,6 +54,7 @@ LOGS = ROOT / "bench" / ".work" / "freshness"  # children's stderr, one file per
 UNREADABLE = -1  # the stamp printed when a result's frame carries none
 MISSING = "-"  # a time a pipeline does not have
 STOP_TIMEOUT_S = 10.0
+COUNT_EVERY_S = 0.25  # how often a counting child prints its count (`Counter`)
 _PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}
 
@@ -184,6 +186,33 @@ class Recorder:
             self._out.flush()
 
 
+class Counter:
+    """Counts results instead of printing each (bench/ceiling.py: hundreds a second, where
+    a line per result would cost the child what is being measured). A thread prints
+
+        C MONOTONIC COUNT
+
+    every COUNT_EVERY_S: CLOCK_MONOTONIC seconds (the same clock in every process) and the
+    results so far, every source together. Called like `Recorder`."""
+
+    def __init__(self, out: IO[str] = sys.stdout) -> None:
+        self._out = out
+        self.count = 0  # one writer at a time: the lock
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._print, name="counter", daemon=True)
+        self._thread.start()
+
+    def __call__(self, source: int, image: Any, *_times: float | None, **_named: Any) -> None:
+        with self._lock:
+            self.count += 1
+
+    def _print(self) -> None:
+        while True:  # a daemon thread: ends with the child
+            self._out.write(f"C {time.monotonic():.6f} {self.count}\n")
+            self._out.flush()
+            time.sleep(COUNT_EVERY_S)
+
+
 def die_with_parent() -> None:
     """SIGTERM this process when the bench exits, however it exits (no orphaned runs)."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -257,10 +286,10 @@ def stamp_our_decodes() -> dict[tuple[str, int], float]:
     return decoded
 
 
-def run_reference(spec: Spec, record: Recorder) -> None:
+def run_reference(spec: Spec, record: Recorder | Counter) -> None:
     """InferencePipeline over `spec.urls` until stdin closes."""
     import onnxruntime as ort
-    from streamvision.stream.pipeline import InferencePipeline
+    from streamvision.stream.pipeline import InferencePipeline  # type: ignore[import-not-found]
 
     from pipelines.decoders import DecodeOptions, build_decoder
 
@@ -300,7 +329,7 @@ def run_reference(spec: Spec, record: Recorder) -> None:
     pipeline.join()
 
 
-def run_ours(spec: Spec, record: Recorder) -> None:
+def run_ours(spec: Spec, record: Recorder | Counter) -> None:
     """The appliance's Runtime over `spec.urls` until stdin closes."""
     from appliance.runtime.runtime import Runtime
     from bench._common import detect_streams_config
@@ -350,8 +379,9 @@ def run_ours(spec: Spec, record: Recorder) -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    run = {"ref": run_reference, "ours": run_ours}[argv[0]]
-    run(Spec.from_json(argv[1]), Recorder())
+    mode, _, counting = argv[0].partition("-")  # "ref", "ours"; "-count": Counter
+    run = {"ref": run_reference, "ours": run_ours}[mode]
+    run(Spec.from_json(argv[1]), Counter() if counting == "count" else Recorder())
     return 0
 
 

@@ -1,0 +1,152 @@
+"""Where the GIL time goes: a sampling profile of the saturated process, GIL holder only.
+
+The setting of bench/ceiling.py's `appliance` arm (N fast streams of the 640x480 clip
+through a demo workflow over a near-free model, every result to a real mosquitto, one
+stream watched over WebRTC), one `appliance serve` process. After the first frames and a
+warm-up, py-spy samples it for the window: `py-spy record --gil --threads`, which keeps,
+at each sample, only the thread that holds the GIL. By default it reads the process
+without pausing it (`--nonblocking`, RATE_HZ); with `--native`, the native frames
+(OpenCV, numpy, ONNX Runtime, libc) under the Python ones too, for which py-spy pauses
+the process at each sample, so at a lower rate (RATE_NATIVE_HZ) and with fewer samples
+than the rate asks where unwinding falls behind.
+
+Reported, per function: self (the sampled stack's innermost frame: where the holder
+was) and inclusive (any frame of the stack: what it was inside) as shares of the GIL
+samples, and per thread kind (`work`, `grab`, `batch`, the server's loop, ...). The
+GIL's busy share is the samples taken ÷ the samples a window at the rate would hold: an
+estimate (py-spy falls behind under load, which lowers it). No target: the profile says
+what to cut (docs/performance.md), and bench/ceiling.py and bench/data_path.py measure
+each cut.
+
+    python bench/gil_profile.py [--quick] [--workflow people|faces] [--streams N] [--seconds S]
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import bench_parser, mosquitto, report, scaled_clip
+from bench.ceiling import SIZE, WORKFLOWS, Setup, serve_config, serving
+
+RATE_HZ = 250  # py-spy's samples a second, reading the process without pausing it
+RATE_NATIVE_HZ = 50  # with native stacks: each sample pauses the process to unwind them
+TOP = 25  # functions kept per list
+_FRAME = re.compile(r"^(?P<name>.*?) \((?P<where>[^()]*)\)$")  # "func (file.py:12)"
+
+
+def record(pid: int, seconds: float, out: Path, native: bool) -> None:
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+    argv = [spy, "record", "--gil", "--threads", "--rate", str(rate(native)),
+            "--duration", str(int(seconds)), "--format", "raw", "--output", str(out),
+            "--pid", str(pid)]  # fmt: skip
+    # Native stacks need the process paused at each sample; Python's alone do not.
+    argv += ["--native"] if native else ["--nonblocking"]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def rate(native: bool) -> int:
+    return RATE_NATIVE_HZ if native else RATE_HZ
+
+
+def frame_name(frame: str) -> str:
+    """`func (path/to/file.py:12)` -> `func (file.py)`; a native frame keeps its library."""
+    match = _FRAME.match(frame.strip())
+    if match is None:
+        return frame.strip()
+    where = Path(match["where"].split(":")[0]).name
+    name = "?" if match["name"].startswith("0x") else match["name"]  # no symbol
+    return f"{name} ({where})"
+
+
+def thread_kind(frame: str) -> str:
+    """py-spy's thread root, `thread (TID): NAME`: the name before its stream or model id
+    (`work:cam3` -> `work`)."""
+    _, _, name = frame.strip().partition("): ")
+    return name.split(":")[0] or "unnamed"
+
+
+def parse(raw: str) -> tuple[Counter[str], Counter[str], Counter[str], int]:
+    """Self and inclusive samples per function, per thread kind, and the total."""
+    own: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        threads[thread_kind(frames[0])] += count
+        names = [frame_name(f) for f in frames[1:]] or [frame_name(frames[0])]
+        own[names[-1]] += count
+        for name in set(names):
+            inside[name] += count
+        total += count
+    return own, inside, threads, total
+
+
+def shares(counts: Counter[str], total: int, top: int = TOP) -> dict[str, float]:
+    return {name: round(n / total, 4) for name, n in counts.most_common(top)} if total else {}
+
+
+def main() -> None:
+    parser = bench_parser(__doc__.splitlines()[0])
+    parser.add_argument("--workflow", choices=list(WORKFLOWS), default="people")
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--native", action="store_true", help="native frames too (slower)")
+    args = parser.parse_args()
+    seconds, warmup = (10.0, 3.0) if args.quick else (args.seconds, 5.0)
+    clip = scaled_clip(*SIZE, 15)
+    with tempfile.TemporaryDirectory(prefix="bench-gil-") as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        port = stack.enter_context(mosquitto(folder))
+        setup = Setup(folder, clip, clip, port, None, warmup, seconds)
+        setup.models[args.workflow] = WORKFLOWS[args.workflow][2](folder / "free.onnx")
+        cfg = serve_config(setup, args.workflow, args.streams)
+        with serving(cfg, 1, setup, folder / "serve.log") as (_url, pid):
+            time.sleep(warmup)
+            record(pid, seconds, folder / "profile.txt", args.native)
+        raw = (folder / "profile.txt").read_text()
+    own, inside, threads, total = parse(raw)
+    metrics = {
+        "workflow": args.workflow,
+        "streams": args.streams,
+        "seconds": seconds,
+        "gil_samples": total,
+        "native": args.native,
+        "gil_busy_share_estimate": round(total / (rate(args.native) * seconds), 3),
+        "threads": shares(threads, total),
+        "self": shares(own, total),
+        "inclusive": shares(inside, total),
+    }
+    print_profile(metrics)
+    report("gil_profile", {k: v for k, v in metrics.items() if not isinstance(v, dict)}, {}, {},
+           method={"what": __doc__.split("\n\n")[1].replace("\n", " "),
+                   "tool": f"py-spy record --gil --threads --rate {rate(args.native)}"
+                           + (" --native" if args.native else " --nonblocking")},
+           profile={k: metrics[k] for k in ("threads", "self", "inclusive")})  # fmt: skip
+
+
+def print_profile(metrics: dict[str, object]) -> None:
+    for part in ("threads", "self", "inclusive"):
+        table = metrics[part]
+        assert isinstance(table, dict)
+        print(f"\n{part} (share of GIL samples)")
+        for name, share in table.items():
+            print(f"  {share:7.1%}  {name}")
+
+
+if __name__ == "__main__":
+    main()
