@@ -11,6 +11,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import orjson
 
 from pipelines.types import FrameResult, iso_utc
 
@@ -67,12 +68,14 @@ def encoded_prediction(result: FrameResult) -> bytes:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """Compact UTF-8 JSON: the bytes that are sent, and signed (webhooks). A lone
-    surrogate (an MQTT request's id may hold one) has no UTF-8: such a message goes out
-    as ASCII JSON, `\\ud800` escaped, still valid JSON."""
+    """Compact UTF-8 JSON: the bytes that are sent, and signed (webhooks). orjson encodes
+    in C, on the stream's worker thread, once per result. What it refuses (a lone
+    surrogate, which an MQTT request's id may hold and which has no UTF-8; an integer past
+    64 bits) goes out through the standard library as ASCII JSON, `\\ud800` escaped,
+    still valid JSON."""
     try:
-        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError:
         return json.dumps(message, separators=(",", ":")).encode("ascii")
 
 

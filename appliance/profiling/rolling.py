@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
 from prometheus_client import Counter
 
 from appliance.profiling.tracer import Tracer
@@ -60,8 +61,10 @@ class TraceFile:
         """Append events; each thread's and the process's name only once per file."""
         fresh = [e for e in events if e["ph"] != "M" or self._first_name(e)]
         for i in range(0, len(fresh), CHUNK):
-            text = json.dumps(fresh[i : i + CHUNK], separators=(",", ":"))[1:-1]
-            self._out.write(text.encode() if self._empty else b"," + text.encode())
+            # orjson: the encoding in C, about 10x the standard library's, on the thread
+            # that holds the GIL the streams' workers want (bench/gil_profile.py).
+            text = orjson.dumps(fresh[i : i + CHUNK])[1:-1]
+            self._out.write(text if self._empty else b"," + text)
             self._empty = False
 
     def _first_name(self, event: dict[str, Any]) -> bool:
