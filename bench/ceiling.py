@@ -66,6 +66,8 @@ from tests.support.processes import free_port
 SIZE = (640, 480)
 TOKEN = "bench-token"
 ARMS = ("bare", "appliance", "workers 2", "reference")
+# `--ablate`: the appliance arm less one part each, to say what each part costs it.
+ABLATIONS = ("no viewer", "no sinks", "no profiling", "detect only")
 WORKFLOWS = {  # demo workflow, its model id, the stand-in, decoder, labels
     "people": ("people_counter.yaml", "person", free_tf_od, "tf_od", ["person"]),
     "faces": ("privacy_blur.yaml", "faces", free_centerface, "centerface", ["face"]),
@@ -138,8 +140,10 @@ def counting_arm(argv: list[str], setup: Setup, log: Path) -> dict[str, float]:
     return {"fps": (n1 - n0) / wall, "cores": (c1 - c0) / wall}
 
 
-def serve_arm(cfg: Path, workers: int, setup: Setup, log: Path) -> dict[str, float]:
-    with serving(cfg, workers, setup, log) as (url, pid):
+def serve_arm(
+    cfg: Path, workers: int, setup: Setup, log: Path, viewer: bool = True
+) -> dict[str, float]:
+    with serving(cfg, workers, setup, log, viewer) as (url, pid):
         time.sleep(setup.warmup_s)
         f0, c0, t0 = processed(url), tree_cpu_s(pid), time.monotonic()
         time.sleep(setup.window_s)
@@ -149,9 +153,11 @@ def serve_arm(cfg: Path, workers: int, setup: Setup, log: Path) -> dict[str, flo
 
 
 @contextmanager
-def serving(cfg: Path, workers: int, setup: Setup, log: Path) -> Iterator[tuple[str, int]]:
-    """`appliance serve` on `cfg`, ready, its first frames out and stream cam0 watched
-    over WebRTC: (its URL, its pid). Stopped on the way out."""
+def serving(
+    cfg: Path, workers: int, setup: Setup, log: Path, viewer: bool = True
+) -> Iterator[tuple[str, int]]:
+    """`appliance serve` on `cfg`, ready, its first frames out and (`viewer`) stream cam0
+    watched over WebRTC: (its URL, its pid). Stopped on the way out."""
     port = free_port()
     argv = [sys.executable, "-m", "appliance", "--log-level", "WARNING", "serve",
             "--config", str(cfg), "--port", str(port), "--stats-interval", "600"]  # fmt: skip
@@ -163,6 +169,9 @@ def serving(cfg: Path, workers: int, setup: Setup, log: Path) -> Iterator[tuple[
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         stack.callback(end, proc)
         wait_ready(url, proc, log)
+        if not viewer:
+            yield url, proc.pid
+            return
         seconds = 600  # the viewer outlives any window: it is ended with the arm
         viewer = [sys.executable, str(VIEWER), url, TOKEN, "cam0", "1", str(seconds),
                   str(setup.folder / "viewer.json"), "count"]  # fmt: skip
@@ -226,21 +235,28 @@ def end(proc: subprocess.Popen[Any]) -> None:
 
 
 # -- configs ----------------------------------------------------------------------------
-def serve_config(setup: Setup, workflow: str, streams: int) -> Path:
-    """The demo's workflow over the stand-in model; `streams` fast cameras, all to MQTT."""
+def serve_config(setup: Setup, workflow: str, streams: int, arm: str = "appliance") -> Path:
+    """The demo's workflow over the stand-in model; `streams` fast cameras, all to MQTT;
+    less one part for an ablation `arm`."""
     file, model_id, _, _, _ = WORKFLOWS[workflow]
     doc = yaml.safe_load((ROOT / "configs" / "workflows" / file).read_text())
+    if arm == "detect only":  # the workflow's first block, its detector, alone
+        doc["blocks"] = doc["blocks"][:1]
+        doc["outputs"] = {doc["blocks"][0]["id"]: doc["blocks"][0]["id"]}
     model = doc["models"][model_id]
     model["path"] = str(setup.models[workflow])
     if "BENCH_PROVIDERS" in os.environ:  # a GPU run (bench/gpu_check.sh)
         model["providers"] = json.loads(os.environ["BENCH_PROVIDERS"])
-    wf_path = setup.folder / f"{workflow}.yaml"
+    wf_path = setup.folder / f"{workflow}-{arm.replace(' ', '-')}.yaml"
     wf_path.write_text(yaml.safe_dump(doc))
     bus = {"type": "mqtt", "host": "127.0.0.1", "port": setup.mqtt_port, "topic_prefix": "ceiling"}
-    outputs = [] if setup.mqtt_port is None else [{"sink": "bus"}]
+    outputs = [] if setup.mqtt_port is None or arm == "no sinks" else [{"sink": "bus"}]
+    profiling: dict[str, Any] = {"dir": str(setup.folder / "traces")}
+    if arm == "no profiling":  # no traces, histograms' hooks or regression watch
+        profiling |= {"enabled": False, "watch": {"enabled": False}}
     cfg = {
         "server": {"token": TOKEN},
-        "profiling": {"dir": str(setup.folder / "traces")},
+        "profiling": profiling,
         "sinks": {} if setup.mqtt_port is None else {"bus": bus},
         "streams": [
             {"id": f"cam{i}", "source": {"url": str(setup.clip), "pace": "fast", "loop": True},
@@ -248,7 +264,7 @@ def serve_config(setup: Setup, workflow: str, streams: int) -> Path:
             for i in range(streams)
         ],
     }  # fmt: skip
-    path = setup.folder / f"{workflow}-{streams}.yaml"
+    path = setup.folder / f"{workflow}-{streams}-{arm.replace(' ', '-')}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -303,15 +319,16 @@ def run_arm(arm: str, setup: Setup, workflow: str, streams: int) -> dict[str, fl
         argv = [str(setup.reference), str(ROOT / "bench" / "_reference.py"), "ref-count",
                 spec(setup, workflow, streams, setup.long_clip)]  # fmt: skip
         return counting_arm(argv, setup, log)
-    cfg = serve_config(setup, workflow, streams)
-    return serve_arm(cfg, 2 if arm == "workers 2" else 1, setup, log)
+    cfg = serve_config(setup, workflow, streams, arm)
+    return serve_arm(cfg, 2 if arm == "workers 2" else 1, setup, log, arm != "no viewer")
 
 
 Got = dict[str, dict[int, dict[str, list[dict[str, float]]]]]  # workflow -> N -> arm -> runs
 
 
-def measure(setup: Setup, workflows: list[str], counts: list[int], rounds: int) -> Got:
-    arms = [a for a in ARMS if a != "reference" or setup.reference is not None]
+def measure(
+    setup: Setup, workflows: list[str], counts: list[int], rounds: int, arms: list[str]
+) -> Got:
     got: Got = {w: {n: {a: [] for a in arms} for n in counts} for w in workflows}
     for r, order in enumerate(rotations(arms, rounds)):
         for workflow in workflows:
@@ -347,15 +364,16 @@ def figures(got: Got) -> tuple[dict[str, Any], dict[str, Verdict]]:
                 metrics.update(arm_figures(f"{key}.{arm.replace(' ', '')}", runs))
             pairs = {"vs_bare": ("appliance", "bare"), "vs_reference": ("appliance", "reference"),
                      "workers_ratio": ("workers 2", "appliance")}  # fmt: skip
+            pairs |= {f"{a.replace(' ', '_')}_ratio": (a, "appliance") for a in ABLATIONS}
             for ratio, (num, den) in pairs.items():
                 if num not in arms or den not in arms:
                     continue
                 per_round = ratios([r["fps"] for r in arms[num]], [r["fps"] for r in arms[den]])
-                low, high = TARGETS[ratio] if n == JUDGED_AT else (None, None)
+                low, high = TARGETS.get(ratio, (None, None)) if n == JUDGED_AT else (None, None)
                 verdict = judge(per_round, at_least=low, at_most=high)
                 metrics[f"{key}.{ratio}"] = round(verdict.median, 3)
                 metrics[f"{key}.{ratio}.interval"] = f"{verdict.low:.3f}-{verdict.high:.3f}"
-                if n == JUDGED_AT:
+                if n == JUDGED_AT and ratio in TARGETS:
                     verdicts[f"{key}.{ratio}"] = verdict
     return metrics, verdicts
 
@@ -368,6 +386,7 @@ def main() -> None:
     parser.add_argument(
         "--models", choices=("free", "real"), default="free", help="real: the demo's own models"
     )
+    parser.add_argument("--ablate", action="store_true", help="the appliance less one part each")
     args = parser.parse_args()
     if args.quick:
         counts, workflows, rounds, warmup, window = [8], ["people"], 1, 2.0, 3.0
@@ -379,13 +398,15 @@ def main() -> None:
     reference, status = bench_venv("reference-venv", list(REFERENCE_PACKAGES))
     if reference is None:
         print(f"the reference arm is left out: {status}", flush=True)
+    arms = [a for a in ARMS if a != "reference" or reference is not None]
+    arms += list(ABLATIONS) if args.ablate else []
     with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp, ExitStack() as stack:
         folder = Path(tmp)
         port = stack.enter_context(mosquitto(folder)) if shutil.which("mosquitto") else None
         setup = Setup(folder, clip, looped(clip, LOOPS), port, reference, warmup, window)
         for w in workflows:
             setup.models[w] = model_file(w, args.models, folder)
-        got = measure(setup, workflows, counts, rounds)
+        got = measure(setup, workflows, counts, rounds, arms)
     metrics, verdicts = figures(got)
     metrics.update({"rounds": rounds, "cores": os.cpu_count(), "reference": status,
                     "models": args.models, "mqtt": port is not None})  # fmt: skip
@@ -397,7 +418,7 @@ def main() -> None:
         f"N streams of the bundled clip as {SIZE[0]}x{SIZE[1]} H.264, pace fast, through the "
         "demo's workflows over near-free stand-in models (bench/_free_models.py), every "
         "result to a real mosquitto, one stream watched over WebRTC; processed frames/s",
-        [a for a in ARMS if a != "reference" or reference is not None],
+        arms,
         rounds,
         f"each arm a fresh child: first frames, {warmup:g} s warm-up, a {window:g} s window",
         ratio="appliance ÷ bare, appliance ÷ reference, workers 2 ÷ appliance, per round",
