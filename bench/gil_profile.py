@@ -10,13 +10,14 @@ without pausing it (`--nonblocking`, RATE_HZ); with `--native`, the native frame
 the process at each sample, so at a lower rate (RATE_NATIVE_HZ) and with fewer samples
 than the rate asks where unwinding falls behind.
 
-Reported, per function: self (the sampled stack's innermost frame: where the holder
-was) and inclusive (any frame of the stack: what it was inside) as shares of the GIL
-samples, and per thread kind (`work`, `grab`, `batch`, the server's loop, ...). The
-GIL's busy share is the samples taken ÷ the samples a window at the rate would hold: an
-estimate (py-spy falls behind under load, which lowers it). No target: the profile says
-what to cut (docs/performance.md), and bench/ceiling.py and bench/data_path.py measure
-each cut.
+Reported: each thread kind's CPU per processed frame over the window (/proc, each
+thread named by py-spy's samples), and, per function, self (the sampled stack's
+innermost frame: where the holder was) and inclusive (any frame of the stack: what it
+was inside) as shares of the GIL samples, and per thread kind (`work`, `grab`, `batch`,
+the server's loop, ...). The GIL's busy share is the samples taken ÷ the samples a
+window at the rate would hold: an estimate (py-spy falls behind under load, which
+lowers it). No target: the profile says what to cut (docs/performance.md), and
+bench/ceiling.py and bench/data_path.py measure each cut.
 
     python bench/gil_profile.py [--quick] [--workflow people|faces] [--streams N] [--seconds S]
 """
@@ -33,14 +34,17 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_parser, mosquitto, report, scaled_clip
-from bench.ceiling import SIZE, WORKFLOWS, Setup, serve_config, serving
+from bench.ceiling import SIZE, WORKFLOWS, Setup, processed, serve_config, serving
 
 RATE_HZ = 250  # py-spy's samples a second, reading the process without pausing it
 RATE_NATIVE_HZ = 50  # with native stacks: each sample pauses the process to unwind them
 TOP = 25  # functions kept per list
+_TID = re.compile(r"^thread \((?P<tid>\d+)\): (?P<name>[^;]*);", re.MULTILINE)
 _FRAME = re.compile(r"^(?P<name>.*?) \((?P<where>[^()]*)\)$")  # "func (file.py:12)"
 
 
@@ -115,18 +119,26 @@ def main() -> None:
         setup = Setup(folder, clip, clip, port, None, warmup, seconds)
         setup.models[args.workflow] = WORKFLOWS[args.workflow][2](folder / "free.onnx")
         cfg = serve_config(setup, args.workflow, args.streams)
-        with serving(cfg, 1, setup, folder / "serve.log") as (_url, pid):
+        with serving(cfg, 1, setup, folder / "serve.log") as (url, pid):
             time.sleep(warmup)
+            cpu0, frames0 = thread_cpu_s(pid), processed(url)
             record(pid, seconds, folder / "profile.txt", args.native)
+            cpu1, frames1 = thread_cpu_s(pid), processed(url)
         raw = (folder / "profile.txt").read_text()
+    frames = max(frames1 - frames0, 1)
+    by_kind = cpu_by_kind(cpu0, cpu1, raw)
+    cpu_ms = {k: round(v * 1000 / frames, 3) for k, v in by_kind.items()}
     own, inside, threads, total = parse(raw)
     metrics = {
         "workflow": args.workflow,
         "streams": args.streams,
         "seconds": seconds,
+        "frames": frames,
+        "cpu_ms_per_frame": round(sum(cpu_ms.values()), 3),
         "gil_samples": total,
         "native": args.native,
         "gil_busy_share_estimate": round(total / (rate(args.native) * seconds), 3),
+        "thread_cpu_ms_per_frame": dict(sorted(cpu_ms.items(), key=lambda kv: -kv[1])),
         "threads": shares(threads, total),
         "self": shares(own, total),
         "inclusive": shares(inside, total),
@@ -136,16 +148,41 @@ def main() -> None:
            method={"what": __doc__.split("\n\n")[1].replace("\n", " "),
                    "tool": f"py-spy record --gil --threads --rate {rate(args.native)}"
                            + (" --native" if args.native else " --nonblocking")},
-           profile={k: metrics[k] for k in ("threads", "self", "inclusive")})  # fmt: skip
+           profile={k: metrics[k] for k in PARTS})  # fmt: skip
+
+
+PARTS = ("thread_cpu_ms_per_frame", "threads", "self", "inclusive")
 
 
 def print_profile(metrics: dict[str, object]) -> None:
-    for part in ("threads", "self", "inclusive"):
+    for part in PARTS:
         table = metrics[part]
         assert isinstance(table, dict)
+        if part == "thread_cpu_ms_per_frame":
+            print("\nCPU ms per processed frame, by thread kind")
+            for name, ms in table.items():
+                print(f"  {ms:7.3f}  {name}")
+            continue
         print(f"\n{part} (share of GIL samples)")
         for name, share in table.items():
             print(f"  {share:7.1%}  {name}")
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds of each of the process's threads, by OS thread id (/proc)."""
+    return {t.id: t.user_time + t.system_time for t in psutil.Process(pid).threads()}
+
+
+def cpu_by_kind(before: dict[int, float], after: dict[int, float], raw: str) -> dict[str, float]:
+    """CPU seconds over the window by thread kind. Python does not give the OS its thread
+    names; py-spy's samples do (`thread (TID): NAME`). Threads never seen holding the GIL
+    (ONNX Runtime's pool, FFmpeg's decoder threads) are `native`."""
+    names = {int(m["tid"]): m["name"] for m in _TID.finditer(raw)}
+    out: dict[str, float] = {}
+    for tid, cpu in after.items():
+        kind = thread_kind(f"thread ({tid}): {names[tid]}") if tid in names else "native"
+        out[kind] = out.get(kind, 0.0) + cpu - before.get(tid, 0.0)
+    return out
 
 
 if __name__ == "__main__":
