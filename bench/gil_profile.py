@@ -100,6 +100,38 @@ def parse(raw: str) -> tuple[Counter[str], Counter[str], Counter[str], int]:
     return own, inside, threads, total
 
 
+# A worker's GIL samples by what it was doing: the first of these found in its stack,
+# outermost first (the block steps of the demo's workflows), else inside or outside the
+# workflow's run.
+WORK_PARTS = (
+    ("track", "ByteTracker.update"),
+    ("line_counter", "_LineCount.step"),
+    ("annotate", "AnnotateBlock.build.<locals>.factory.<locals>.annotate"),
+    ("blur", "BlurBlock.build.<locals>.blur"),
+    ("detect", "DetectBlock.build.<locals>.detect"),
+    ("workflow_other", "WorkflowRun.run"),
+)
+
+
+def work_part(names: list[str]) -> str:
+    """What a worker's stack was doing (WORK_PARTS), or `outside_workflow`."""
+    for key, marker in WORK_PARTS:
+        if any(n.startswith(marker) for n in names):
+            return key
+    return "outside_workflow"
+
+
+def work_parts(raw: str) -> Counter[str]:
+    """The `work` threads' GIL samples by WORK_PARTS."""
+    parts: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        frames = stack.split(";")
+        if count_text.isdigit() and thread_kind(frames[0]) == "work":
+            parts[work_part([frame_name(f) for f in frames[1:]])] += int(count_text)
+    return parts
+
+
 def shares(counts: Counter[str], total: int, top: int = TOP) -> dict[str, float]:
     return {name: round(n / total, 4) for name, n in counts.most_common(top)} if total else {}
 
@@ -140,6 +172,7 @@ def main() -> None:
         "gil_busy_share_estimate": round(total / (rate(args.native) * seconds), 3),
         "thread_cpu_ms_per_frame": dict(sorted(cpu_ms.items(), key=lambda kv: -kv[1])),
         "threads": shares(threads, total),
+        "work": shares(work_parts(raw), total),
         "self": shares(own, total),
         "inclusive": shares(inside, total),
     }
@@ -151,7 +184,7 @@ def main() -> None:
            profile={k: metrics[k] for k in PARTS})  # fmt: skip
 
 
-PARTS = ("thread_cpu_ms_per_frame", "threads", "self", "inclusive")
+PARTS = ("thread_cpu_ms_per_frame", "threads", "work", "self", "inclusive")
 
 
 def print_profile(metrics: dict[str, object]) -> None:
