@@ -177,6 +177,20 @@ def proc_cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a live process and all its children."""
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:  # a child that ended meanwhile
+            continue
+    return total
+
+
 def proc_rss_mb(pid: int) -> float:
     """Resident memory of a live process, MiB."""
     return float(psutil.Process(pid).memory_info().rss) / (1024 * 1024)

@@ -35,10 +35,10 @@ upper bound.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -57,11 +57,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil
 import yaml
 
-from bench._common import ROOT, bench_parser, bench_venv, mosquitto, report, scaled_clip
+from bench._common import (
+    ROOT,
+    bench_parser,
+    bench_venv,
+    mosquitto,
+    report,
+    scaled_clip,
+    tree_cpu_s,
+)
 from bench._compare import Verdict, judge, method, ratios, rotations
 from bench._free_models import free_centerface, free_tf_od
 from bench._reference import REFERENCE_PACKAGES, Spec
-from tests.support.processes import free_port
+from tests.support.processes import end_process, free_port
 
 SIZE = (640, 480)
 TOKEN = "bench-token"
@@ -75,6 +83,7 @@ WORKFLOWS = {  # demo workflow, its model id, the stand-in, decoder, labels
 TARGETS = {"vs_bare": (0.8, None), "vs_reference": (2.0, None), "workers_ratio": (None, 1.10)}
 JUDGED_AT = 8  # streams
 READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0  # a child's clean exit before it is killed
 LOOPS = 60  # the reference's long clip: 60 x 16 s, more than any arm reads at 16 streams
 VIEWER = ROOT / "bench" / "_webrtc_viewer.py"
 
@@ -100,7 +109,8 @@ class Counts:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.samples: list[tuple[float, int]] = []
-        threading.Thread(target=self._read, name="counts", daemon=True).start()
+        self.reader = threading.Thread(target=self._read, name="counts", daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -125,8 +135,8 @@ def counting_arm(argv: list[str], setup: Setup, log: Path) -> dict[str, float]:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
         )
+    counts = Counts(proc)
     try:
-        counts = Counts(proc)
         counts.wait_started(READY_TIMEOUT_S)
         time.sleep(setup.warmup_s)
         (t0, n0), c0 = counts.now(), tree_cpu_s(proc.pid)
@@ -134,8 +144,11 @@ def counting_arm(argv: list[str], setup: Setup, log: Path) -> dict[str, float]:
         (t1, n1), c1 = counts.now(), tree_cpu_s(proc.pid)
     finally:
         assert proc.stdin is not None
-        proc.stdin.close()
-        end(proc)
+        proc.stdin.close()  # the child's signal to stop
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STOP_TIMEOUT_S)
+        counts.reader.join(STOP_TIMEOUT_S)  # its last lines read before stdout closes
+        end_process(proc, timeout_s=STOP_TIMEOUT_S)
     wall = t1 - t0
     return {"fps": (n1 - n0) / wall, "cores": (c1 - c0) / wall}
 
@@ -167,7 +180,7 @@ def serving(
     with ExitStack() as stack:
         out = stack.enter_context(log.open("a"))
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        stack.callback(end, proc)
+        stack.callback(end_process, proc, timeout_s=STOP_TIMEOUT_S)
         wait_ready(url, proc, log)
         if not viewer:
             yield url, proc.pid
@@ -176,7 +189,7 @@ def serving(
         viewer = [sys.executable, str(VIEWER), url, TOKEN, "cam0", "1", str(seconds),
                   str(setup.folder / "viewer.json"), "count"]  # fmt: skip
         peer = subprocess.Popen(viewer, stdout=subprocess.PIPE, stderr=out, text=True)
-        stack.callback(end, peer)
+        stack.callback(end_process, peer, timeout_s=STOP_TIMEOUT_S)
         assert peer.stdout is not None
         if not peer.stdout.readline().startswith("READY"):
             raise RuntimeError("the WebRTC viewer did not get its first frame")
@@ -208,30 +221,6 @@ def api(url: str) -> Any:
 
 def processed(url: str) -> int:
     return sum(s["frames_processed"] for s in api(url + "/v1/streams")["streams"])
-
-
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children."""
-    procs = [psutil.Process(pid)]
-    procs += procs[0].children(recursive=True)
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
-def end(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # -- configs ----------------------------------------------------------------------------

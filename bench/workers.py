@@ -36,9 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil
 
-from bench._common import ROOT, bench_parser, report
+from bench._common import ROOT, bench_parser, report, tree_cpu_s
 from bench._compare import judge, method, ratios, rotations
 from tests.support.clock_camera import DEMO_CLIP
 from tests.support.processes import free_port
@@ -80,20 +79,6 @@ def get(url: str) -> Any:
 
 def processed(url: str) -> int:
     return sum(s["frames_processed"] for s in get(url + "/v1/streams")["streams"])
-
-
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children."""
-    total = 0.0
-    procs = [psutil.Process(pid)]
-    procs += procs[0].children(recursive=True)
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def run_arm(
