@@ -189,7 +189,7 @@ class Rows:
 
     def _scope(self, key: str) -> str:
         """What a regression's echo would share with it: the stream, or the model."""
-        if key.startswith(("model:", "queue:")):
+        if key.startswith("model:"):
             return "model " + key.partition(":")[2]
         if key.startswith("age:"):
             return "stream " + key.partition(":")[2]
@@ -215,7 +215,7 @@ class Rows:
         stream = stream_of_row(j.kind, j.name)
         block = j.name.partition("/")[2] if j.kind == "block" else None
         model = self.block_models(j.name) if j.kind == "block" else None
-        if j.kind in ("model", "queue"):
+        if j.kind == "model":
             model = j.name
         r = j.row
         regression = Regression(

@@ -15,9 +15,9 @@ Kalman update run batched; a track gets its public id only when confirmed (after
 `min_hits` consecutive matches), so ids are dense 1, 2, 3, ... per tracker; and the
 tracked/lost duplicate pruning step is left out (rare, and it can steal an old id).
 
-Why not a maintained package: `supervision` (pulls matplotlib, scipy, pillow), `boxmot`
-(torch) and `lap` (a compiled extension for one function) all exceed our dependency
-budget for ~200 lines of numpy; scipy is not installed either.
+Why not a maintained package: `supervision` (pulls matplotlib), `boxmot` (torch) and
+`lap` (a compiled extension for one function) all exceed our dependency budget for ~200
+lines of numpy. The assignment is SciPy's, a dependency already (assignment.py).
 """
 
 from __future__ import annotations
