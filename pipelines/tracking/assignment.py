@@ -24,6 +24,11 @@ Ints = npt.NDArray[np.intp]
 def match(cost: F64, thresh: float) -> tuple[Ints, Ints]:
     """Row and column indices of the optimal pairs with cost < thresh."""
     gate = cost < thresh
+    if gate.sum(axis=1).max() <= 1 and gate.sum(axis=0).max() <= 1:
+        # No row or column has two candidates: every pair stands alone and is optimal
+        # (the usual frame, people apart); np.nonzero gives them in row order.
+        r0, c0 = np.nonzero(gate)
+        return r0, c0
     rows = np.flatnonzero(gate.any(axis=1))
     cols = np.flatnonzero(gate.any(axis=0))
     if rows.size == 0:

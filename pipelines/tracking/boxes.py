@@ -20,9 +20,13 @@ _EPS = 1e-9  # px²; keeps IoU finite for degenerate (zero-area) boxes
 def xyxy_to_xyah(xyxy: AnyFloat) -> F64:
     """(cx, cy, w/h, h): the Kalman measurement space of ByteTrack (and DeepSORT)."""
     b = np.asarray(xyxy, np.float64)
-    w = b[:, 2] - b[:, 0]
+    out = np.empty((b.shape[0], 4))  # filled by column: cheaper than np.stack for few rows
     h = np.maximum(b[:, 3] - b[:, 1], _EPS)  # a zero-height box would divide by zero
-    return np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, w / h, h], axis=1)
+    out[:, 0] = (b[:, 0] + b[:, 2]) / 2
+    out[:, 1] = (b[:, 1] + b[:, 3]) / 2
+    out[:, 2] = (b[:, 2] - b[:, 0]) / h
+    out[:, 3] = h
+    return out
 
 
 def xyah_to_xyxy(xyah: AnyFloat) -> F64:
@@ -30,7 +34,10 @@ def xyah_to_xyxy(xyah: AnyFloat) -> F64:
     h = np.maximum(xyah[:, 3], 0.0)
     w = np.maximum(xyah[:, 2] * h, 0.0)
     cx, cy = xyah[:, 0], xyah[:, 1]
-    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+    out = np.empty((xyah.shape[0], 4))
+    out[:, 0], out[:, 1] = cx - w / 2, cy - h / 2
+    out[:, 2], out[:, 3] = cx + w / 2, cy + h / 2
+    return out
 
 
 def iou_matrix(a: AnyFloat, b: AnyFloat) -> F64:

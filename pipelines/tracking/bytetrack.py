@@ -61,7 +61,9 @@ class _Tracks:
     hits: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     last_seen: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
-    def keep(self, rows: Ints | npt.NDArray[np.bool_]) -> None:
+    def keep(self, rows: npt.NDArray[np.bool_]) -> None:
+        if rows.all():  # the usual frame: every track stays, no copies
+            return
         self.mean, self.cov = self.mean[rows], self.cov[rows]
         self.ids, self.hits, self.last_seen = self.ids[rows], self.hits[rows], self.last_seen[rows]
 
@@ -98,8 +100,11 @@ class ByteTracker:
         out_ids = self._t.ids[rows]
         shown = out_ids > 0
         order = np.argsort(det_rows[shown], kind="stable")
-        picked = dets.select(det_rows[shown][order])
-        return dataclasses.replace(picked, tracker_id=out_ids[shown][order])
+        picked_rows, ids = det_rows[shown][order], out_ids[shown][order]
+        # Detection rows are unique, so as many as there are boxes means every box, in
+        # order: the usual frame, where one validated copy is enough.
+        picked = dets if picked_rows.size == len(dets) else dets.select(picked_rows)
+        return dataclasses.replace(picked, tracker_id=ids)
 
     def _prune(self) -> None:
         """Drop tentative tracks unmatched last frame and tracks lost too long."""
@@ -146,12 +151,15 @@ class ByteTracker:
     def _births(self, dets: Detections, unclaimed: Ints) -> Ints:
         """Start tracks for confident unclaimed boxes, most confident first while there is
         room under max_tracks; returns their detection rows (new tracks are appended)."""
+        if unclaimed.size == 0:  # the usual frame: every confident box was claimed
+            return unclaimed
         conf = dets.confidence[unclaimed]
         born = unclaimed[conf >= self.config.birth_threshold]
         room = max(0, self.config.max_tracks - len(self._t.ids))
         if born.size > room:
             born = np.sort(born[np.argsort(-dets.confidence[born], kind="stable")[:room]])
-        self._t.append(xyxy_to_xyah(dets.xyxy[born]), self.frame)
+        if born.size:
+            self._t.append(xyxy_to_xyah(dets.xyxy[born]), self.frame)
         return born
 
     def _confirm(self, rows: Ints, det_rows: Ints) -> None:
