@@ -19,7 +19,7 @@ import copy
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -74,6 +74,9 @@ class StreamConfig(Strict):
     source: SourceConfig
     workflow: Path | dict[str, Any]
     outputs: list[OutputConfig] = Field(default_factory=list, max_length=16)
+    # on_demand: annotation and blur run only while someone reads the video (a viewer,
+    # the JPEG/MJPEG routes, a recording, MQTT snapshots); always: on every frame.
+    draw: Literal["on_demand", "always"] = "on_demand"
 
     @field_validator("outputs", mode="before")
     @classmethod

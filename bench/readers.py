@@ -97,7 +97,7 @@ def measure(
 
     def on_result(result: FrameResult) -> None:  # the stream's worker thread
         now = time.time()  # before the stamp is read, as bench/_reference.py's Recorder
-        stamp = read_stamp(result.image)
+        stamp = read_stamp(result.captured())
         decoded = result.capture_time  # wall clock; the spans below are on perf_counter
         start = decoded + result.start_mono - result.capture_mono
         done = decoded + result.done_mono - result.capture_mono

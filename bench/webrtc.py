@@ -127,7 +127,7 @@ class Results:
 
     def __call__(self, result: FrameResult) -> None:
         if self.on:
-            stamp = read_stamp(result.image)
+            stamp = read_stamp(result.captured())
             if stamp is not None:
                 self.stamps.append((time.time(), stamp))
 

@@ -270,7 +270,17 @@ class _Compilation:
                 continue
             deps = tuple(sorted(position[d] for d in node.deps))
             outs = tuple(node.outs.values())
-            steps.append(Step(node.spec.id, node.spec.type, factory, tuple(node.args), outs, deps))
+            steps.append(
+                Step(
+                    node.spec.id,
+                    node.spec.type,
+                    factory,
+                    tuple(node.args),
+                    outs,
+                    deps,
+                    draws=node.cls.draws,
+                )
+            )
         return steps
 
 

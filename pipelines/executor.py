@@ -27,7 +27,8 @@ FIRST_FREE_SLOT = 3
 class Step:
     """One bound block: call its step with the values in `args`, store into `outs`.
 
-    `deps` are the indices of the steps whose outputs it reads (for skip propagation).
+    `deps` are the indices of the steps whose outputs it reads (for skip propagation);
+    `draws`: the block only draws (BlockType.draws).
     """
 
     block_id: str
@@ -36,6 +37,7 @@ class Step:
     args: tuple[int, ...]
     outs: tuple[int, ...]
     deps: tuple[int, ...] = ()
+    draws: bool = False
 
 
 class CompiledWorkflow:
@@ -68,6 +70,12 @@ class CompiledWorkflow:
         self.models: tuple[str, ...] = ()  # model ids its blocks run, set by the compiler
         self.block_models: dict[str, str] = {}  # block id -> the model it runs (compiler)
         self.regions: tuple[Region, ...] = ()  # lines and zones its blocks count (compiler)
+        # The steps a run without video leaves out: drawing whose image only the video
+        # output reads. Their slots, emptied on such a run so no stale image is read.
+        self.video_only = video_only(self.steps, self.outputs, video_slot)
+        self.video_only_slots = tuple(
+            slot for i in sorted(self.video_only) for slot in self.steps[i].outs
+        )
 
     def instantiate(self, cpu_clock: CpuClock | None = None) -> WorkflowRun:
         """A runnable copy for one stream, with fresh per-stream block state. `cpu_clock`
@@ -104,7 +112,13 @@ class WorkflowRun:
         self._fresh = [False] * len(self._plan)
         self._outputs = workflow.outputs
         self._video_slot = workflow.video_slot
-        self._run = self._run_gated if workflow.gated else self._run_plain
+        self._gated = workflow.gated
+        self._lit = (False,) * len(self._plan)  # what a run with video leaves out: none
+        self._dark = tuple(i in workflow.video_only for i in range(len(self._plan)))
+        self._dark_slots = workflow.video_only_slots
+        # A run without video has no image outputs it did not draw (not even None: the
+        # predictions stay the same whoever watches).
+        self._dark_outputs = tuple(o for o in self._outputs if o[1] not in self._dark_slots)
         # The regression watch's own-cost measure: the worker thread's CPU ns per block,
         # which does not grow while the thread waits for a core (a victim of contention)
         # but does when the block does more work. 0 for a block skipped on the frame.
@@ -119,15 +133,27 @@ class WorkflowRun:
         was made with."""
         self._cpu = [0] * len(self._plan) if on and self._clock is not None else None
 
-    def run(self, frame: Frame) -> FrameResult:
+    def run(self, frame: Frame, video: bool = True) -> FrameResult:
         """Run every block in order on `frame`; each block's (start, end) is recorded
-        (None for a block skipped this frame)."""
+        (None for a block skipped this frame). `video=False` (nobody watches): the steps
+        that only draw the video are left out, and the result's `image` is None when it
+        was theirs to draw. Never a stale or half-drawn image (a blur left out)."""
         vals = self._vals
         vals[IMAGE_SLOT] = frame.image
         vals[FRAME_SLOT] = frame
         start = perf_counter()
         cpu = self._cpu
-        spans = self._run(vals) if cpu is None else self._run_timed(vals, cpu, self._clock)
+        skip, outputs = self._lit, self._outputs
+        if not video and self._dark_slots:
+            skip, outputs = self._dark, self._dark_outputs
+            for slot in self._dark_slots:
+                vals[slot] = None
+        if cpu is not None:
+            spans = self._run_timed(vals, cpu, self._clock, skip)
+        elif self._gated or skip is not self._lit:
+            spans = self._run_gated(vals, skip)
+        else:
+            spans = self._run_plain(vals)
         return FrameResult(
             stream_id=frame.stream_id,
             seq=frame.seq,
@@ -138,7 +164,7 @@ class WorkflowRun:
             done_mono=perf_counter(),
             image=vals[self._video_slot],
             source_image=frame.image,
-            outputs={name: vals[slot] for name, slot in self._outputs},
+            outputs={name: vals[slot] for name, slot in outputs},
             block_spans=spans,
             block_cpu_ns=() if cpu is None else tuple(cpu),
         )
@@ -156,12 +182,15 @@ class WorkflowRun:
             spans.append((t0, perf_counter()))
         return spans
 
-    def _run_gated(self, vals: list[Any]) -> list[tuple[float, float] | None]:
-        """Like _run_plain, but a block whose block inputs are all stale is skipped."""
+    def _run_gated(
+        self, vals: list[Any], skip: tuple[bool, ...]
+    ) -> list[tuple[float, float] | None]:
+        """Like _run_plain, but a block whose block inputs are all stale is skipped, and
+        so is one `skip` names."""
         spans: list[tuple[float, float] | None] = []
         fresh = self._fresh
         for i, (fn, args, out, deps) in enumerate(self._plan):
-            if deps and not any(fresh[d] for d in deps):
+            if skip[i] or (deps and not any(fresh[d] for d in deps)):
                 fresh[i] = False
                 spans.append(None)
                 continue
@@ -179,14 +208,14 @@ class WorkflowRun:
         return spans
 
     def _run_timed(
-        self, vals: list[Any], cpu: list[int], clock: CpuClock | None
+        self, vals: list[Any], cpu: list[int], clock: CpuClock | None, skip: tuple[bool, ...]
     ) -> list[tuple[float, float] | None]:
         """Like _run_gated, and each block's CPU ns by `clock` into `cpu` (0 when skipped)."""
         assert clock is not None  # `cpu` is only made with a clock
         spans: list[tuple[float, float] | None] = []
         fresh = self._fresh
         for i, (fn, args, out, deps) in enumerate(self._plan):
-            if deps and not any(fresh[d] for d in deps):
+            if skip[i] or (deps and not any(fresh[d] for d in deps)):
                 fresh[i], cpu[i] = False, 0
                 spans.append(None)
                 continue
@@ -203,3 +232,33 @@ class WorkflowRun:
             spans.append((t0, perf_counter()))
             cpu[i] = clock() - c0
         return spans
+
+
+def video_only(
+    steps: Sequence[Step], outputs: Sequence[tuple[str, int]], video_slot: int
+) -> frozenset[int]:
+    """The steps that only draw the video: drawing steps (`draws`) that the video output
+    needs, that no other output needs, and whose outputs only other such steps read.
+    A stateful block (a tracker, a counter) is never among them: leaving it out on some
+    frames would change its results on the others."""
+    producer = {slot: i for i, step in enumerate(steps) for slot in step.outs}
+
+    def needed_by(slots: list[int]) -> set[int]:
+        seen: set[int] = set()
+        todo = [producer[s] for s in slots if s in producer]
+        while todo:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                todo.extend(producer[a] for a in steps[i].args if a in producer)
+        return seen
+
+    other = needed_by([slot for name, slot in outputs if name != "video"])
+    left = {i for i in needed_by([video_slot]) - other if steps[i].draws}
+    changed = True
+    while changed:  # a step whose output something left running reads must run
+        readers = {a for i, step in enumerate(steps) if i not in left for a in step.args}
+        keep = {i for i in left if readers.intersection(steps[i].outs)}
+        left -= keep
+        changed = bool(keep)
+    return frozenset(left)

@@ -244,7 +244,7 @@ class FrameResult:
     capture_mono: float
     start_mono: float  # the workflow run's start, time.perf_counter()
     done_mono: float
-    image: Image
+    image: Image | None  # None: nobody watched, so nothing drew it (WorkflowRun.run)
     outputs: Mapping[str, Any]
     block_spans: Sequence[tuple[float, float] | None] = field(default_factory=tuple)
     # Each block's thread CPU ns, in workflow order (0: skipped); empty unless the run
@@ -253,6 +253,17 @@ class FrameResult:
     # The frame as captured, before any block drew on it (blocks that draw copy it): what
     # a viewer asking for the raw video gets. None: the same as `image`.
     source_image: Image | None = None
+
+    def drawn(self) -> Image:
+        """The `video` output's image; ValueError when the run drew none (nobody watched:
+        WorkflowRun.run's `video`)."""
+        if self.image is None:
+            raise ValueError(f"{self.stream_id}#{self.seq}: nothing drew this frame's video")
+        return self.image
+
+    def captured(self) -> Image:
+        """The frame as captured, before any block drew on it."""
+        return self.drawn() if self.source_image is None else self.source_image
 
     @property
     def age_seconds(self) -> float:

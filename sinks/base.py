@@ -72,6 +72,8 @@ class Sink(Protocol):
     thread (a stream's worker), without blocking."""
 
     name: str
+    # Optional, read with getattr: True when the sink sends the `video` output's images
+    # (MQTT snapshots), so a stream it serves draws every frame (FrameResult.image).
 
     async def start(self) -> None:
         """Connect (or begin trying to: an unreachable destination must not stop the

@@ -25,7 +25,7 @@ def run_file(
     """Play `clip` once, every frame (pace: fast), through a shipped workflow."""
     doc = {
         "streams": [{"id": "s", "source": {"url": str(clip), "pace": "fast", "loop": False},
-                     "workflow": str(WORKFLOWS / workflow)}],
+                     "workflow": str(WORKFLOWS / workflow), "draw": "always"}],
     }  # fmt: skip
     rt = Runtime(parse_config(doc, tmp_path))
     rt.outputs.subscribe(on_result)
@@ -54,7 +54,7 @@ def test_people_counter_counts_each_walker_once(tmp_path: Path) -> None:
         if tracks.tracker_id is not None:
             ids.update(tracks.tracker_id.tolist())
     assert ids == {1, 2}  # one stable id per person over the whole crossing
-    assert results[-1].image.shape == (540, 960, 3)
+    assert results[-1].drawn().shape == (540, 960, 3)
 
 
 def first_frames(clip: Path, frames: int, out: Path) -> Path:
@@ -85,7 +85,7 @@ def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
             w, h = x2 - x1, y2 - y1
             inner = np.s_[y1 + h // 4 : y2 - h // 4, x1 + w // 4 : x2 - w // 4]
             before = originals[r.seq][inner].astype(np.int16)
-            after = r.image[inner].astype(np.int16)
+            after = r.drawn()[inner].astype(np.int16)
             if before.size == 0:
                 continue
             # Pixelated: the region is made of flat blocks, so most horizontal neighbours
@@ -100,7 +100,7 @@ def test_privacy_blur_hides_faces_in_the_video(tmp_path: Path) -> None:
             checked += 1
     assert checked > 30  # faces on most frames where a person is in view
     untouched = np.s_[0:20, 0:20]  # a corner of lawn no face ever reaches
-    assert np.array_equal(results[5].image[untouched], originals[5][untouched])
+    assert np.array_equal(results[5].drawn()[untouched], originals[5][untouched])
 
 
 def text_clip(path: Path, lines: list[tuple[str, tuple[int, int]]], frames: int = 3) -> None:

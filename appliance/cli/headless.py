@@ -170,6 +170,8 @@ def _recordings(runtime: Runtime, args: argparse.Namespace) -> list[Any]:
         for cfg in streams:
             path = video_path(args.save_video, cfg.id, len(streams) > 1)
             recorder = VideoRecorder(path, cfg.id)
+            # Held before the streams start: every frame of the recording is drawn.
+            closers.append(runtime.video.of(cfg.id).hold())
             runtime.subscribe(recorder, cfg.id)
             closers.append(recorder.close)
     return closers

@@ -69,7 +69,7 @@ class VideoRecorder:
         self._thread.start()
 
     def __call__(self, result: FrameResult) -> None:
-        if self.error is None:
+        if self.error is None and result.image is not None:  # drawn: held (headless.py)
             # The source's own timestamp where it has one (a file's pts keeps its pace
             # under `pace: fast`); waits while the encoder is behind.
             stamp = result.pts if result.pts is not None else result.capture_mono

@@ -107,7 +107,8 @@ def run_image(
     }
     if options.profile:
         answer["trace"] = chrome_trace(result, compiled)
-    if options.video:  # the annotated or blurred frame, as the stream's snapshot would be
+    if options.video and result.image is not None:  # drawn: the run asked for video
+        # The annotated or blurred frame, as the stream's snapshot would be.
         answer["video"] = base64.b64encode(encode_jpeg(result.image, 90)).decode("ascii")
     return answer
 

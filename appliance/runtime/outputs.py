@@ -181,6 +181,11 @@ class Outputs:
         return sink_class(kind).build(name, _with_checked_files(name, cfg, self._files), context)
 
     # -- routing -----------------------------------------------------------------------
+    def sends_images(self, outputs: Sequence[OutputConfig]) -> bool:
+        """Whether a sink these outputs route to sends the video's images (snapshots): then
+        the stream draws every frame, whoever watches."""
+        return any(getattr(self.sinks.get(o.sink), "sends_images", False) for o in outputs)
+
     def publisher(self, stream_id: str, outputs: Sequence[OutputConfig]) -> Publish:
         """The per-frame publish of one stream: its own filters, its sinks, and the
         subscribers of the moment (read without a lock: a copy-on-write tuple)."""

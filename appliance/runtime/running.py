@@ -29,6 +29,7 @@ from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
 from appliance.runtime.outputs import Outputs
 from appliance.runtime.streams import Stream
+from appliance.runtime.video import VideoDemands
 from appliance.sources.config import SourceTuning
 from appliance.watch.watch import Watch
 from pipelines.executor import CompiledWorkflow
@@ -56,6 +57,7 @@ class RunningStreams(Mapping[str, Stream]):
         release: Callable[[CompiledWorkflow], None],
         max_streams: int,
         max_frames: int | None = None,
+        video: VideoDemands | None = None,
     ) -> None:
         self._config = config
         self._outputs = outputs
@@ -65,6 +67,7 @@ class RunningStreams(Mapping[str, Stream]):
         self._block_latency = block_latency
         self._watch = watch
         self._release = release
+        self.video = video or VideoDemands()  # who reads each stream's video
         self._max_streams = max_streams
         self._max_frames = max_frames
         self._streams: dict[str, Stream] = {}
@@ -139,6 +142,8 @@ class RunningStreams(Mapping[str, Stream]):
             on_state=self._outputs.stream_state,
             hosts=self._hosts,
             cpu_clock=block_cpu_ns if config.profiling.watch.enabled else None,
+            video=self.video.of(cfg.id),
+            always_draw=cfg.draw == "always" or self._outputs.sends_images(cfg.outputs),
         )
         with self._lock:
             self._check_room(cfg.id)

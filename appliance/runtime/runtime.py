@@ -145,6 +145,7 @@ class Runtime:
             max_streams=self.limits.max_streams,
             max_frames=max_frames,
         )
+        self.video = self.streams.video  # who reads each stream's video: a hold draws it
         self._requested: set[str] = set()  # ids of streams added over the API
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
         self.started_at = 0.0

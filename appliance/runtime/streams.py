@@ -24,6 +24,7 @@ from appliance.observe.stats import LatencyWindow, RateMeter
 from appliance.observe.status import Latency, StateName, StreamStatus
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
+from appliance.runtime.video import VideoDemand
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
 from pipelines.types import Detections, FrameResult, iso_utc
@@ -86,8 +87,12 @@ class Stream:
         on_state: Callable[[str, str, str], None] | None = None,
         hosts: SourceHosts = ANY_HOST,
         cpu_clock: CpuClock | None = None,
+        video: VideoDemand | None = None,
+        always_draw: bool = True,
     ) -> None:
         self.id = cfg.id
+        # Who reads this stream's video: none, and its drawing steps are left out.
+        self._video = None if always_draw or video is None else video
         self._cpu_clock = cpu_clock  # each block's own CPU time too (the regression watch's)
         self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
@@ -205,6 +210,7 @@ class Stream:
         if trace is not None:
             trace.bind()
         get, stop, clock = self.slot.get, self._stop, time.perf_counter
+        demand = self._video
         while not stop.is_set():
             self._working_since = 0.0
             frame = get(GET_TIMEOUT_S)
@@ -212,9 +218,9 @@ class Stream:
                 if self._state in TERMINAL:
                     break  # the source ended or failed, and its last frame was taken
                 continue
-            self._working_since = clock()
+            self._working_since = now = clock()
             try:
-                result = run(frame)
+                result = run(frame, demand is None or demand.wanted(now))
             except Exception as exc:  # one bad frame must not end the stream
                 self._frame_failed(exc)
                 continue

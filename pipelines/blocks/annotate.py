@@ -81,6 +81,7 @@ class AnnotateBlock(BlockType):
     type_name = "annotate"
     description = "Draw detections, tracks, counts, OCR text, lines and zones on a copy."
     Params = AnnotateParams
+    draws = True
     inputs = {
         "image": ("image", "frame"),
         "detections": ("detections", OPTIONAL),

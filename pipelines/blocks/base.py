@@ -90,6 +90,9 @@ class BlockType:
     outputs: ClassVar[Mapping[str, str]] = {}
     wants_frame: ClassVar[bool] = False
     may_skip: ClassVar[bool] = False  # its step may return SKIP (e.g. rate_limit)
+    # Its step only draws: stateless, its output an image. When it feeds nothing but the
+    # video, a stream nobody watches skips it (CompiledWorkflow.video_only).
+    draws: ClassVar[bool] = False
 
     @classmethod
     def build(cls, params: Any, ctx: BuildContext) -> StepFactory:

@@ -57,6 +57,7 @@ class BlurBlock(BlockType):
     type_name = "blur"
     description = "Blur, pixelate or fill detected regions in a copy of the image."
     Params = BlurParams
+    draws = True
     inputs = {"image": ("image", "frame"), "detections": ("detections", None)}
     outputs = {"image": "image"}
 

@@ -110,6 +110,7 @@ class MqttSink:
         self._streams_lock = threading.Lock()
         self._detectors: dict[str, EventDetector] = {}  # one per stream, fed by its worker
         self._snapshot_at: dict[str, float] = {}  # stream -> its last snapshot's done_mono
+        self.sends_images = config.snapshots.enabled  # the streams it serves draw every frame
         self._commands: set[asyncio.Task[None]] = set()
         self._refused = self._auth_refused = 0  # commands answered with an error; by auth
         self._closed = False  # stop() began: no more offers
@@ -197,7 +198,7 @@ class MqttSink:
         self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos))
         for event in events:
             self._put(Outgoing(f"{base}/events", encode(event_message(result, event)), qos))
-        if events and self._snapshot_due(result):
+        if events and result.image is not None and self._snapshot_due(result):
             shots = self.config.snapshots
             jpeg = encode_jpeg(result.image, shots.quality)
             self._put(Outgoing(f"{base}/snapshot", jpeg, qos, shots.retain))

@@ -135,14 +135,14 @@ def test_compiles_with_every_optional_input_left_out(grey: Image) -> None:
     )
     frame = Frame("cam", 0, None, 0.0, 0.0, grey)
     result = workflow.instantiate().run(frame)
-    assert tuple(result.image[10, 480]) == PALETTE[-1]
+    assert tuple(result.drawn()[10, 480]) == PALETTE[-1]
     assert np.all(grey == GREY)
 
 
 def test_the_documented_example_compiles_and_runs() -> None:
     run = compile_workflow(doc_example("annotate"), CTX, DOC_REGISTRY).instantiate()
     image = render([(100, 20, 130, 50)], width=320, height=240)
-    video = run.run(Frame("cam", 0, None, 0.0, 0.0, image)).image
+    video = run.run(Frame("cam", 0, None, 0.0, 0.0, image)).drawn()
     assert np.array_equal(image, render([(100, 20, 130, 50)], width=320, height=240))
     assert tuple(video[144, 200]) == PALETTE[-1]  # the door line at 0.6 x 240 px
     assert tuple(video[150, 100]) == PALETTE[-2]  # the till zone's left edge (px)

@@ -127,7 +127,7 @@ def test_invalid_parameters_say_why(bad: dict[str, Any], message: str) -> None:
 def test_the_documented_example_compiles_and_runs() -> None:
     run = compile_workflow(doc_example("blur"), CTX, DOC_REGISTRY).instantiate()
     image = render([(40, 40, 80, 80)])  # white square on dark grey
-    video = run.run(frame(image)).image
+    video = run.run(frame(image)).drawn()
     # Padding 0.15 x 40 = 6 px: the blurred region is 28-92 px (edges soften there).
     changed = np.argwhere(np.any(video != image, axis=2))
     assert changed.min(axis=0).tolist() >= [28, 28] and changed.max(axis=0).tolist() <= [91, 91]

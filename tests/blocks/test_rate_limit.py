@@ -112,7 +112,7 @@ def test_blocks_behind_the_limit_run_every_nth_frame() -> None:
 
 def test_a_block_with_a_fresh_and_a_held_input_runs_with_the_held_value() -> None:
     results = run_chain(5)
-    video = results[4].image
+    video = results[4].drawn()
     # The held blur (box of frame 3: x 30-50 filled black) under the fresh box of
     # frame 4 (x 40-60), drawn in class 0's colour.
     assert np.all(video[15:25, 32:38] == 0)  # inside frame 3's box, clear of frame 4's

@@ -89,7 +89,7 @@ class Arrivals:
 
     def __call__(self, result: FrameResult) -> None:
         arrival = Arrival(
-            result.stream_id, result.done_mono, result.capture_time, frame_index(result.image)
+            result.stream_id, result.done_mono, result.capture_time, frame_index(result.captured())
         )
         with self._cond:
             self._items.append(arrival)

@@ -115,7 +115,7 @@ def test_runs_blocks_in_dependency_order_whatever_the_file_order() -> None:
     assert result.outputs["mean"] == 255 - (100 - 10)
     assert result.outputs["max"] == 165
     assert result.outputs["who"] == "cam1"
-    assert int(result.image[0, 0, 0]) == 90  # the `video` output
+    assert int(result.drawn()[0, 0, 0]) == 90  # the `video` output
     assert len(result.block_spans) == 4
     assert all(t1 >= t0 for t0, t1 in result.block_spans)
     assert (result.stream_id, result.seq) == ("cam1", 7)

@@ -86,7 +86,7 @@ def test_plugins_load_next_to_builtins_and_broken_ones_are_named(plugin_dist: st
     from pipelines.types import Frame
 
     image = np.full((2, 2, 3), 10, np.uint8)
-    out = wf.instantiate().run(Frame("s", 0, None, 0.0, 0.0, image)).image
+    out = wf.instantiate().run(Frame("s", 0, None, 0.0, 0.0, image)).drawn()
     assert int(out[0, 0, 0]) == 30
     entry = next(e for e in describe_blocks(registry) if e["type"] == "gain")
     assert entry["plugin"] is True

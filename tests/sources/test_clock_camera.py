@@ -155,7 +155,7 @@ class Collector:
 
     def __call__(self, result: FrameResult) -> None:
         now = time.time()
-        self.rows.append((self._camera.frame_index(result.image), now))
+        self.rows.append((self._camera.frame_index(result.captured()), now))
         if len(self.rows) >= self._n:
             self.enough.set()
 

@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from appliance.server.errors import InvalidError
 from appliance.server.readers import follow
 from appliance.server.routing import Fanout, Reply, Route
 from appliance.server.schemas import LatestResult
+from pipelines.types import Image
 from sinks.messages import encode_jpeg, prediction
 
 SEND_BUFFER_BYTES = 4096  # per reader (the kernel doubles it): about 20 events
@@ -33,6 +35,11 @@ JPEG_QUALITY = 80  # OpenCV's default is 95: a fifth of the bytes for a preview
 MJPEG_BOUNDARY = "frame"
 MJPEG_TYPE = f"multipart/x-mixed-replace; boundary={MJPEG_BOUNDARY}"
 MAX_MJPEG_FPS = 30.0
+# A snapshot asks the stream to draw for this long (appliance/runtime/video.py), so a
+# page polling it every few seconds finds a drawn frame ready; and waits at most this
+# long for one (a stream at 1 fps draws its next frame within a second).
+SNAPSHOT_LEASE_S = 10.0
+SNAPSHOT_WAIT_S = 5.0
 # `max_fps` as a plain decimal: float() also takes "5\n", "1e1", "nan" and other scripts'
 # digits ("٥" is 5).
 _DECIMAL = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
@@ -69,10 +76,28 @@ async def snapshot(request: web.Request) -> web.Response:
     """The newest frame of the stream's `video` output (the frame itself without one) as
     a JPEG, at the stream's frame size."""
     stream_id = _stream_id(request)
-    latest = _newest(runtime_of(request), stream_id)
+    rt = runtime_of(request)
+    latest = _newest(rt, stream_id)
     _count(request, "snapshot")
-    body = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
+    image = latest.result.image
+    if image is None:  # nobody was watching: ask for drawing, take the first drawn frame
+        rt.video.of(stream_id).lease(SNAPSHOT_LEASE_S)
+        image = await _drawn(rt, stream_id, latest.count)
+    body = await in_thread(encode_jpeg, image, JPEG_QUALITY)
     return web.Response(body=body, content_type="image/jpeg")
+
+
+async def _drawn(rt: Runtime, stream_id: str, count: int) -> Image:
+    """The first drawn frame after result `count`; NoResultError after SNAPSHOT_WAIT_S."""
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    while (left := deadline - time.monotonic()) > 0:
+        latest = await rt.latest.wait_newer(stream_id, count, left)
+        if latest is None:
+            break
+        if latest.result.image is not None:
+            return latest.result.image
+        count = latest.count
+    raise NoResultError(stream_id)
 
 
 async def result_events(request: web.Request) -> web.StreamResponse:
@@ -139,9 +164,24 @@ async def _send_frames(
     stream_id: str,
     interval: float,
 ) -> None:
-    # `interval` is the frame rate cap: results in between are skipped.
+    # `interval` is the frame rate cap: results in between are skipped. The stream draws
+    # while this reader lasts; a frame from before it asked has no image, and is skipped.
+    release = rt.video.of(stream_id).hold()
+    try:
+        await _send_drawn(request, response, rt, stream_id, interval)
+    finally:
+        release()
+
+
+async def _send_drawn(
+    request: web.Request,
+    response: web.StreamResponse,
+    rt: Runtime,
+    stream_id: str,
+    interval: float,
+) -> None:
     async for latest in follow(request, rt, stream_id, interval_s=interval):
-        if latest is None:
+        if latest is None or latest.result.image is None:
             continue
         jpeg = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
         head = f"--{MJPEG_BOUNDARY}\r\nContent-Type: image/jpeg\r\n"

@@ -35,13 +35,19 @@ class StreamFeed:
         self._images: dict[tuple[int | None, bool], asyncio.Future[np.ndarray]] = {}
         self._images_of = 0  # the count the cached images belong to
         self._message: tuple[int, str] | None = None
+        # The stream draws while anyone watches it (appliance/runtime/video.py).
+        self._release_video = runtime.video.of(stream_id).hold()
         self._unsubscribe: Callable[[], None] = runtime.subscribe(self._on_result, stream_id)
 
     def close(self) -> None:
         self._unsubscribe()
+        self._release_video()
 
     def _on_result(self, result: FrameResult) -> None:
-        """On the stream's worker thread: keep a reference, wake the loop."""
+        """On the stream's worker thread: keep a reference, wake the loop. A result from
+        before the stream heard of its first viewer has no image: not one to show."""
+        if result.image is None:
+            return
         self._count += 1  # this thread only
         self._newest = (self._count, result)
         self._loop.call_soon_threadsafe(self._arrived.set)
@@ -87,7 +93,7 @@ def source(result: FrameResult, raw: bool) -> np.ndarray:
     """The image a viewer asked for: the frame as captured (`raw`) or the video output."""
     if raw and result.source_image is not None:
         return result.source_image
-    return result.image
+    return result.drawn()  # the feed keeps only drawn results (_on_result)
 
 
 def frame_message(entry: Entry, rtp_timestamp: int) -> str:
@@ -95,7 +101,7 @@ def frame_message(entry: Entry, rtp_timestamp: int) -> str:
     which result it shows (`seq`, `capture_time`, as in the predictions) and the size of
     the image the predictions' coordinates refer to (before any scaling for the viewer)."""
     result = entry[1]
-    height, width = result.image.shape[:2]
+    height, width = result.drawn().shape[:2]
     doc = {
         "rtp_timestamp": rtp_timestamp,
         "seq": result.seq,
