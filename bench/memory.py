@@ -11,6 +11,12 @@ with its bootstrap 95 % interval (bench/_compare.py), met when the interval's up
 is under the target: 20 MB a people-counter stream, 40 MB a privacy-blur stream. The
 counts run in a rotated order each round, so the machine's spells do not line up with N.
 
+ONNX Runtime's arena: the same runs again with the workflows' models set to
+`session.memory_arena: false` (`--arena both`, the default; `on` or `off` runs one), each
+count of each variant in the same rotated rounds. The difference of the two slopes is what
+the arena's growth with the batch costs per stream; the frames each child processed in its
+window say what turning it off costs in throughput (the faces streams saturate the CPU).
+
 Where it goes: one more run at the smallest and the largest N with tracemalloc on (the
 Python heap and numpy's arrays, by the file that allocated them, grouped by module) and
 ONNX Runtime's arena per model read from the process's allocations outside them: per
@@ -107,31 +113,36 @@ def module_group(filename: str) -> str:
 
 
 # -- the bench --------------------------------------------------------------------------
-def write_config(folder: Path, workflow: str, streams: int) -> Path:
+def write_config(folder: Path, workflow: str, streams: int, arena: bool = True) -> Path:
     for name in ("models", "media"):
         link = folder / name
         if not link.exists():
             link.symlink_to(ROOT / "configs" / name)
     wf_dir = folder / "workflows"
     wf_dir.mkdir(exist_ok=True)
-    (wf_dir / WORKFLOWS[workflow]).write_text(
-        (ROOT / "configs" / "workflows" / WORKFLOWS[workflow]).read_text()
-    )
+    spec = yaml.safe_load((ROOT / "configs" / "workflows" / WORKFLOWS[workflow]).read_text())
+    for model in spec["models"].values():
+        model.setdefault("session", {})["memory_arena"] = arena
+    wf_name = f"{'' if arena else 'no-arena-'}{WORKFLOWS[workflow]}"
+    (wf_dir / wf_name).write_text(yaml.safe_dump(spec))
     doc = {
         "profiling": {"dir": "traces"},
         "streams": [
             {"id": f"cam{i}", "source": {"url": "media/demo.mp4", "loop": True, "pace": "realtime"},
-             "workflow": f"workflows/{WORKFLOWS[workflow]}"}
+             "workflow": f"workflows/{wf_name}"}
             for i in range(streams)
         ],
     }  # fmt: skip
-    path = folder / f"{workflow}-{streams}.yaml"
+    path = folder / f"{workflow}-{streams}{'' if arena else '-no-arena'}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def run(folder: Path, workflow: str, streams: int, seconds: float, trace: bool) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", str(write_config(folder, workflow, streams)),
+def run(
+    folder: Path, workflow: str, streams: int, seconds: float, trace: bool, arena: bool = True
+) -> dict[str, Any]:
+    config = write_config(folder, workflow, streams, arena)
+    argv = [sys.executable, __file__, "--child", str(config),
             "--seconds", str(seconds)] + (["--trace"] if trace else [])  # fmt: skip
     done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=seconds + 120)
     if done.returncode != 0:
@@ -160,34 +171,65 @@ def growth(low: dict[str, Any], high: dict[str, Any], extra: int) -> dict[str, f
     }
 
 
-Rss = dict[str, dict[int, list[float]]]  # workflow -> stream count -> RSS MB per round
+Rss = dict[str, dict[int, list[float]]]  # key -> stream count -> a figure per round
+VARIANTS = {"on": ("",), "off": ("no_arena",), "both": ("", "no_arena")}
+
+
+def key(workflow: str, variant: str) -> str:
+    """`people`, or `people.no_arena` for the runs without ONNX Runtime's arena."""
+    return f"{workflow}.{variant}" if variant else workflow
 
 
 def measure(
-    folder: Path, workflows: list[str], counts: list[int], rounds: int, seconds: float
-) -> Rss:
-    rss: Rss = {w: {n: [] for n in counts} for w in workflows}
-    for r, order in enumerate(rotations([str(n) for n in counts], rounds)):
+    folder: Path,
+    workflows: list[str],
+    counts: list[int],
+    rounds: int,
+    seconds: float,
+    variants: tuple[str, ...] = ("",),
+) -> tuple[Rss, Rss]:
+    """RSS MB and frames processed, per workflow (and variant), count and round."""
+    keys = [key(w, v) for w in workflows for v in variants]
+    rss: Rss = {k: {n: [] for n in counts} for k in keys}
+    frames: Rss = {k: {n: [] for n in counts} for k in keys}
+    arms = [f"{n}{v and ':' + v}" for n in counts for v in variants]
+    for r, order in enumerate(rotations(arms, rounds)):
         for workflow in workflows:
-            for n in map(int, order):
-                got = run(folder, workflow, n, seconds, trace=False)
-                rss[workflow][n].append(got["rss_mb"])
-                print(f"round {r + 1}/{rounds} {workflow} x{n}: {got['rss_mb']:.0f} MB RSS, "
+            for arm in order:
+                n, _, variant = arm.partition(":")
+                k = key(workflow, variant)
+                got = run(folder, workflow, int(n), seconds, False, arena=not variant)
+                rss[k][int(n)].append(got["rss_mb"])
+                frames[k][int(n)].append(got["processed"])
+                print(f"round {r + 1}/{rounds} {k} x{n}: {got['rss_mb']:.0f} MB RSS, "
                       f"{got['processed']} frames", flush=True)  # fmt: skip
-    return rss
+    return rss, frames
 
 
-def figures(rss: Rss, counts: list[int], rounds: int) -> tuple[dict[str, Any], dict[str, Verdict]]:
+def figures(
+    rss: Rss, frames: Rss, counts: list[int], rounds: int
+) -> tuple[dict[str, Any], dict[str, Verdict]]:
     metrics: dict[str, Any] = {}
     verdicts: dict[str, Verdict] = {}
-    for workflow, by_n in rss.items():
+    for k, by_n in rss.items():
         slopes = [slope(counts, [by_n[n][r] for n in counts]) for r in range(rounds)]
-        verdict = judge(slopes, at_most=TARGET_MB[workflow])
-        verdicts[f"{workflow}.mb_per_stream"] = verdict
-        metrics[f"{workflow}.mb_per_stream"] = round(verdict.median, 1)
-        metrics[f"{workflow}.mb_per_stream.interval"] = f"{verdict.low:.1f}-{verdict.high:.1f}"
+        verdict = judge(slopes, at_most=TARGET_MB[k.split(".")[0]])
+        verdicts[f"{k}.mb_per_stream"] = verdict
+        metrics[f"{k}.mb_per_stream"] = round(verdict.median, 1)
+        metrics[f"{k}.mb_per_stream.interval"] = f"{verdict.low:.1f}-{verdict.high:.1f}"
         for n in counts:
-            metrics[f"{workflow}.n{n}.rss_mb"] = round(statistics.median(by_n[n]), 1)
+            metrics[f"{k}.n{n}.rss_mb"] = round(statistics.median(by_n[n]), 1)
+            metrics[f"{k}.n{n}.frames"] = round(statistics.median(frames[k][n]))
+    for k in [k for k in rss if k.endswith(".no_arena")]:
+        base = k.removesuffix(".no_arena")
+        # The arena's share, per extra stream, and the frames without it (largest count).
+        metrics[f"{base}.arena_mb_per_stream"] = round(
+            metrics[f"{base}.mb_per_stream"] - metrics[f"{k}.mb_per_stream"], 1
+        )
+        n = counts[-1]
+        ratios = [a / b for a, b in zip(frames[k][n], frames[base][n], strict=True) if b]
+        if ratios:
+            metrics[f"{base}.no_arena.frames_ratio"] = round(statistics.median(ratios), 3)
     return metrics, verdicts
 
 
@@ -197,6 +239,7 @@ def main() -> None:
     parser.add_argument("--counts", default="1,3,5,7,9")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--workflows", default="people,faces")
+    parser.add_argument("--arena", choices=tuple(VARIANTS), default="both")
     parser.add_argument("--child", type=Path, help=argparse_hidden())
     parser.add_argument("--trace", action="store_true", help=argparse_hidden())
     args = parser.parse_args()
@@ -209,8 +252,9 @@ def main() -> None:
     rounds, seconds = (1, 8.0) if quick else (args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         folder = Path(tmp)
-        rss = measure(folder, workflows, counts, rounds, seconds)
-        metrics, verdicts = figures(rss, counts, rounds)
+        variants = ("",) if quick else VARIANTS[args.arena]
+        rss, frames = measure(folder, workflows, counts, rounds, seconds, variants)
+        metrics, verdicts = figures(rss, frames, counts, rounds)
         for workflow in workflows:
             low, high = (
                 run(folder, workflow, n, seconds, trace=True) for n in (counts[0], counts[-1])
@@ -222,7 +266,7 @@ def main() -> None:
     }
     how = method(
         "RSS per extra stream of the demo's workflows (real models), live-paced demo clip",
-        [str(n) for n in counts], rounds,
+        [f"{n}{v and ' ' + v}" for n in counts for v in variants], rounds,
         f"a fresh child per count: the Runtime for {seconds:g} s, then its RSS",
         figure="median of the rounds' least-squares slopes of RSS over the stream count",
     )  # fmt: skip

@@ -81,6 +81,11 @@ class SessionSpec(_Strict):
     # with other work it gave more frames at saturation too (bench/spinning.py; figures in
     # docs/performance.md). False suits machines shared with other work.
     allow_spinning: bool = True
+    # ONNX Runtime's CPU memory arena: it keeps the largest run's buffers for the next
+    # runs, so a model batching 4 frames holds 4 frames' activations for good (the RSS
+    # that grows with the streams until the batches are full: bench/memory.py). false:
+    # buffers go back to the allocator after each run, for less memory at some CPU.
+    memory_arena: bool = True
     # Run each batch size the model will see once at load, so the first frames do not
     # pay for allocation, kernel selection or engine builds (when the input size is known).
     # auto: on a GPU provider only. On the CPU a first run costs little (no kernel search,

@@ -254,6 +254,7 @@ def session_options(cfg: SessionSpec) -> ort.SessionOptions:
     options.intra_op_num_threads = cfg.intra_op_threads or PROCESS.intra_op_threads
     options.inter_op_num_threads = cfg.inter_op_threads
     options.graph_optimization_level = _OPTIMIZATION[cfg.graph_optimization]
+    options.enable_cpu_mem_arena = cfg.memory_arena
     # Idle intra-op threads spin for a while before sleeping: lowest latency on a
     # dedicated machine, but the spin steals cores from decoding and other models when
     # the CPU is shared (ORT docs, "Thread management").

@@ -169,6 +169,24 @@ def test_session_options_come_from_config() -> None:
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
+def test_without_the_memory_arena_a_model_gives_the_same_outputs() -> None:
+    kept = _load("person", "models/person_ssdlite.onnx", providers=["cpu"])
+    freed = _load(
+        "person", "models/person_ssdlite.onnx", providers=["cpu"],
+        session=SessionSpec(memory_arena=False),
+    )  # fmt: skip
+    assert kept.session.get_session_options().enable_cpu_mem_arena is True
+    assert freed.session.get_session_options().enable_cpu_mem_arena is False
+    rng = np.random.default_rng(0)
+    for batch in (1, 4, 2):  # a larger batch then a smaller one: buffers freed in between
+        images = rng.integers(0, 255, (batch, 300, 300, 3), np.uint8)
+        feed = {kept.input_name: images}
+        for a, b in zip(
+            kept.session.run(None, feed), freed.session.run(None, feed), strict=True
+        ):
+            assert np.array_equal(a, b)
+
+
 def test_missing_file_names_model_and_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.onnx"
     with pytest.raises(ModelLoadError, match=r"'ghost'.*file not found") as caught:

@@ -111,7 +111,7 @@ def test_a_frame_nobody_watched_never_shows_the_faces_a_blur_would_hide() -> Non
     run = wf.instantiate()
     watched = run.run(frame(5))
     hidden = watched.drawn()
-    x1 = int(10 + 6 * 5)  # the first walker's box, filled black by the blur
+    x1 = 10 + 6 * 5  # the first walker's box, filled black by the blur
     assert np.all(hidden[70:150, x1 + 5 : x1 + 35] == 0)
     unwatched = run.run(frame(6), video=False)
     assert unwatched.image is None  # not the frame as captured, not the last drawn one

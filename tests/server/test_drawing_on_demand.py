@@ -38,7 +38,9 @@ def newest_image(rt: Runtime, stream_id: str) -> np.ndarray | None:
 def undrawn(rt: Runtime, stream_id: str) -> bool:
     """The newest result of the stream has no image, and its drawing did not run."""
     latest = rt.latest.get(stream_id)
-    return latest is not None and latest.result.image is None and latest.result.block_spans == [None]
+    if latest is None:
+        return False
+    return latest.result.image is None and list(latest.result.block_spans) == [None]
 
 
 def has_the_line(image: np.ndarray) -> bool:
