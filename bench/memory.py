@@ -11,11 +11,16 @@ with its bootstrap 95 % interval (bench/_compare.py), met when the interval's up
 is under the target: 20 MB a people-counter stream, 40 MB a privacy-blur stream. The
 counts run in a rotated order each round, so the machine's spells do not line up with N.
 
-ONNX Runtime's arena: the same runs again with the workflows' models set to
-`session.memory_arena: false` (`--arena both`, the default; `on` or `off` runs one), each
-count of each variant in the same rotated rounds. The difference of the two slopes is what
-the arena's growth with the batch costs per stream; the frames each child processed in its
-window say what turning it off costs in throughput (the faces streams saturate the CPU).
+Variants (`--variants`, each count of each in the same rotated rounds): `default`;
+`no_arena`, the workflows' models set to `session.memory_arena: false` (ONNX Runtime's
+arena, which keeps the largest batch's buffers); `mmap`, the child run with glibc's
+`MALLOC_MMAP_THRESHOLD_=131072` (every allocation over 128 KiB, a frame or a tensor, is
+its own mapping, given back to the system when freed; by default glibc raises that
+threshold to the largest block freed so far, up to 32 MiB, and frame-sized blocks are
+then kept in each thread's heap); `arenas2`, with `MALLOC_ARENA_MAX=2` (glibc's per-thread
+heaps capped at two; its default is 8 per core). The difference of a variant's slope from
+the default's is what it saves per stream; the frames each child processed in its window
+(at the largest count) say what it costs in throughput.
 
 Where it goes: one more run at the smallest and the largest N with tracemalloc on (the
 Python heap and numpy's arrays, by the file that allocated them, grouped by module) and
@@ -29,6 +34,7 @@ process, so these runs are not the slope's.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -113,7 +119,8 @@ def module_group(filename: str) -> str:
 
 
 # -- the bench --------------------------------------------------------------------------
-def write_config(folder: Path, workflow: str, streams: int, arena: bool = True) -> Path:
+def write_config(folder: Path, workflow: str, streams: int, variant: str = "") -> Path:
+    arena = variant != "no_arena"
     for name in ("models", "media"):
         link = folder / name
         if not link.exists():
@@ -139,12 +146,15 @@ def write_config(folder: Path, workflow: str, streams: int, arena: bool = True) 
 
 
 def run(
-    folder: Path, workflow: str, streams: int, seconds: float, trace: bool, arena: bool = True
+    folder: Path, workflow: str, streams: int, seconds: float, trace: bool, variant: str = ""
 ) -> dict[str, Any]:
-    config = write_config(folder, workflow, streams, arena)
+    config = write_config(folder, workflow, streams, variant)
     argv = [sys.executable, __file__, "--child", str(config),
             "--seconds", str(seconds)] + (["--trace"] if trace else [])  # fmt: skip
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=seconds + 120)
+    env = {**os.environ, **VARIANT_ENV.get(variant, {})}
+    done = subprocess.run(
+        argv, check=False, capture_output=True, text=True, timeout=seconds + 120, env=env
+    )
     if done.returncode != 0:
         raise RuntimeError(f"memory child failed: {done.stderr[-1500:]}")
     got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -172,11 +182,15 @@ def growth(low: dict[str, Any], high: dict[str, Any], extra: int) -> dict[str, f
 
 
 Rss = dict[str, dict[int, list[float]]]  # key -> stream count -> a figure per round
-VARIANTS = {"on": ("",), "off": ("no_arena",), "both": ("", "no_arena")}
+VARIANT_ENV = {
+    "mmap": {"MALLOC_MMAP_THRESHOLD_": "131072"},
+    "arenas2": {"MALLOC_ARENA_MAX": "2"},
+}
+VARIANTS = ("default", "no_arena", *VARIANT_ENV)
 
 
 def key(workflow: str, variant: str) -> str:
-    """`people`, or `people.no_arena` for the runs without ONNX Runtime's arena."""
+    """`people`, or `people.no_arena` for a variant's runs."""
     return f"{workflow}.{variant}" if variant else workflow
 
 
@@ -198,7 +212,7 @@ def measure(
             for arm in order:
                 n, _, variant = arm.partition(":")
                 k = key(workflow, variant)
-                got = run(folder, workflow, int(n), seconds, False, arena=not variant)
+                got = run(folder, workflow, int(n), seconds, False, variant)
                 rss[k][int(n)].append(got["rss_mb"])
                 frames[k][int(n)].append(got["processed"])
                 print(f"round {r + 1}/{rounds} {k} x{n}: {got['rss_mb']:.0f} MB RSS, "
@@ -220,16 +234,16 @@ def figures(
         for n in counts:
             metrics[f"{k}.n{n}.rss_mb"] = round(statistics.median(by_n[n]), 1)
             metrics[f"{k}.n{n}.frames"] = round(statistics.median(frames[k][n]))
-    for k in [k for k in rss if k.endswith(".no_arena")]:
-        base = k.removesuffix(".no_arena")
-        # The arena's share, per extra stream, and the frames without it (largest count).
-        metrics[f"{base}.arena_mb_per_stream"] = round(
+    for k in [k for k in rss if "." in k]:
+        base = k.split(".")[0]
+        # What the variant saves per extra stream, and its frames (at the largest count).
+        metrics[f"{k}.saved_mb_per_stream"] = round(
             metrics[f"{base}.mb_per_stream"] - metrics[f"{k}.mb_per_stream"], 1
         )
         n = counts[-1]
         ratios = [a / b for a, b in zip(frames[k][n], frames[base][n], strict=True) if b]
         if ratios:
-            metrics[f"{base}.no_arena.frames_ratio"] = round(statistics.median(ratios), 3)
+            metrics[f"{k}.frames_ratio"] = round(statistics.median(ratios), 3)
     return metrics, verdicts
 
 
@@ -239,7 +253,7 @@ def main() -> None:
     parser.add_argument("--counts", default="1,3,5,7,9")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--workflows", default="people,faces")
-    parser.add_argument("--arena", choices=tuple(VARIANTS), default="both")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {VARIANTS}")
     parser.add_argument("--child", type=Path, help=argparse_hidden())
     parser.add_argument("--trace", action="store_true", help=argparse_hidden())
     args = parser.parse_args()
@@ -252,7 +266,10 @@ def main() -> None:
     rounds, seconds = (1, 8.0) if quick else (args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         folder = Path(tmp)
-        variants = ("",) if quick else VARIANTS[args.arena]
+        asked = ["default"] if quick else args.variants.split(",")
+        if unknown := set(asked) - set(VARIANTS):
+            parser.error(f"--variants: unknown {sorted(unknown)}; known: {VARIANTS}")
+        variants = tuple("" if v == "default" else v for v in asked)
         rss, frames = measure(folder, workflows, counts, rounds, seconds, variants)
         metrics, verdicts = figures(rss, frames, counts, rounds)
         for workflow in workflows:
