@@ -17,6 +17,7 @@ from pipelines.geometry import Region
 from pipelines.types import Frame, FrameResult
 
 CpuClock = Callable[[], int]  # ns of the calling thread's CPU so far
+Flags = tuple[bool, ...]  # one per step, in plan order
 IMAGE_SLOT = 0  # the frame's image, what `frame` refers to
 FRAME_SLOT = 1  # the Frame itself, passed to blocks that want it (stream id, timestamps)
 NONE_SLOT = 2  # never written: what an optional input that was left out reads
@@ -119,6 +120,9 @@ class WorkflowRun:
         # A run without video has no image outputs it did not draw (not even None: the
         # predictions stay the same whoever watches).
         self._dark_outputs = tuple(o for o in self._outputs if o[1] not in self._dark_slots)
+        # The first run with video after one without: its drawing steps run even if their
+        # inputs are stale (a rate limit upstream), since they have no last output to keep.
+        self._redraw = False
         # The regression watch's own-cost measure: the worker thread's CPU ns per block,
         # which does not grow while the thread waits for a core (a victim of contention)
         # but does when the block does more work. 0 for a block skipped on the frame.
@@ -143,15 +147,17 @@ class WorkflowRun:
         vals[FRAME_SLOT] = frame
         start = perf_counter()
         cpu = self._cpu
-        skip, outputs = self._lit, self._outputs
+        skip, force, outputs = self._lit, self._lit, self._outputs
         if not video and self._dark_slots:
-            skip, outputs = self._dark, self._dark_outputs
+            skip, outputs, self._redraw = self._dark, self._dark_outputs, True
             for slot in self._dark_slots:
                 vals[slot] = None
+        elif self._redraw:
+            force, self._redraw = self._dark, False
         if cpu is not None:
-            spans = self._run_timed(vals, cpu, self._clock, skip)
-        elif self._gated or skip is not self._lit:
-            spans = self._run_gated(vals, skip)
+            spans = self._run_timed(vals, cpu, self._clock, skip, force)
+        elif self._gated or skip is not self._lit or force is not self._lit:
+            spans = self._run_gated(vals, skip, force)
         else:
             spans = self._run_plain(vals)
         return FrameResult(
@@ -183,14 +189,14 @@ class WorkflowRun:
         return spans
 
     def _run_gated(
-        self, vals: list[Any], skip: tuple[bool, ...]
+        self, vals: list[Any], skip: Flags, force: Flags
     ) -> list[tuple[float, float] | None]:
-        """Like _run_plain, but a block whose block inputs are all stale is skipped, and
-        so is one `skip` names."""
+        """Like _run_plain, but a block whose block inputs are all stale is skipped unless
+        `force` names it, and so is one `skip` names."""
         spans: list[tuple[float, float] | None] = []
         fresh = self._fresh
         for i, (fn, args, out, deps) in enumerate(self._plan):
-            if skip[i] or (deps and not any(fresh[d] for d in deps)):
+            if skip[i] or (deps and not force[i] and not any(fresh[d] for d in deps)):
                 fresh[i] = False
                 spans.append(None)
                 continue
@@ -208,14 +214,14 @@ class WorkflowRun:
         return spans
 
     def _run_timed(
-        self, vals: list[Any], cpu: list[int], clock: CpuClock | None, skip: tuple[bool, ...]
+        self, vals: list[Any], cpu: list[int], clock: CpuClock | None, skip: Flags, force: Flags
     ) -> list[tuple[float, float] | None]:
         """Like _run_gated, and each block's CPU ns by `clock` into `cpu` (0 when skipped)."""
         assert clock is not None  # `cpu` is only made with a clock
         spans: list[tuple[float, float] | None] = []
         fresh = self._fresh
         for i, (fn, args, out, deps) in enumerate(self._plan):
-            if skip[i] or (deps and not any(fresh[d] for d in deps)):
+            if skip[i] or (deps and not force[i] and not any(fresh[d] for d in deps)):
                 fresh[i], cpu[i] = False, 0
                 spans.append(None)
                 continue

@@ -202,7 +202,7 @@ RUNTIME_INTERFACE = frozenset({
     "start", "stop", "stop_streams", "stop_outputs", "prepare", "load_models", "reload",
     "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
     "status", "streams_status", "stream_status", "stream_latency", "stream_regions",
-    "models_status", "sinks_status",
+    "models_status", "sinks_status", "hold_video", "lease_video",
     "start_profiling", "profiling_window", "profiling_trace", "regressions", "rebaseline",
     "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",
     "compile_workflow", "compile_stream_workflow", "release_workflow",

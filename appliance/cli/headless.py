@@ -171,7 +171,7 @@ def _recordings(runtime: Runtime, args: argparse.Namespace) -> list[Any]:
             path = video_path(args.save_video, cfg.id, len(streams) > 1)
             recorder = VideoRecorder(path, cfg.id)
             # Held before the streams start: every frame of the recording is drawn.
-            closers.append(runtime.video.of(cfg.id).hold())
+            closers.append(runtime.hold_video(cfg.id))
             runtime.subscribe(recorder, cfg.id)
             closers.append(recorder.close)
     return closers

@@ -150,7 +150,12 @@ class RunningStreams(Mapping[str, Stream]):
             self._streams[cfg.id] = stream
             self._declared[cfg.id] = declared
         self._block_latency.attach(cfg.id, blocks)
-        self._watch.attach(cfg.id, workflow.block_ids, workflow.block_models)
+        self._watch.attach(
+            cfg.id,
+            workflow.block_ids,
+            workflow.block_models,
+            on_demand=[workflow.block_ids[i] for i in workflow.video_only],
+        )
         stream.start()
         return stream
 

@@ -391,6 +391,15 @@ class Runtime:
         """Block until every stream's worker has ended; False on timeout."""
         return self.streams.wait_done(timeout)
 
+    def hold_video(self, stream_id: str) -> Callable[[], None]:
+        """The stream draws its video (annotate, blur) until the returned release is
+        called: a reader of its images for as long as it lasts (appliance/runtime/video.py)."""
+        return self.video.of(stream_id).hold()
+
+    def lease_video(self, stream_id: str, seconds: float) -> None:
+        """The stream draws its video for the next `seconds` (a one-off read)."""
+        self.video.of(stream_id).lease(seconds)
+
     def subscribe(self, fn: Subscriber, stream_id: str | None = None) -> Callable[[], None]:
         """Call `fn(result)` on the worker thread with every result (of `stream_id` only,
         if given), as the sinks get them; it must be quick. Returns the unsubscribe."""

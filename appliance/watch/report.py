@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 WatchState = Literal["off", "warming", "learning", "watching"]
+# A row's, and `idle`: a block that has not run yet, a drawing nobody has watched.
+RowState = Literal["off", "warming", "learning", "watching", "idle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ class RowWatch:
 
     name: str
     kind: str
-    state: WatchState
+    state: RowState
     verdict: str | None = None  # trace diff's: slower, ok, immaterial, not significant, ...
     ratio: float | None = None
     learn_progress: float | None = None  # 0..1 while learning

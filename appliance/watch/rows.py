@@ -303,9 +303,20 @@ class Rows:
         return [s.active for s in self._states.values() if s.active is not None]
 
     def stream_status(
-        self, stream_id: str, keys: list[str], warming: bool, learning: Mapping[str, float]
+        self,
+        stream_id: str,
+        keys: list[str],
+        warming: bool,
+        learning: Mapping[str, float],
+        idle: frozenset[str] = frozenset(),
     ) -> StreamWatch:
-        rows = [self._row(key, learning.get(key)) for key in keys]
+        """`idle`: rows of blocks that have not run (nobody watched their drawing)."""
+        rows = [
+            RowWatch(key, kind_of(key), "idle")
+            if key in idle
+            else self._row(key, learning.get(key))
+            for key in keys
+        ]
         mine = [r for r in self.active() if r.stream == stream_id]
         state: WatchState = "warming" if warming else "learning" if learning else "watching"
         return StreamWatch(state, [replace(r) for r in mine], rows)

@@ -23,7 +23,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,6 +74,9 @@ class _Stream:
     recorder: StreamRecorder
     models: frozenset[str]
     block_models: Mapping[str, str]
+    # Row keys of blocks that run only while someone watches the video (drawing): until
+    # one has run, it has nothing to learn and keeps no stream from watching.
+    on_demand: frozenset[str] = frozenset()
 
 
 class Watch:
@@ -111,15 +114,21 @@ class Watch:
 
     # -- wiring ------------------------------------------------------------------------
     def attach(
-        self, stream_id: str, block_ids: tuple[str, ...], block_models: Mapping[str, str]
+        self,
+        stream_id: str,
+        block_ids: tuple[str, ...],
+        block_models: Mapping[str, str],
+        on_demand: Iterable[str] = (),
     ) -> StreamRecorder:
         """A stream (re)starts with these blocks: its recorder (an outputs subscriber for
-        that stream), warming up for `warmup_s`."""
+        that stream), warming up for `warmup_s`. `on_demand`: the blocks that run only
+        while someone watches (CompiledWorkflow.video_only)."""
         recorder = StreamRecorder(stream_id, block_ids, self.ring_size)
         recorder.skip(self.config.warmup_s)
         with self._lock:
             models = frozenset(block_models.values())
-            stream = self._streams[stream_id] = _Stream(recorder, models, dict(block_models))
+            lazy = frozenset(row_key("block", f"{stream_id}/{b}") for b in on_demand)
+            stream = self._streams[stream_id] = _Stream(recorder, models, dict(block_models), lazy)
             # A baseline half learned before a (re)start would mix two workflows' samples.
             for key in self._keys_of(stream_id, stream, models=False):
                 self._learning.pop(key, None)
@@ -197,7 +206,10 @@ class Watch:
                 return StreamWatch("off", [])
             keys = self._keys_of(stream_id, stream, models=False)
             warming = stream.recorder.skip_until > time.perf_counter()
-            return self.rows.stream_status(stream_id, keys, warming, self._progress(keys))
+            progress = self._progress(keys)
+            idle = frozenset(k for k in stream.on_demand if k in progress and not self._gathered(k))
+            learning = {k: p for k, p in progress.items() if k not in idle}
+            return self.rows.stream_status(stream_id, keys, warming, learning, idle)
 
     def report(self) -> WatchReport:
         with self._lock:
@@ -366,6 +378,11 @@ class Watch:
                 0.0 if entry is None else min(1.0, (now - entry[2].started) / self.config.learn_s)
             )
         return out
+
+    def _gathered(self, key: str) -> bool:
+        """Whether the row, without a baseline, has gathered any sample yet."""
+        entry = self._learning.get(key)
+        return entry is not None and entry[2].count > 0
 
     def _keys_of(self, stream_id: str, stream: _Stream, models: bool = True) -> list[str]:
         keys = [row_key("frame", stream_id), row_key("frame age", stream_id)]

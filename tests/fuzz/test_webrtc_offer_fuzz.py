@@ -63,6 +63,9 @@ class StubRuntime:
     def subscribe(self, callback: Callable[..., None], stream_id: str) -> Callable[[], None]:
         return lambda: None
 
+    def hold_video(self, stream_id: str) -> Callable[[], None]:
+        return lambda: None
+
 
 def answer(sdp: str) -> str | OfferError:
     """The answer SDP, or the OfferError that refused the offer; all sessions closed."""

@@ -181,9 +181,7 @@ def test_without_the_memory_arena_a_model_gives_the_same_outputs() -> None:
     for batch in (1, 4, 2):  # a larger batch then a smaller one: buffers freed in between
         images = rng.integers(0, 255, (batch, 300, 300, 3), np.uint8)
         feed = {kept.input_name: images}
-        for a, b in zip(
-            kept.session.run(None, feed), freed.session.run(None, feed), strict=True
-        ):
+        for a, b in zip(kept.session.run(None, feed), freed.session.run(None, feed), strict=True):
             assert np.array_equal(a, b)
 
 

@@ -38,7 +38,7 @@ class Walkers(BlockType):
 
 REGISTRY = BlockRegistry({**BUILTIN_BLOCKS, "walkers": f"{__name__}:Walkers"})
 
-COUNTER = {
+COUNTER: dict[str, Any] = {
     "name": "counter",
     "blocks": [
         {"id": "people", "type": "walkers"},
@@ -131,3 +131,24 @@ def test_cpu_timed_runs_leave_out_the_same_steps() -> None:
     cpu = dict(zip(wf.block_ids, result.block_cpu_ns, strict=True))
     assert cpu["hidden"] == 0 and cpu["drawn"] == 0 and cpu["tracks"] > 0
     assert result.image is None
+
+
+def test_the_first_watched_frame_is_drawn_even_while_its_inputs_are_rate_limited() -> None:
+    # The boxes reach the drawing through a rate limit: on most frames the drawing's
+    # inputs are stale and it keeps its last image. A frame nobody watched left no image
+    # to keep, so the first watched frame after it draws whatever its inputs say.
+    limited = {
+        **COUNTER,
+        "blocks": [
+            {"id": "people", "type": "walkers"},
+            {"id": "slow", "type": "rate_limit", "value": "people", "every_n_frames": 5},
+            {"id": "drawn", "type": "annotate", "detections": "slow"},
+        ],
+        "outputs": {"video": "drawn", "people": "people"},
+    }
+    run = compiled(limited).instantiate()
+    assert run.run(frame(0)).image is not None  # the limit passes the first frame
+    assert run.run(frame(1), video=False).image is None
+    watched = run.run(frame(2))  # `slow` is stale on frame 2: drawn all the same
+    assert watched.image is not None
+    assert run.run(frame(3)).image is watched.image  # then the last image is kept again

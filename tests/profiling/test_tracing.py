@@ -35,6 +35,7 @@ def config(tmp_path: Path, profiling: dict[str, Any], frames_from: Path = DEMO_C
             {
                 "id": "cam",
                 "source": {"url": str(frames_from), "pace": "fast"},
+                "draw": "always",  # every block in the trace, drawing too
                 "workflow": {
                     "name": "people",
                     "blocks": [
@@ -195,9 +196,9 @@ def three_streams(tmp_path: Path) -> Any:
         "profiling": {"dir": "traces", "rotate_s": 600},
         "models": {"person": person_model(max_batch_size=4, max_queue_delay_ms=20), "faces": faces},
         "streams": [
-            {"id": "cam", "source": source, "workflow": people},
-            {"id": "lobby", "source": source, "workflow": people},
-            {"id": "door", "source": source, "workflow": privacy},
+            {"id": "cam", "source": source, "workflow": people, "draw": "always"},
+            {"id": "lobby", "source": source, "workflow": people, "draw": "always"},
+            {"id": "door", "source": source, "workflow": privacy, "draw": "always"},
         ],
     }
     return parse_config(doc, tmp_path)

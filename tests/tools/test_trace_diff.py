@@ -85,6 +85,7 @@ def config(folder: Path, clip: Path) -> Any:
             {
                 "id": "cam",
                 "source": {"url": str(clip), "pace": "realtime", "loop": True},
+                "draw": "always",  # the drawing's row too
                 "workflow": {
                     "name": "people",
                     "blocks": [

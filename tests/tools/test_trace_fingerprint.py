@@ -71,6 +71,7 @@ def rolling(tmp_path_factory: pytest.TempPathFactory) -> Path:
             {
                 "id": "cam",
                 "source": {"url": str(DEMO_CLIP), "pace": "fast"},
+                "draw": "always",  # the drawing's row too
                 "workflow": {
                     "name": "people",
                     "blocks": [

@@ -81,7 +81,7 @@ async def snapshot(request: web.Request) -> web.Response:
     _count(request, "snapshot")
     image = latest.result.image
     if image is None:  # nobody was watching: ask for drawing, take the first drawn frame
-        rt.video.of(stream_id).lease(SNAPSHOT_LEASE_S)
+        rt.lease_video(stream_id, SNAPSHOT_LEASE_S)
         image = await _drawn(rt, stream_id, latest.count)
     body = await in_thread(encode_jpeg, image, JPEG_QUALITY)
     return web.Response(body=body, content_type="image/jpeg")
@@ -166,7 +166,7 @@ async def _send_frames(
 ) -> None:
     # `interval` is the frame rate cap: results in between are skipped. The stream draws
     # while this reader lasts; a frame from before it asked has no image, and is skipped.
-    release = rt.video.of(stream_id).hold()
+    release = rt.hold_video(stream_id)
     try:
         await _send_drawn(request, response, rt, stream_id, interval)
     finally:

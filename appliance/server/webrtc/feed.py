@@ -36,7 +36,7 @@ class StreamFeed:
         self._images_of = 0  # the count the cached images belong to
         self._message: tuple[int, str] | None = None
         # The stream draws while anyone watches it (appliance/runtime/video.py).
-        self._release_video = runtime.video.of(stream_id).hold()
+        self._release_video = runtime.hold_video(stream_id)
         self._unsubscribe: Callable[[], None] = runtime.subscribe(self._on_result, stream_id)
 
     def close(self) -> None:
