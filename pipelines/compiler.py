@@ -270,17 +270,8 @@ class _Compilation:
                 continue
             deps = tuple(sorted(position[d] for d in node.deps))
             outs = tuple(node.outs.values())
-            steps.append(
-                Step(
-                    node.spec.id,
-                    node.spec.type,
-                    factory,
-                    tuple(node.args),
-                    outs,
-                    deps,
-                    draws=node.cls.draws,
-                )
-            )
+            spec, args = node.spec, tuple(node.args)
+            steps.append(Step(spec.id, spec.type, factory, args, outs, deps, node.cls.draws))
         return steps
 
 

@@ -74,8 +74,7 @@ class _Stream:
     recorder: StreamRecorder
     models: frozenset[str]
     block_models: Mapping[str, str]
-    # Row keys of blocks that run only while someone watches the video (drawing): until
-    # one has run, it has nothing to learn and keeps no stream from watching.
+    # Rows of blocks run only while someone watches (drawing): none to wait for unrun.
     on_demand: frozenset[str] = frozenset()
 
 
@@ -379,8 +378,7 @@ class Watch:
             )
         return out
 
-    def _gathered(self, key: str) -> bool:
-        """Whether the row, without a baseline, has gathered any sample yet."""
+    def _gathered(self, key: str) -> bool:  # the row, without a baseline, has samples
         entry = self._learning.get(key)
         return entry is not None and entry[2].count > 0
 
