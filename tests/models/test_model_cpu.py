@@ -194,26 +194,27 @@ def competitors(count: int) -> Iterator[Callable[[bool], None]]:
             end_process(p, signal.SIGKILL)
 
 
-@pytest.mark.live  # it starts two CPU-bound processes
+@pytest.mark.live  # it starts CPU-bound processes
 def test_a_wait_for_a_core_does_not_grow_a_runs_cpu(
     run_once: Callable[[Tensor], BatchRecord],
 ) -> None:
     sample = frame(LARGE)
-    quiet: list[BatchRecord] = []
-    busy: list[BatchRecord] = []
-    with competitors(2) as compete:
+    pairs: list[tuple[BatchRecord, BatchRecord]] = []
+    # Twice as many spinning loops as cores: a run beside them waits whatever else the
+    # machine runs meanwhile (a quiet run may wait for that too, so the pairs are judged
+    # one by one: the busy run of a pair against the quiet run just before it).
+    with competitors(2 * (os.cpu_count() or 1)) as compete:
         for _ in range(RUNS):
             compete(False)
-            quiet.append(run_once(sample))
+            quiet = run_once(sample)
             compete(True)
-            busy.append(run_once(sample))
-    quiet_run, busy_run = (statistics.median(r.run_s for r in rs) for rs in (quiet, busy))
-    quiet_cpu, busy_cpu = (statistics.median(r.cpu_s for r in rs) for rs in (quiet, busy))
-    # Two more loops on two cores: the runs waited (wall x1.5-2.4 here, beside other
-    # load too), the premise, ...
-    assert busy_run > 1.1 * quiet_run, (quiet_run, busy_run)
-    # ... and did the same work (CPU x0.89-1.00).
-    assert quiet_cpu / 1.5 < busy_cpu < 1.5 * quiet_cpu, (quiet_cpu, busy_cpu)
+            pairs.append((quiet, run_once(sample)))
+    waited = [(q, b) for q, b in pairs if b.run_s > 1.2 * q.run_s]
+    # The premise: most busy runs waited for a core (wall x1.5-3 here) ...
+    assert len(waited) >= RUNS // 2, [(q.run_s, b.run_s) for q, b in pairs]
+    # ... and those did the same work as their quiet twin (CPU x0.89-1.00).
+    ratio = statistics.median(b.cpu_s / q.cpu_s for q, b in waited)
+    assert 1 / 1.5 < ratio < 1.5, [(q.cpu_s, b.cpu_s) for q, b in waited]
 
 
 def test_a_blocks_own_cpu_leaves_out_the_model_run_it_made_inline(
