@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,22 @@ def report(
     doc["run"] = run_facts(quick)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
+    return out
+
+
+def kept(name: str, fresh: Callable[[str], bool]) -> dict[str, Any]:
+    """For a bench that measures part of its figures at a time: from the kept results file
+    bench/results/NAME.json, the metrics, targets, met and verdicts whose key this run does
+    not measure anew (`fresh(key)` false), and that file's run facts; empty without one."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    parts = ("metrics", "targets", "met", "verdicts")
+    out: dict[str, Any] = {
+        p: {k: v for k, v in old.get(p, {}).items() if not fresh(k)} for p in parts
+    }
+    out["run"] = old.get("run")
     return out
 
 
