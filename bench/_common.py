@@ -68,6 +68,13 @@ def report(
     return out
 
 
+def serve_argv(config: Path, port: int, workers: int = 1) -> list[str]:
+    """`appliance serve` on `config` at 127.0.0.1:`port` (`--workers` past one), quiet."""
+    argv = [sys.executable, "-m", "appliance", "--log-level", "WARNING", "serve",
+            "--config", str(config), "--port", str(port), "--stats-interval", "600"]  # fmt: skip
+    return argv + (["--workers", str(workers)] if workers > 1 else [])
+
+
 def kept(name: str, fresh: Callable[[str], bool]) -> dict[str, Any]:
     """For a bench that measures part of its figures at a time: from the kept results file
     bench/results/NAME.json, the metrics, targets, met and verdicts whose key this run does

@@ -65,6 +65,7 @@ from bench._common import (
     mosquitto,
     report,
     scaled_clip,
+    serve_argv,
     tree_cpu_s,
 )
 from bench._compare import Verdict, judge, method, ratios, rotations
@@ -173,10 +174,7 @@ def serving(
     """`appliance serve` on `cfg`, ready, its first frames out and (`viewer`) stream cam0
     watched over WebRTC: (its URL, its pid). Stopped on the way out."""
     port = free_port()
-    argv = [sys.executable, "-m", "appliance", "--log-level", "WARNING", "serve",
-            "--config", str(cfg), "--port", str(port), "--stats-interval", "600"]  # fmt: skip
-    if workers > 1:
-        argv += ["--workers", str(workers)]
+    argv = serve_argv(cfg, port, workers)
     url = f"http://127.0.0.1:{port}"
     with ExitStack() as stack:
         out = stack.enter_context(log.open("a"))

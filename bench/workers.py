@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench._common import ROOT, bench_parser, report, tree_cpu_s
+from bench._common import ROOT, bench_parser, report, serve_argv, tree_cpu_s
 from bench._compare import judge, method, ratios, rotations
 from tests.support.clock_camera import DEMO_CLIP
 from tests.support.processes import free_port
@@ -85,10 +85,7 @@ def run_arm(
     cfg_path: Path, workers: int, warmup: float, seconds: float, log: Path
 ) -> dict[str, float]:
     port = free_port()
-    argv = [sys.executable, "-m", "appliance", "--log-level", "WARNING", "serve",
-            "--config", str(cfg_path), "--port", str(port), "--stats-interval", "600"]  # fmt: skip
-    if workers > 1:
-        argv += ["--workers", str(workers)]
+    argv = serve_argv(cfg_path, port, workers)
     url = f"http://127.0.0.1:{port}"
     with log.open("a") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)

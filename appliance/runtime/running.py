@@ -124,6 +124,7 @@ class RunningStreams(Mapping[str, Stream]):
         blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
         config = self._config()
         declared, cfg = cfg, tuned_stream(cfg, config.tuning.sources)
+        always = cfg.draw == "always" or self._outputs.sends_images(cfg.outputs)
         trace = StreamTrace(
             self._tracer,
             cfg.id,
@@ -142,8 +143,7 @@ class RunningStreams(Mapping[str, Stream]):
             on_state=self._outputs.stream_state,
             hosts=self._hosts,
             cpu_clock=block_cpu_ns if config.profiling.watch.enabled else None,
-            video=self.video.of(cfg.id),
-            always_draw=cfg.draw == "always" or self._outputs.sends_images(cfg.outputs),
+            video=None if always else self.video.of(cfg.id),
         )
         with self._lock:
             self._check_room(cfg.id)

@@ -88,11 +88,11 @@ class Stream:
         hosts: SourceHosts = ANY_HOST,
         cpu_clock: CpuClock | None = None,
         video: VideoDemand | None = None,
-        always_draw: bool = True,
     ) -> None:
         self.id = cfg.id
-        # Who reads this stream's video: none, and its drawing steps are left out.
-        self._video = None if always_draw or video is None else video
+        # Who reads this stream's video: none, and its drawing steps are left out. None:
+        # it draws every frame.
+        self._video = video
         self._cpu_clock = cpu_clock  # each block's own CPU time too (the regression watch's)
         self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).

@@ -4,11 +4,14 @@ nobody watching, its results carry no image and the drawing blocks do not run.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
+import pytest
 
+from appliance.config import ConfigError, parse_config
 from appliance.runtime.runtime import Runtime
 from pipelines.blocks._draw import PALETTE
 from tests.server.conftest import WAIT_S, LiveFactory, config_doc, demo_stream
@@ -90,3 +93,12 @@ def test_a_stream_draws_only_while_someone_reads_its_video(live_server: LiveFact
     assert reply.status == 200 and has_the_line(decode(reply.body))
     image = newest_image(rt, "cam")
     assert image is not None and has_the_line(image)  # still drawing: the lease holds
+
+
+def test_an_unknown_draw_setting_is_named_with_its_stream(tmp_path: Path) -> None:
+    doc = config_doc(stream("cam"), stream("other", draw="sometimes"))
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, tmp_path)
+    assert info.value.problems == [
+        "streams[1].draw: Input should be 'on_demand' or 'always' (got 'sometimes')"
+    ]

@@ -152,8 +152,12 @@ async def video_mjpeg(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         _small_buffers(request)
-        with _until_the_client_leaves(request):
-            await _send_frames(request, response, rt, stream_id, interval)
+        release = rt.hold_video(stream_id)  # the stream draws while this reader lasts
+        try:
+            with _until_the_client_leaves(request):
+                await _send_frames(request, response, rt, stream_id, interval)
+        finally:
+            release()
         return response
 
 
@@ -164,25 +168,10 @@ async def _send_frames(
     stream_id: str,
     interval: float,
 ) -> None:
-    # `interval` is the frame rate cap: results in between are skipped. The stream draws
-    # while this reader lasts; a frame from before it asked has no image, and is skipped.
-    release = rt.hold_video(stream_id)
-    try:
-        await _send_drawn(request, response, rt, stream_id, interval)
-    finally:
-        release()
-
-
-async def _send_drawn(
-    request: web.Request,
-    response: web.StreamResponse,
-    rt: Runtime,
-    stream_id: str,
-    interval: float,
-) -> None:
+    # `interval` is the frame rate cap: results in between are skipped.
     async for latest in follow(request, rt, stream_id, interval_s=interval):
         if latest is None or latest.result.image is None:
-            continue
+            continue  # a frame from before the reader's hold was not drawn
         jpeg = await in_thread(encode_jpeg, latest.result.image, JPEG_QUALITY)
         head = f"--{MJPEG_BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
         await response.write(f"{head}Content-Length: {len(jpeg)}\r\n\r\n".encode() + jpeg)
