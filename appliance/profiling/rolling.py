@@ -86,7 +86,10 @@ class TraceFile:
         for f in (self._out, self._raw):
             with contextlib.suppress(OSError):  # a full disk fails the close too
                 f.close()
-        self._tmp.unlink(missing_ok=True)
+        # A folder replaced by a file meanwhile fails the unlink too (NotADirectoryError):
+        # nothing is left to remove then, and the writer thread must go on.
+        with contextlib.suppress(OSError):
+            self._tmp.unlink(missing_ok=True)
 
 
 class RollingWriter:

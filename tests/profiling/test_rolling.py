@@ -88,6 +88,25 @@ def test_a_failed_period_is_counted_once_and_dropped(tmp_path: Path) -> None:
     assert writer.last_error is None
 
 
+def test_a_folder_replaced_by_a_file_while_a_period_is_open_loses_only_that_period(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "traces"
+    errors = Counter("errors", "", registry=CollectorRegistry())
+    tracer = Tracer()
+    writer = RollingWriter(tracer, folder, rotate_s=600, errors=errors)
+    tracer.span("x", "block", 0.0, 0.5)
+    writer.flush()  # the period's file is open in the folder
+    folder.rename(tmp_path / "moved")
+    folder.write_text("a file where the trace folder was")
+    assert writer.rotate() is None  # its close and its clean-up both fail: no exception
+    assert errors._value.get() == 1
+    assert writer.last_error is not None and str(folder) in writer.last_error
+    folder.unlink()
+    tracer.span("y", "block", 5.0, 5.5)
+    assert writer.rotate() is not None  # the next period is written
+
+
 def test_a_half_written_file_of_a_dead_process_is_removed(tmp_path: Path) -> None:
     rolling = tmp_path / "rolling"
     rolling.mkdir()
