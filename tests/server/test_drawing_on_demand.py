@@ -4,6 +4,7 @@ nobody watching, its results carry no image and the drawing blocks do not run.""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ def newest_image(rt: Runtime, stream_id: str) -> np.ndarray | None:
     latest = rt.latest.get(stream_id)
     assert latest is not None
     return latest.result.image
+
+
+def started(rt: Runtime, stream_id: str) -> bool:
+    return rt.latest.get(stream_id) is not None
 
 
 def undrawn(rt: Runtime, stream_id: str) -> bool:
@@ -73,7 +78,8 @@ def mjpeg_part(resp: Any) -> np.ndarray:
 def test_a_stream_draws_only_while_someone_reads_its_video(live_server: LiveFactory) -> None:
     server: LiveServer = live_server(config_doc(stream("cam"), stream("kept", draw="always")))
     rt = server.runtime
-    wait_for(lambda: rt.latest.get("cam") is not None, WAIT_S, "cam's first result")
+    for stream_id in ("cam", "kept"):  # each stream's first result: they start apart
+        wait_for(partial(started, rt, stream_id), WAIT_S, f"{stream_id}'s first result")
     wait_for(lambda: undrawn(rt, "cam"), WAIT_S, "cam to run without drawing")
     kept = newest_image(rt, "kept")
     assert kept is not None and has_the_line(kept)  # draw: always
