@@ -1,15 +1,16 @@
 """Memory per stream: what one more camera costs in RSS, and where it goes.
 
 Each of the demo's workflows (`people`: the people counter, `faces`: the privacy blur,
-with their real models) on N streams of the demo clip played as live cameras (960x540,
-15 fps, `pace: realtime`), N = 1, 3, 5, 7, 9. Each run is a fresh child process (this
-file with `--child`): the appliance's Runtime over the config, as `appliance serve` runs
-it without the HTTP server (whose memory does not grow with the streams); after SECONDS
-it reads its RSS and /proc/self/smaps_rollup. Per round, the memory per extra stream is
-the least-squares slope of RSS over N; the figure is the median of the rounds' slopes
-with its bootstrap 95 % interval (bench/_compare.py), met when the interval's upper bound
-is under the target: 20 MB a people-counter stream, 40 MB a privacy-blur stream. The
-counts run in a rotated order each round, so the machine's spells do not line up with N.
+with their real models; `bare`: no block, the decoded frame alone) on N streams of the
+demo clip played as live cameras (960x540, 15 fps, `pace: realtime`), N = 1, 3, 5, 7, 9.
+Each run is a fresh child process (this file with `--child`): the appliance's Runtime
+over the config, as `appliance serve` runs it without the HTTP server (whose memory does
+not grow with the streams); after SECONDS it reads its RSS and /proc/self/smaps_rollup.
+Per round, the memory per extra stream is the least-squares slope of RSS over N; the
+figure is the median of the rounds' slopes with its bootstrap 95 % interval
+(bench/_compare.py), met when the interval's upper bound is under the target: 20 MB a
+people-counter stream, 40 MB a privacy-blur stream. The counts run in a rotated order
+each round, so the machine's spells do not line up with N.
 
 Variants (`--variants`, each count of each in the same rotated rounds): `default`;
 `no_arena`, the workflows' models set to `session.memory_arena: false` (ONNX Runtime's
@@ -29,6 +30,7 @@ extra stream, each group's growth over the counts' difference. tracemalloc slows
 process, so these runs are not the slope's.
 
     python bench/memory.py [--quick] [--rounds R] [--counts 1,3,5,7,9] [--seconds S]
+        [--workflows people,faces,bare] [--variants default,...] [--keep]
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import yaml
 
-from bench._common import ROOT, bench_parser, report
+from bench._common import ROOT, bench_parser, kept, report
 from bench._compare import Verdict, judge, method, rotations
 
-WORKFLOWS = {"people": "people_counter.yaml", "faces": "privacy_blur.yaml"}
-TARGET_MB = {"people": 20.0, "faces": 40.0}
+WORKFLOWS = {"people": "people_counter.yaml", "faces": "privacy_blur.yaml", "bare": ""}
+# `bare`: no block, the frame itself as the output: what the source, its decoder and the
+# stream's threads hold without a workflow (reported beside the others, not judged).
+BARE = {"name": "bare", "blocks": [], "outputs": {"video": "frame"}}
+TARGET_MB: dict[str, float | None] = {"people": 20.0, "faces": 40.0, "bare": None}
 SMAPS = ("Rss", "Anonymous", "Private_Dirty", "Shared_Clean", "Private_Clean")
 TOP_GROUPS = 12
 
@@ -127,10 +132,12 @@ def write_config(folder: Path, workflow: str, streams: int, variant: str = "") -
             link.symlink_to(ROOT / "configs" / name)
     wf_dir = folder / "workflows"
     wf_dir.mkdir(exist_ok=True)
-    spec = yaml.safe_load((ROOT / "configs" / "workflows" / WORKFLOWS[workflow]).read_text())
+    spec: dict[str, Any] = {**BARE, "models": {}}
+    if WORKFLOWS[workflow]:
+        spec = yaml.safe_load((ROOT / "configs" / "workflows" / WORKFLOWS[workflow]).read_text())
     for model in spec["models"].values():
         model.setdefault("session", {})["memory_arena"] = arena
-    wf_name = f"{'' if arena else 'no-arena-'}{WORKFLOWS[workflow]}"
+    wf_name = f"{'' if arena else 'no-arena-'}{WORKFLOWS[workflow] or 'bare.yaml'}"
     (wf_dir / wf_name).write_text(yaml.safe_dump(spec))
     doc = {
         "profiling": {"dir": "traces"},
@@ -227,8 +234,10 @@ def figures(
     verdicts: dict[str, Verdict] = {}
     for k, by_n in rss.items():
         slopes = [slope(counts, [by_n[n][r] for n in counts]) for r in range(rounds)]
-        verdict = judge(slopes, at_most=TARGET_MB[k.split(".")[0]])
-        verdicts[f"{k}.mb_per_stream"] = verdict
+        target = TARGET_MB[k.split(".")[0]]
+        verdict = judge(slopes, at_most=target)
+        if target is not None:
+            verdicts[f"{k}.mb_per_stream"] = verdict
         metrics[f"{k}.mb_per_stream"] = round(verdict.median, 1)
         metrics[f"{k}.mb_per_stream.interval"] = f"{verdict.low:.1f}-{verdict.high:.1f}"
         for n in counts:
@@ -254,6 +263,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--workflows", default="people,faces")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {VARIANTS}")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the results file's figures of workflows this run leaves out",
+    )
     parser.add_argument("--child", type=Path, help=argparse_hidden())
     parser.add_argument("--trace", action="store_true", help=argparse_hidden())
     args = parser.parse_args()
@@ -287,8 +301,24 @@ def main() -> None:
         f"a fresh child per count: the Runtime for {seconds:g} s, then its RSS",
         figure="median of the rounds' least-squares slopes of RSS over the stream count",
     )  # fmt: skip
-    report("memory", metrics, targets, {k: v.met for k, v in verdicts.items()}, method=how,
-           verdicts={k: v.as_json() for k, v in verdicts.items()})  # fmt: skip
+    met = {k: v.met for k, v in verdicts.items()}
+    verdict_json = {k: v.as_json() for k, v in verdicts.items()}
+    old: dict[str, Any] = {}
+    if args.keep:  # the other workflows' figures, from the file this run replaces
+        old = kept("memory", lambda k: fresh(k, workflows, variants))
+        metrics = old.get("metrics", {}) | metrics
+        targets, met = old.get("targets", {}) | targets, old.get("met", {}) | met
+        verdict_json = old.get("verdicts", {}) | verdict_json
+    extra = {"kept_from": old.get("run")} if args.keep else {}
+    report("memory", metrics, targets, met, method=how, verdicts=verdict_json, **extra)
+
+
+def fresh(key: str, workflows: list[str], variants: tuple[str, ...]) -> bool:
+    """Whether this run measures the results key anew: its workflow ran, and so did its
+    variant (`people.no_arena.…`), the default's keys having none (`people.n1.…`)."""
+    workflow, _, rest = key.partition(".")
+    variant = rest.split(".")[0]
+    return workflow in workflows and (variant not in VARIANTS or variant in variants)
 
 
 def argparse_hidden() -> str:
