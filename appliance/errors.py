@@ -28,6 +28,25 @@ class StreamExistsError(ApplianceError):
         self.stream_id = stream_id
 
 
+class NoShadowError(ApplianceError, KeyError):
+    """The stream runs no shadow."""
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(f"stream {stream_id!r} runs no shadow")
+        self.stream_id = stream_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ShadowExistsError(ApplianceError):
+    """The stream runs a shadow already (one at a time: stop it first)."""
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(f"stream {stream_id!r} runs a shadow already: stop it first")
+        self.stream_id = stream_id
+
+
 class ReloadError(ApplianceError):
     """A config reload that cannot be applied while running (nothing was changed)."""
 

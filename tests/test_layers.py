@@ -206,7 +206,7 @@ RUNTIME_INTERFACE = frozenset({
     "start_profiling", "profiling_window", "profiling_trace", "regressions", "rebaseline",
     "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",
     "compile_workflow", "compile_stream_workflow", "release_workflow",
-    "config", "limits", "request_files", "metrics", "audit",
+    "config", "limits", "request_files", "metrics", "audit", "shadows",
 })  # fmt: skip
 RUNTIME_USERS = ("appliance/server", "appliance/cli/main.py", "appliance/cli/client.py",
                  "appliance/cli/headless.py", "appliance/runtime/commands.py")  # fmt: skip

@@ -44,6 +44,7 @@ from appliance.runtime.reload import ReloadPlan
 from appliance.runtime.reloading import apply_reload
 from appliance.runtime.retuning import Retuned, apply_tuning
 from appliance.runtime.running import RunningStreams
+from appliance.runtime.shadows import Shadows
 from appliance.runtime.sharding import Shard
 from appliance.runtime.shutdown import SINK_DRAIN_S, Shutdown
 from appliance.runtime.sinkstate import sink_documents
@@ -148,6 +149,11 @@ class Runtime:
         self.video = self.streams.video  # who reads each stream's video: a hold draws it
         self._requested: set[str] = set()  # ids of streams added over the API
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
+        # Candidate workflows beside the live ones (appliance/runtime/shadows.py), read
+        # through the API's file roots (a shadow is a request's).
+        files = lambda: self.request_files  # noqa: E731
+        self.shadows = Shadows(self.streams, self.compile_workflow, self.release_workflow, files)
+        self.shadows.control = self._control
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(

@@ -24,6 +24,7 @@ from appliance.observe.stats import LatencyWindow, RateMeter
 from appliance.observe.status import Latency, StateName, StreamStatus
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
+from appliance.runtime.shadow import Shadow
 from appliance.runtime.video import VideoDemand
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
@@ -95,6 +96,9 @@ class Stream:
         self._video = video
         self._cpu_clock = cpu_clock  # each block's own CPU time too (the regression watch's)
         self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
+        # A candidate workflow run on this stream's frames (appliance/runtime/shadows.py).
+        self.shadow: Shadow | None = None
+        self._stop_hooks: list[Callable[[float], bool]] = []  # what ends with the stream
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state
         self._trace = trace  # the profiler's per-frame hook, on this worker thread
@@ -157,10 +161,16 @@ class Stream:
         stalled = self._state == StreamState.STALLED
         self._worker.join(0.0 if stalled else max(0.0, deadline - time.monotonic()))
         worker_ended = not self._worker.is_alive()
+        for hook in self._stop_hooks:
+            hook(max(0.1, deadline - time.monotonic()))
         self.metrics.up.set(0)
         if not grabbed or not (worker_ended or stalled):  # stalled: the supervisor says so
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
         return grabbed and worker_ended
+
+    def on_stop(self, hook: Callable[[float], bool]) -> None:
+        """`hook(seconds left)` is called when the stream stops (its shadow's stop)."""
+        self._stop_hooks.append(hook)
 
     @property
     def last_error(self) -> str | None:
@@ -219,11 +229,15 @@ class Stream:
                     break  # the source ended or failed, and its last frame was taken
                 continue
             self._working_since = now = clock()
+            shadow = self.shadow  # replaced whole by the runtime: one read per frame
+            sampled = shadow is not None and shadow.offer(frame, now)
             try:
                 result = run(frame, demand is None or demand.wanted(now))
             except Exception as exc:  # one bad frame must not end the stream
                 self._frame_failed(exc)
                 continue
+            if sampled and shadow is not None:
+                shadow.live(result)
             if stop.is_set():
                 break  # stopped while busy (maybe replaced after a stall): a stale result
             self._account(result)

@@ -22,7 +22,9 @@ from appliance.errors import (
     FileAccessError,
     LimitError,
     NoResultError,
+    NoShadowError,
     ReloadError,
+    ShadowExistsError,
     StateSaveError,
     StreamExistsError,
     UnknownSessionError,
@@ -116,6 +118,8 @@ _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (UnknownStreamError, 404),
     (NoResultError, 404),
     (StreamExistsError, 409),
+    (NoShadowError, 404),
+    (ShadowExistsError, 409),
     (ReloadError, 409),
     (StateSaveError, 503),  # the change was undone: retry once the folder is fixed
     (UnknownWindowError, 404),

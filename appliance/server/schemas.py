@@ -234,3 +234,23 @@ class TuneStatus(BaseModel):
     )
     error: str | None = Field(description="why a `failed` tune failed")
     note: str | None = Field(None, description="what a cancel does (DELETE's answer)")
+
+
+class ShadowReport(BaseModel):
+    """A stream's shadow (appliance/runtime/shadow.py) and its comparison with the live
+    workflow (appliance/runtime/comparison.py; docs/shadow.md says what each figure is)."""
+
+    stream: str
+    workflow: str = Field(description="the candidate workflow's name")
+    source: str = Field(description="its file, or `inline`")
+    every: int
+    max_fps: float | None
+    started: float = Field(description="Unix time")
+    stopped: float | None
+    running: bool
+    offered: int = Field(description="frames sampled for the candidate")
+    ran: int = Field(description="frames the candidate ran")
+    skipped: int = Field(description="sampled frames replaced before the candidate took them")
+    failed: int
+    last_error: str | None
+    comparison: dict[str, Any]

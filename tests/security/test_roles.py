@@ -191,6 +191,10 @@ def sample(route: Route, clip: str) -> Sample:
         ),
         ("DELETE", "/v1/streams/{id}"): Sample(f"/v1/streams/{ADDED}", ok=frozenset({200})),
         ("POST", "/v1/streams/{id}/restart"): Sample(path, ok=frozenset({200})),
+        # The admin starts a shadow, a viewer reads it, the operator stops it (then 404).
+        ("POST", "/v1/streams/{id}/shadow"): Sample(path, {"workflow": DRAW}, frozenset({201})),
+        ("GET", "/v1/streams/{id}/shadow"): Sample(path, ok=frozenset({200})),
+        ("DELETE", "/v1/streams/{id}/shadow"): Sample(path, ok=frozenset({200, 404})),
         ("POST", "/v1/workflows/validate"): Sample(path, {"workflow": DRAW}, frozenset({200})),
         ("POST", "/v1/workflows/run"): Sample(path, {"workflow": DRAW}),  # no image: 4xx
         ("POST", "/v1/profiling"): Sample(path, {"duration_s": 0.2}),  # 202, 409 when busy

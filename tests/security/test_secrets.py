@@ -102,6 +102,9 @@ def test_no_answer_log_or_trace_of_a_live_server_holds_the_secret(
 
     _check_refusals(live)
     _check_reload_refused(live)
+    for sid in ("clip", "cam", "api-cam"):  # a shadow each, for its GET route below
+        shadow = live.call("POST", f"/v1/streams/{sid}/shadow", json_body={"workflow": DRAW})
+        assert shadow.status == 201, shadow.body
     _check_get_routes(live, ["clip", "cam", "api-cam"], window)
     assert live.stop(), "unclean shutdown"
     records = [*caplog.get_records("setup"), *caplog.records]
@@ -160,6 +163,10 @@ def _check_reload_refused(live: LiveServer) -> None:
     reply = live.call("POST", "/v1/config/reload")
     assert reply.status == 422, reply.body
     assert_clean("the refused reload", reply.body.decode(), "transport", "password=***")
+
+
+DRAW = {"name": "draw", "blocks": [{"id": "drawn", "type": "annotate"}],
+        "outputs": {"video": "drawn"}}  # fmt: skip
 
 
 def get_routes(

@@ -43,6 +43,7 @@ from tests.support.path_escapes import ESCAPES, Escape, plant
 
 MARKER = "MARKER-7c1e-outside-the-roots"
 VALIDATE = "/v1/workflows/validate"
+SHADOW = "/v1/streams/cam/shadow"
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def _requests(name: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
                                                     "workflow": name}),
         "stream source": ("POST", "/v1/streams", {"id": "f", "source": name,
                                                   "workflow": detect_workflow()}),
+        "shadow workflow": ("POST", SHADOW, {"workflow": name}),
     }  # fmt: skip
 
 
@@ -138,8 +140,11 @@ def _check(tree: Tree, name: str, field: str | None = None) -> None:
         if rule is not None:
             assert reply.status == 403, (each, name, reply.status, text)
             assert rule in reply.error["message"], (each, name, text)
-        if reply.status == 201:  # a stream of an allowed file: remove it again
-            assert tree.server.call("DELETE", "/v1/streams/f").status == 200
+        if reply.status == 201:  # a stream or shadow of an allowed file: remove it again
+            assert (
+                tree.server.call("DELETE", SHADOW if path == SHADOW else "/v1/streams/f").status
+                == 200
+            )
 
 
 def test_the_reproductions_are_refused_with_the_rule(tree: Tree) -> None:

@@ -1,0 +1,80 @@
+"""A stream's shadow: a candidate workflow run on its live frames and compared with it.
+
+Starting one compiles its workflow (maybe loading models) off the loop, through the
+API's file policy and limits, as adding a stream does (appliance/runtime/shadows.py).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from appliance.policy.roles import Role
+from appliance.runtime.shadow import ShadowSpec
+from appliance.server.bodies import parse_json
+from appliance.server.context import in_thread, runtime_of
+from appliance.server.routing import Fanout, Reply, Route
+from appliance.server.schemas import ShadowReport
+
+PATH = "/v1/streams/{id}/shadow"
+
+
+async def start_shadow(request: web.Request) -> web.Response:
+    """Run a candidate workflow on the stream's frames beside its live one (every Nth
+    frame, or at most `max_fps`), its results compared with the live results of the same
+    frames and never sent to the stream's sinks."""
+    spec = await parse_json(request, ShadowSpec)
+    stream_id = request.match_info["id"]
+    shadow = await in_thread(runtime_of(request).shadows.start, stream_id, spec)
+    location = {"Location": PATH.format(id=stream_id)}
+    return web.json_response(shadow.report(), status=201, headers=location)
+
+
+async def get_shadow(request: web.Request) -> web.Response:
+    """The shadow's comparison so far: agreement, misses and extras with examples, counts
+    and latency against the live workflow."""
+    shadow = runtime_of(request).shadows.find(request.match_info["id"])
+    return web.json_response(await in_thread(shadow.report))
+
+
+async def stop_shadow(request: web.Request) -> web.Response:
+    """Stop the shadow: its final report."""
+    rt = runtime_of(request)
+    shadow = await in_thread(rt.shadows.stop, request.match_info["id"])
+    return web.json_response(shadow.report())
+
+
+ROUTES = (
+    Route(
+        "POST",
+        PATH,
+        start_shadow,
+        "Start a shadow workflow on a stream",
+        (Reply(201, "started", ShadowReport),),
+        errors=(403, 404, 409, 413, 422),
+        body={"application/json": ShadowSpec},
+        role=Role.ADMIN,
+        audit="shadow.start",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        PATH,
+        get_shadow,
+        "Get a stream's shadow comparison",
+        (Reply(200, "the shadow and its comparison", ShadowReport),),
+        errors=(404,),
+        role=Role.VIEWER,
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "DELETE",
+        PATH,
+        stop_shadow,
+        "Stop a stream's shadow",
+        (Reply(200, "stopped: its final comparison", ShadowReport),),
+        errors=(404,),
+        role=Role.OPERATOR,
+        audit="shadow.stop",
+        workers=Fanout.OWNER,
+    ),
+)

@@ -1,0 +1,66 @@
+"""`/v1/streams/{id}/shadow` on a live server: start, read, stop, and the errors."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.server.conftest import WAIT_S, LiveFactory, config_doc, demo_stream
+from tests.support.appliance import detect_workflow
+
+PATH = "/v1/streams/cam/shadow"
+
+
+def stricter() -> dict[str, Any]:
+    workflow = detect_workflow()
+    workflow["blocks"][0]["confidence"] = 0.85
+    return workflow
+
+
+def test_a_shadow_is_started_read_and_stopped(live_server: LiveFactory) -> None:
+    server = live_server(config_doc(demo_stream("cam")))
+    reply = server.call("POST", PATH, json_body={"workflow": stricter(), "every": 2})
+    assert reply.status == 201, reply.body
+    assert reply.headers["location"] == PATH
+    started = reply.json()
+    assert (started["stream"], started["every"], started["running"]) == ("cam", 2, True)
+
+    again = server.call("POST", PATH, json_body={"workflow": detect_workflow()})
+    assert again.status == 409 and "runs a shadow already" in again.error["message"]
+
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        report = server.call("GET", PATH).json()
+        if report["comparison"]["frames"] >= 5:
+            break
+        time.sleep(0.3)
+    assert report["comparison"]["frames"] >= 5 and report["source"] == "inline"
+    assert set(report["comparison"]) >= {"agreement", "missed", "extra", "latency_ms"}
+
+    stopped = server.call("DELETE", PATH)
+    assert stopped.status == 200 and stopped.json()["running"] is False
+    assert stopped.json()["comparison"]["frames"] >= report["comparison"]["frames"]
+    gone = server.call("GET", PATH)
+    assert gone.status == 404 and gone.error["message"] == "stream 'cam' runs no shadow"
+    assert server.call("DELETE", PATH).status == 404
+
+
+def test_bad_shadows_are_refused_with_where_and_why(live_server: LiveFactory) -> None:
+    server = live_server(config_doc(demo_stream("cam")))
+    unknown = server.call("POST", "/v1/streams/nope/shadow", json_body={"workflow": stricter()})
+    assert unknown.status == 404 and "unknown stream 'nope'" in unknown.error["message"]
+
+    broken = {"name": "broken", "blocks": [{"id": "x", "type": "nosuch"}], "outputs": {"x": "x"}}
+    reply = server.call("POST", PATH, json_body={"workflow": broken})
+    assert reply.status == 422
+    said = reply.error["message"] + " ".join(reply.error["details"])
+    assert "shadow.workflow" in said and "nosuch" in said
+
+    zero = server.call("POST", PATH, json_body={"workflow": stricter(), "every": 0})
+    assert zero.status == 422 and "every" in " ".join(zero.error["details"])
+    extra = server.call("POST", PATH, json_body={"workflow": stricter(), "colour": "red"})
+    assert extra.status == 422 and "colour" in " ".join(extra.error["details"])
+
+    outside = server.call("POST", PATH, json_body={"workflow": "/etc/passwd"})
+    assert outside.status == 403
+    assert server.call("GET", PATH).status == 404  # nothing was started by any of them

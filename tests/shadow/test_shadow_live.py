@@ -1,0 +1,165 @@
+"""Shadows on a running appliance: the person detector on the bundled clip played as a
+live camera, the candidate beside it on the same frames (appliance/runtime/shadow.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import parse_config
+from appliance.errors import NoShadowError, ShadowExistsError, UnknownStreamError
+from appliance.runtime.runtime import Runtime
+from appliance.runtime.shadow import ShadowSpec
+from pipelines.errors import WorkflowError
+from pipelines.types import FrameResult
+from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+
+WAIT_S = 60.0  # two cores shared with the rest of the suite
+FRAMES = 12  # compared frame pairs a test waits for
+
+
+def stream(stream_id: str) -> dict[str, Any]:
+    source = {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}
+    return {"id": stream_id, "source": source, "workflow": detect_workflow()}
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    folder: Path = tmp_path_factory.mktemp("shadow")
+    doc = {"models": {"person": person_model()}, "streams": [stream("cam")]}
+    rt = Runtime(parse_config(doc, folder))
+    rt.start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+def compared(rt: Runtime, frames: int = FRAMES, people: int = 5) -> dict[str, Any]:
+    """The shadow's report once it compared `frames` frame pairs, on which the live
+    workflow found `people` people (the clip's first frames have none)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        report = rt.shadows.find("cam").report()
+        comparison = report["comparison"]
+        if (
+            comparison["frames"] >= frames
+            and comparison["matched"] + comparison["missed"] >= people
+        ):
+            return report
+        time.sleep(0.2)
+    raise AssertionError(f"{frames} compared frames with {people} people not reached: {report}")
+
+
+def with_confidence(confidence: float) -> dict[str, Any]:
+    workflow = detect_workflow()
+    workflow["blocks"][0]["confidence"] = confidence
+    return workflow
+
+
+def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
+    runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+    try:
+        report = compared(runtime)
+        comparison = report["comparison"]
+        assert comparison["matched"] > 0  # the clip has people: there was something to find
+        assert (comparison["agreement"], comparison["missed"], comparison["extra"]) == (1.0, 0, 0)
+        assert comparison["examples"] == []
+        assert report["ran"] >= FRAMES and report["failed"] == 0
+    finally:
+        runtime.shadows.stop("cam")
+
+
+def test_a_stricter_threshold_shows_the_detections_it_drops(runtime: Runtime) -> None:
+    # Half the clip's people score under 0.85 (the live workflow keeps 0.4 and up).
+    runtime.shadows.start("cam", ShadowSpec(workflow=with_confidence(0.85)))
+    try:
+        report = compared(runtime, people=20)["comparison"]
+        assert report["missed"] > 0 and report["extra"] == 0
+        assert report["agreement"] < 1.0
+        for example in report["examples"]:  # each names its frame, box and score
+            assert example["kind"] == "missed" and example["output"] == "people"
+            assert 0.4 <= example["confidence"] < 0.85
+            x1, y1, x2, y2 = example["box"]
+            assert 0 <= x1 < x2 and 0 <= y1 < y2 and example["seq"] >= 0
+    finally:
+        runtime.shadows.stop("cam")
+
+
+def test_shadow_results_never_reach_the_streams_outputs(runtime: Runtime) -> None:
+    candidate = detect_workflow(block="candidate_people")
+    seen: list[FrameResult] = []
+    lock = threading.Lock()
+
+    def keep(result: FrameResult) -> None:
+        with lock:
+            seen.append(result)
+
+    unsubscribe = runtime.subscribe(keep, "cam")
+    runtime.shadows.start("cam", ShadowSpec(workflow=candidate))
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while runtime.shadows.find("cam").ran < FRAMES and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert runtime.shadows.find("cam").ran >= FRAMES
+    finally:
+        unsubscribe()
+        runtime.shadows.stop("cam")
+    with lock:
+        assert seen and all(set(r.outputs) == {"people"} for r in seen)
+        seqs = [r.seq for r in seen]
+    assert seqs == sorted(set(seqs))  # the live results, once each, in order
+
+
+def test_sampling_every_third_frame(runtime: Runtime) -> None:
+    shadow = runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow(), every=3))
+    try:
+        seen_before = runtime.streams["cam"].rate.count
+        report = compared(runtime, 6, people=0)
+        live = runtime.streams["cam"].rate.count - seen_before
+        # Every third live frame was offered (the first offers may straddle the start).
+        assert abs(report["offered"] - live / 3) <= 2, (report["offered"], live)
+    finally:
+        runtime.shadows.stop("cam")
+    assert not shadow.report()["running"]
+
+
+def test_one_shadow_at_a_time_and_clear_errors(runtime: Runtime) -> None:
+    runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+    try:
+        with pytest.raises(ShadowExistsError, match="runs a shadow already"):
+            runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+    finally:
+        final = runtime.shadows.stop("cam")
+    assert final.report()["stopped"] is not None
+    with pytest.raises(NoShadowError, match="runs no shadow"):
+        runtime.shadows.find("cam")
+    with pytest.raises(UnknownStreamError):
+        runtime.shadows.start("nope", ShadowSpec(workflow=detect_workflow()))
+    broken = {"name": "broken", "blocks": [{"id": "x", "type": "detect", "model": "missing"}],
+              "outputs": {"x": "x"}}  # fmt: skip
+    with pytest.raises(WorkflowError) as info:
+        runtime.shadows.start("cam", ShadowSpec(workflow=broken))
+    assert "stream 'cam' shadow.workflow" in str(info.value) and "missing" in str(info.value)
+    with pytest.raises(NoShadowError):  # nothing was left behind
+        runtime.shadows.find("cam")
+
+
+def test_removing_the_stream_ends_its_shadow(tmp_path: Path) -> None:
+    doc = {"models": {"person": person_model()}, "streams": [stream("cam")]}
+    rt = Runtime(parse_config(doc, tmp_path))
+    rt.start()
+    try:
+        shadow = rt.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+        rt.remove_stream("cam")
+        assert not shadow.report()["running"] and shadow.stopped is not None
+        assert rt.workflows  # the runtime goes on
+        with pytest.raises(UnknownStreamError):
+            rt.shadows.find("cam")
+    finally:
+        rt.stop()
