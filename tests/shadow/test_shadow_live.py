@@ -13,11 +13,12 @@ import pytest
 
 from appliance.config import parse_config
 from appliance.errors import NoShadowError, ShadowExistsError, UnknownStreamError
+from appliance.models.pool import ModelConflictError
 from appliance.runtime.runtime import Runtime
 from appliance.runtime.shadow import ShadowSpec
 from pipelines.errors import WorkflowError
 from pipelines.types import FrameResult
-from tests.support.appliance import DEMO_CLIP, detect_workflow, person_model
+from tests.support.appliance import DEMO_CLIP, MODELS, detect_workflow, person_model
 
 WAIT_S = 60.0  # two cores shared with the rest of the suite
 FRAMES = 12  # compared frame pairs a test waits for
@@ -161,5 +162,40 @@ def test_removing_the_stream_ends_its_shadow(tmp_path: Path) -> None:
         assert rt.workflows  # the runtime goes on
         with pytest.raises(UnknownStreamError):
             rt.shadows.find("cam")
+    finally:
+        rt.stop()
+
+
+def faces_workflow(size: list[int], model_id: str = "faces") -> dict[str, Any]:
+    model = {"path": str(MODELS / "centerface.onnx"), "decoder": "centerface",
+             "labels": ["face"], "input_size": size, "providers": ["cpu"],
+             "session": {"allow_spinning": False}}  # fmt: skip
+    return {
+        "name": f"faces_{size[0]}",
+        "models": {model_id: model},
+        "blocks": [{"id": "faces", "type": "detect", "model": model_id, "confidence": 0.4}],
+        "outputs": {"faces": "faces"},
+    }
+
+
+def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> None:
+    """CenterFace at half the input size beside it at the demo's: a changed model loads
+    beside the live one, and the report has both workflows' latency and the agreement."""
+    live = {**stream("cam"), "workflow": faces_workflow([640, 352])}
+    rt = Runtime(parse_config({"streams": [live]}, tmp_path))
+    rt.start()
+    try:
+        # The same id declared differently is refused, naming both places...
+        with pytest.raises(ModelConflictError, match="already declared differently"):
+            rt.shadows.start("cam", ShadowSpec(workflow=faces_workflow([320, 192])))
+        # ...and under an id of its own, the changed model loads beside the live one.
+        rt.shadows.start("cam", ShadowSpec(workflow=faces_workflow([320, 192], "faces_small")))
+        report = compared(rt, frames=8, people=3)["comparison"]
+        latency = report["latency_ms"]
+        assert all(latency[k] is not None and latency[k] > 0 for k in latency), latency
+        assert 0.0 <= report["agreement"] <= 1.0
+        assert report["matched"] + report["missed"] >= 3  # the live model found faces
+        models = {m.id for m in rt.models_status()}
+        assert len(models) == 2, models  # the candidate's model loaded beside the live one
     finally:
         rt.stop()
