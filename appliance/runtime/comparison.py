@@ -148,9 +148,10 @@ class Comparison:
             now = (float(value), float(candidate[key]))
             kept[key] = (*(first[:2] if first else now), *now)
 
-    def report(self) -> dict[str, Any]:
-        """The figures so far, as the API answers them."""
-        low, high = self.agreement_interval()
+    def report(self, interval: bool = True) -> dict[str, Any]:
+        """The figures so far, as the API answers them (`interval` False: without the
+        agreement's bootstrap, a few ms over a full window, as the metrics read it)."""
+        low, high = self.agreement_interval() if interval else (None, None)
         live_ms = [pair[0] for pair in self.latency_ms]
         cand_ms = [pair[1] for pair in self.latency_ms]
         ratios = [c / l_ for l_, c in self.latency_ms if l_ > 0]

@@ -23,6 +23,7 @@ from appliance.observe.audit import AuditLog
 from appliance.observe.blocklatency import BlockLatencies, StreamLatency
 from appliance.observe.latest import LatestResults
 from appliance.observe.metrics import Metrics
+from appliance.observe.shadow_metrics import ShadowCollector
 from appliance.observe.status import (
     ModelStatus,
     ProfilingStatus,
@@ -154,6 +155,9 @@ class Runtime:
         files = lambda: self.request_files  # noqa: E731
         self.shadows = Shadows(self.streams, self.compile_workflow, self.release_workflow, files)
         self.shadows.control = self._control
+        self.metrics.registry.register(
+            ShadowCollector(lambda: [s.report(interval=False) for s in self.shadows.running()])
+        )
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(

@@ -133,11 +133,11 @@ class Shadow:
         """Sampled frames replaced in the slot before the candidate could take them."""
         return self._slot.dropped
 
-    def report(self) -> dict[str, Any]:
+    def report(self, interval: bool = True) -> dict[str, Any]:
         """What the API answers: the shadow's spec, its counters and the comparison."""
         workflow = self.spec.workflow
         with self._lock:
-            comparison = self.comparison.report()
+            comparison = self.comparison.report(interval)
         return {
             "stream": self.stream_id,
             "workflow": self.workflow.name,

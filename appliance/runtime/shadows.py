@@ -83,6 +83,11 @@ class Shadows:
             shadow.stop(timeout)
             return shadow
 
+    def running(self) -> list[Shadow]:
+        """Every shadow now, for the metrics (a snapshot: they start and stop meanwhile)."""
+        with self._lock:
+            return list(self._shadows.values())
+
     def _stopped(self, shadow: Shadow) -> None:
         """A shadow ended (stopped here, or with its stream): its lease goes."""
         with self._lock:

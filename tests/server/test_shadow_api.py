@@ -37,12 +37,21 @@ def test_a_shadow_is_started_read_and_stopped(live_server: LiveFactory) -> None:
     assert report["comparison"]["frames"] >= 5 and report["source"] == "inline"
     assert set(report["comparison"]) >= {"agreement", "missed", "extra", "latency_ms"}
 
+    metrics = server.call("GET", "/metrics").body.decode()
+    series = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+              if line.startswith("appliance_shadow_")}  # fmt: skip
+    assert series['appliance_shadow_compared_frames_total{stream="cam"}'] >= 5
+    assert 0.0 <= series['appliance_shadow_agreement{stream="cam"}'] <= 1.0
+    assert 'appliance_shadow_missed_detections_total{stream="cam"}' in series
+
     stopped = server.call("DELETE", PATH)
     assert stopped.status == 200 and stopped.json()["running"] is False
     assert stopped.json()["comparison"]["frames"] >= report["comparison"]["frames"]
     gone = server.call("GET", PATH)
     assert gone.status == 404 and gone.error["message"] == "stream 'cam' runs no shadow"
     assert server.call("DELETE", PATH).status == 404
+    after = server.call("GET", "/metrics").body.decode()
+    assert 'appliance_shadow_agreement{stream="cam"}' not in after  # gone with the shadow
 
 
 def test_bad_shadows_are_refused_with_where_and_why(live_server: LiveFactory) -> None:
