@@ -60,6 +60,9 @@ class CompiledWorkflow:
     ) -> None:
         self.name = name
         self.digest = digest
+        # What results name as the workflow that made them: the digest's first 12 hex
+        # digits (48 bits: equal only for the same normalised document, in practice).
+        self.version = digest[:12]
         self.steps = tuple(steps)
         self.block_ids = tuple(s.block_id for s in steps)
         self.block_types = tuple(s.block_type for s in steps)
@@ -113,6 +116,7 @@ class WorkflowRun:
         self._fresh = [False] * len(self._plan)
         self._outputs = workflow.outputs
         self._video_slot = workflow.video_slot
+        self._version = workflow.version
         self._gated = workflow.gated
         self._lit = (False,) * len(self._plan)  # what a run with video leaves out: none
         self._dark = tuple(i in workflow.video_only for i in range(len(self._plan)))
@@ -173,6 +177,7 @@ class WorkflowRun:
             outputs={name: vals[slot] for name, slot in outputs},
             block_spans=spans,
             block_cpu_ns=() if cpu is None else tuple(cpu),
+            version=self._version,
         )
 
     def _run_plain(self, vals: list[Any]) -> list[tuple[float, float] | None]:

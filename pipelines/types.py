@@ -253,6 +253,9 @@ class FrameResult:
     # The frame as captured, before any block drew on it (blocks that draw copy it): what
     # a viewer asking for the raw video gets. None: the same as `image`.
     source_image: Image | None = None
+    # The workflow version that made it (CompiledWorkflow.version): after a switch of
+    # workflow (a shadow promoted), consumers see which results are whose.
+    version: str = ""
 
     def drawn(self) -> Image:
         """The `video` output's image; ValueError when the run drew none (nobody watched:

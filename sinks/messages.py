@@ -47,6 +47,7 @@ def prediction(result: FrameResult) -> dict[str, Any]:
     return {
         **header(result),
         "latency_ms": round(result.age_seconds * 1000, 3),  # capture → result
+        "workflow": result.version,  # which workflow version made it (a promotion switches)
         "outputs": result.predictions_json(),
     }
 

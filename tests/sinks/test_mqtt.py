@@ -64,6 +64,7 @@ def result(seq: int, stream: str = "cam", counts: dict[str, int] | None = None) 
         10.02,
         np.zeros((4, 4, 3), np.uint8),
         outputs,
+        version="3f9a1c0e7b2d",
     )
 
 
@@ -92,6 +93,7 @@ def test_predictions_events_and_status_in_order_at_qos1(
         "capture_time": 1_700_000_000.0,
         "captured_at": "2023-11-14T22:13:20.000Z",
         "latency_ms": 20.0,
+        "workflow": "3f9a1c0e7b2d",
         "outputs": {
             "people": [
                 {
