@@ -47,6 +47,22 @@ class ShadowExistsError(ApplianceError):
         self.stream_id = stream_id
 
 
+class PromotionRefusedError(ApplianceError):
+    """A shadow's promotion failed its gates (nothing was switched)."""
+
+    def __init__(self, stream_id: str, refusals: list[str]) -> None:
+        why = "; ".join(refusals)
+        super().__init__(f"stream {stream_id!r}: the shadow was not promoted: {why}")
+        self.refusals = refusals
+
+
+class NoRollbackError(ApplianceError, KeyError):
+    """The stream has no promotion to roll back (none, or its window ended)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class ReloadError(ApplianceError):
     """A config reload that cannot be applied while running (nothing was changed)."""
 

@@ -238,13 +238,19 @@ class StreamMetrics:
         self.age.observe(result.age_seconds)
         self.processed.inc()
 
+    def remove_blocks(self, keep: Sequence[tuple[str, str]] = ()) -> None:
+        """Drop the series of this stream's blocks but those in `keep` (another workflow's
+        blocks: the stream switched to it)."""
+        m, sid = self._metrics, self._id
+        for block, btype in set(self._block_labels) - set(keep):
+            _remove(m.block_latency, sid, block, btype)
+            _remove(m.block_regression, sid, block)
+            _remove(m.block_regression_ratio, sid, block)
+
     def remove(self) -> None:
         """Drop this stream's series so /metrics does not report a removed stream."""
         m, sid = self._metrics, self._id
-        for block, btype in self._block_labels:
-            _remove(m.block_latency, sid, block, btype)
-            _remove(m.block_regression, sid, block)  # the watch sets them again if it runs
-            _remove(m.block_regression_ratio, sid, block)
+        self.remove_blocks()  # the watch's block series too: it sets them again if it runs
         for metric in (m.workflow_latency, m.frame_age, m.stream_up, m.reconnects, m.source_fps):
             _remove(metric, sid)
         for outcome in ("processed", "dropped", "failed"):

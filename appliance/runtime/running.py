@@ -28,11 +28,11 @@ from appliance.policy.hosts import SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
 from appliance.runtime.outputs import Outputs
-from appliance.runtime.streams import Stream
+from appliance.runtime.streams import Stream, Switch
 from appliance.runtime.video import VideoDemands
 from appliance.sources.config import SourceTuning
 from appliance.watch.watch import Watch
-from pipelines.executor import CompiledWorkflow
+from pipelines.executor import CompiledWorkflow, WorkflowRun
 
 log = logging.getLogger("appliance.runtime")
 
@@ -174,6 +174,46 @@ class RunningStreams(Mapping[str, Stream]):
         stream.metrics.remove()
         log.info("stream %s removed", stream_id)
         return ended
+
+    def switch(
+        self,
+        stream_id: str,
+        workflow: CompiledWorkflow,
+        run: WorkflowRun | None = None,
+        timeout: float = 5.0,
+    ) -> tuple[CompiledWorkflow, bool]:
+        """Run `workflow` (leased for the stream: the lease is its now) on a running
+        stream from its next frame on, with `run`'s block state if given: no frame lost,
+        the grabber and its sequence numbers untouched. Its per-block metrics, trace
+        track and watch rows follow. Returns the workflow it ran (its lease is the
+        caller's now) and whether the worker took the new one within `timeout` (else it
+        does at its next frame)."""
+        stream = self.find(stream_id)
+        config = self._config()
+        blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
+        trace = StreamTrace(
+            self._tracer,
+            stream_id,
+            workflow,
+            config.profiling.sample_every_n_frames,
+            next(self._generations),
+        )
+        previous, old_metrics = stream.workflow, stream.metrics
+        change = Switch(workflow, run, StreamMetrics(self._metrics, stream_id, blocks), trace)
+        stream.switch(change)
+        applied = change.done.wait(timeout)
+        self._block_latency.detach(stream_id)
+        self._block_latency.attach(stream_id, blocks)
+        self._watch.detach(stream_id)
+        self._watch.attach(
+            stream_id,
+            workflow.block_ids,
+            workflow.block_models,
+            on_demand=[workflow.block_ids[i] for i in workflow.video_only],
+        )
+        old_metrics.remove_blocks(keep=blocks)
+        log.info("stream %s: workflow %s from now on", stream_id, workflow.version)
+        return previous, applied
 
     def _check_room(self, stream_id: str) -> None:
         """Under the lock."""

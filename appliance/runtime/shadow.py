@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from appliance.policy.masking import mask_url
 from appliance.runtime.comparison import DEFAULT_IOU, Comparison
 from appliance.sources.slot import LatestFrame
-from pipelines.executor import CompiledWorkflow
+from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
 from pipelines.types import Frame, FrameResult
 
 log = logging.getLogger("appliance.shadow")
@@ -68,13 +68,17 @@ class Shadow:
         spec: ShadowSpec,
         workflow: CompiledWorkflow,
         on_stopped: Callable[[Shadow], None] | None = None,
+        cpu_clock: CpuClock | None = None,
     ) -> None:
+        # As the stream reads its blocks' CPU: a promoted candidate goes on with it.
+        self._cpu_clock = cpu_clock
         self.stream_id = stream_id
         self._on_stopped = on_stopped  # once, after the worker ended: the lease goes
         self.spec = spec
         self.workflow = workflow
         self.started = time.time()
         self.stopped: float | None = None
+        self.workflow_run: WorkflowRun | None = None  # the shadow thread's, once started
         self.comparison = Comparison(iou=spec.iou)
         self.offered = 0  # frames sampled and put in the slot
         self.ran = 0  # frames the candidate ran
@@ -156,8 +160,18 @@ class Shadow:
         }
 
     # -- the shadow worker ---------------------------------------------------------------
+    def handover(self, timeout: float = 3.0) -> WorkflowRun | None:
+        """For a promotion: stop without ending the workflow's lease (the stream takes it)
+        and give up the candidate's instance with its warm block state, once its thread
+        ended (None if it did not within `timeout`)."""
+        with self._lock:
+            self._on_stopped = None
+        ended = self.stop(timeout)
+        return self.workflow_run if ended else None
+
     def _work(self) -> None:
-        run = self.workflow.instantiate().run
+        self.workflow_run = self.workflow.instantiate(self._cpu_clock)
+        run = self.workflow_run.run
         while not self._stop.is_set():
             frame = self._slot.get(GET_TIMEOUT_S)
             self._compare_ready()

@@ -8,12 +8,20 @@ reloading the stream ends it (its final report is then gone with it).
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
-from appliance.errors import NoShadowError, ShadowExistsError
+from appliance.errors import (
+    NoRollbackError,
+    NoShadowError,
+    PromotionRefusedError,
+    ShadowExistsError,
+)
 from appliance.policy.files import FilePolicy
+from appliance.runtime.promotion import Previous, PromoteRequest
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.shadow import Shadow, ShadowSpec
 from appliance.runtime.workflows import WorkflowRef
@@ -45,6 +53,7 @@ class Shadows:
         # the runtime: a shadow's compile does not race a reload.
         self.control: threading.RLock | threading.Lock = threading.Lock()
         self._shadows: dict[str, Shadow] = {}
+        self._previous: dict[str, Previous] = {}  # what a promotion replaced, by stream
         self._lock = threading.Lock()
 
     def start(self, stream_id: str, spec: ShadowSpec) -> Shadow:
@@ -55,7 +64,7 @@ class Shadows:
                 raise ShadowExistsError(stream_id)
             where = f"stream {stream_id!r} shadow"
             workflow = self._compile(spec.workflow, f"{where}.workflow", self._files())
-            shadow = Shadow(stream_id, spec, workflow, on_stopped=self._stopped)
+            shadow = Shadow(stream_id, spec, workflow, self._stopped, stream.cpu_clock)
             with self._lock:
                 self._shadows[stream_id] = shadow
             shadow.start()
@@ -83,6 +92,69 @@ class Shadows:
             shadow.stop(timeout)
             return shadow
 
+    def promote(self, stream_id: str, request: PromoteRequest) -> dict[str, Any]:
+        """Switch the stream to its shadow's workflow at a frame boundary, if the gates
+        pass (PromotionRefusedError naming each that fails); the workflow it ran stays
+        leased for `request.rollback_s`."""
+        with self.control:
+            shadow = self.find(stream_id)
+            comparison = shadow.report()["comparison"]
+            if refusals := request.refusals(comparison):
+                raise PromotionRefusedError(stream_id, refusals)
+            stream = self._find(stream_id)
+            stream.shadow = None
+            with self._lock:
+                del self._shadows[stream_id]
+            run = shadow.handover()  # its lease goes to the stream with the switch below
+            previous, applied = self._streams.switch(stream_id, shadow.workflow, run)
+            promoted = shadow.workflow.version
+            self._keep(stream_id, Previous(previous, promoted, _until(request.rollback_s)))
+            if stream_id in self._previous:
+                stream.on_stop(functools.partial(self._forget, stream_id, promoted))
+            return {"stream": stream_id, "workflow": promoted, "previous": previous.version,
+                    "applied": applied, "rollback_s": request.rollback_s,
+                    "comparison": comparison}  # fmt: skip
+
+    def rollback(self, stream_id: str) -> dict[str, Any]:
+        """Switch the stream back to the workflow its last promotion replaced, while that
+        is kept (NoRollbackError otherwise)."""
+        with self.control:
+            self._find(stream_id)
+            with self._lock:
+                kept = self._previous.pop(stream_id, None)
+            if kept is None or kept.expired:
+                if kept is not None:
+                    self._release(kept.workflow)
+                raise NoRollbackError(f"stream {stream_id!r} has no promotion to roll back")
+            current, applied = self._streams.switch(stream_id, kept.workflow)
+            self._release(current)
+            return {"stream": stream_id, "workflow": kept.workflow.version,
+                    "previous": current.version, "applied": applied}  # fmt: skip
+
+    def _keep(self, stream_id: str, previous: Previous) -> None:
+        """Keep a replaced workflow for its rollback window (at once released with none);
+        expired ones go now."""
+        with self._lock:
+            old = self._previous.pop(stream_id, None)
+            expired = [k for k, p in self._previous.items() if p.expired]
+            gone = [self._previous.pop(k).workflow for k in expired]
+            if previous.until > time.monotonic():
+                self._previous[stream_id] = previous
+            else:
+                gone.append(previous.workflow)
+        for workflow in [*gone, *([old.workflow] if old is not None else [])]:
+            self._release(workflow)
+
+    def _forget(self, stream_id: str, promoted: str, _seconds: float) -> bool:
+        """The promoted stream stopped: the workflow kept for its rollback goes."""
+        with self._lock:
+            kept = self._previous.get(stream_id)
+            if kept is None or kept.promoted != promoted:
+                return True
+            del self._previous[stream_id]
+        self._release(kept.workflow)
+        return True
+
     def running(self) -> list[Shadow]:
         """Every shadow now, for the metrics (a snapshot: they start and stop meanwhile)."""
         with self._lock:
@@ -94,3 +166,7 @@ class Shadows:
             if self._shadows.get(shadow.stream_id) is shadow:
                 del self._shadows[shadow.stream_id]
         self._release(shadow.workflow)
+
+
+def _until(seconds: float) -> float:
+    return time.monotonic() + seconds

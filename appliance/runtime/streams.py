@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from appliance.config import StreamConfig
@@ -28,9 +28,11 @@ from appliance.runtime.shadow import Shadow
 from appliance.runtime.video import VideoDemand
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
-from pipelines.types import Detections, FrameResult, iso_utc
+from pipelines.types import Detections, Frame, FrameResult, iso_utc
 
 log = logging.getLogger("appliance.streams")
+RunFn = Callable[[Frame, bool], FrameResult]
+ObserveFn = Callable[[FrameResult], None]
 
 TERMINAL = frozenset({StreamState.STOPPED, StreamState.FAILED})
 _TROUBLE = frozenset({StreamState.FAILED, StreamState.RECONNECTING, StreamState.STALLED})
@@ -57,6 +59,19 @@ class LastError:
     reason: str
     time: float
     frames: int
+
+
+@dataclass(slots=True)
+class Switch:
+    """Another workflow for a running stream (a shadow promoted, or rolled back), applied
+    by its worker between two frames: the frame it takes next runs the new workflow, so
+    none is lost and sequence numbers go on (RunningStreams.switch)."""
+
+    workflow: CompiledWorkflow
+    run: WorkflowRun | None  # the instance to go on with (warm block state), or a new one
+    metrics: StreamMetrics
+    trace: StreamTrace | None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,7 @@ class Stream:
         self.workflow_run: WorkflowRun | None = None  # the worker's, once it started
         # A candidate workflow run on this stream's frames (appliance/runtime/shadows.py).
         self.shadow: Shadow | None = None
+        self._switch: Switch | None = None  # another workflow, from the next frame on
         self._stop_hooks: list[Callable[[float], bool]] = []  # what ends with the stream
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state
@@ -215,8 +231,9 @@ class Stream:
     def _work(self) -> None:
         # This stream's own block state; kept, so a bench can switch its CPU clock.
         self.workflow_run = self.workflow.instantiate(self._cpu_clock)
-        run = self.workflow_run.run
-        publish, observe, trace = self._publish, self.metrics.observe, self._trace
+        run: RunFn = self.workflow_run.run
+        observe: ObserveFn = self.metrics.observe
+        publish, trace = self._publish, self._trace
         if trace is not None:
             trace.bind()
         get, stop, clock = self.slot.get, self._stop, time.perf_counter
@@ -229,6 +246,8 @@ class Stream:
                     break  # the source ended or failed, and its last frame was taken
                 continue
             self._working_since = now = clock()
+            if self._switch is not None:  # at a frame boundary: this frame is the new one's
+                run, observe, trace = self._apply_switch()
             shadow = self.shadow  # replaced whole by the runtime: one read per frame
             sampled = shadow is not None and shadow.offer(frame, now)
             try:
@@ -251,6 +270,28 @@ class Stream:
                 break
         self._working_since = 0.0
         self.done.set()
+
+    @property
+    def cpu_clock(self) -> CpuClock | None:
+        """The clock its blocks' own CPU is read with (None: not read)."""
+        return self._cpu_clock
+
+    def switch(self, switch: Switch) -> None:
+        """Run `switch.workflow` from the next frame the worker takes; `switch.done` is
+        set once it does."""
+        self._switch = switch
+
+    def _apply_switch(self) -> tuple[RunFn, ObserveFn, StreamTrace | None]:
+        """On the worker thread, between frames: the new workflow, its metrics and trace."""
+        switch, self._switch = self._switch, None
+        assert switch is not None
+        self.workflow = switch.workflow
+        self.workflow_run = switch.run or switch.workflow.instantiate(self._cpu_clock)
+        self.metrics, self._trace = switch.metrics, switch.trace
+        if switch.trace is not None:
+            switch.trace.bind()
+        switch.done.set()
+        return self.workflow_run.run, self.metrics.observe, self._trace
 
     def _account(self, result: FrameResult) -> None:
         self.rate.tick(result.done_mono)

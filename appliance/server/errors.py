@@ -22,7 +22,9 @@ from appliance.errors import (
     FileAccessError,
     LimitError,
     NoResultError,
+    NoRollbackError,
     NoShadowError,
+    PromotionRefusedError,
     ReloadError,
     ShadowExistsError,
     StateSaveError,
@@ -120,6 +122,8 @@ _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (StreamExistsError, 409),
     (NoShadowError, 404),
     (ShadowExistsError, 409),
+    (PromotionRefusedError, 409),
+    (NoRollbackError, 404),
     (ReloadError, 409),
     (StateSaveError, 503),  # the change was undone: retry once the folder is fixed
     (UnknownWindowError, 404),

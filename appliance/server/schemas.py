@@ -254,3 +254,19 @@ class ShadowReport(BaseModel):
     failed: int
     last_error: str | None
     comparison: dict[str, Any]
+
+
+class RolledBack(BaseModel):
+    """A stream switched from one workflow version to another."""
+
+    stream: str
+    workflow: str = Field(description="the version it runs now")
+    previous: str = Field(description="the version it ran before")
+    applied: bool = Field(description="false: the switch waits for the stream's next frame")
+
+
+class Promoted(RolledBack):
+    """A shadow promoted: the stream runs the candidate's workflow."""
+
+    rollback_s: float = Field(description="how long `previous` stays ready for a rollback")
+    comparison: dict[str, Any] = Field(description="the shadow's comparison at the switch")

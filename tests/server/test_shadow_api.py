@@ -73,3 +73,32 @@ def test_bad_shadows_are_refused_with_where_and_why(live_server: LiveFactory) ->
     outside = server.call("POST", PATH, json_body={"workflow": "/etc/passwd"})
     assert outside.status == 403
     assert server.call("GET", PATH).status == 404  # nothing was started by any of them
+
+
+def test_promote_and_roll_back_over_the_api(live_server: LiveFactory) -> None:
+    server = live_server(config_doc(demo_stream("cam")))
+    live = server.call("GET", "/v1/streams/cam/latest")
+    assert server.call("POST", PATH, json_body={"workflow": stricter()}).status == 201
+    refused = server.call("POST", PATH + "/promote", json_body={"min_agreement": 0.5,
+                                                                 "min_frames": 100000})  # fmt: skip
+    assert refused.status == 409 and "min_frames" in refused.error["message"]
+    bad = server.call("POST", PATH + "/promote", json_body={"min_agreement": 2})
+    assert bad.status == 422 and "min_agreement" in " ".join(bad.error["details"])
+
+    promoted = server.call("POST", PATH + "/promote", json_body={"rollback_s": 30})
+    assert promoted.status == 200, promoted.body
+    switched = promoted.json()
+    assert switched["applied"] and switched["workflow"] != switched["previous"]
+    assert server.call("GET", PATH).status == 404  # the shadow is the stream now
+    deadline = time.monotonic() + WAIT_S
+    while (
+        server.call("GET", "/v1/streams/cam/latest").json().get("workflow") != switched["workflow"]
+    ):
+        assert time.monotonic() < deadline, "no result of the promoted workflow"
+        time.sleep(0.2)
+
+    back = server.call("POST", PATH + "/rollback")
+    assert back.status == 200 and back.json()["workflow"] == switched["previous"]
+    again = server.call("POST", PATH + "/rollback")
+    assert again.status == 404 and "no promotion to roll back" in again.error["message"]
+    assert live.status in (200, 404)  # the stream answered throughout

@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 
 from appliance.config import parse_config
-from appliance.errors import NoShadowError, ShadowExistsError, UnknownStreamError
+from appliance.errors import (
+    NoRollbackError,
+    NoShadowError,
+    PromotionRefusedError,
+    ShadowExistsError,
+    UnknownStreamError,
+)
 from appliance.models.pool import ModelConflictError
+from appliance.runtime.promotion import PromoteRequest
 from appliance.runtime.runtime import Runtime
 from appliance.runtime.shadow import ShadowSpec
 from pipelines.errors import WorkflowError
@@ -199,3 +206,24 @@ def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> 
         assert len(models) == 2, models  # the candidate's model loaded beside the live one
     finally:
         rt.stop()
+
+
+def test_a_gate_refuses_a_worse_candidate_and_switches_nothing(runtime: Runtime) -> None:
+    live = runtime.streams["cam"].workflow.version
+    runtime.shadows.start("cam", ShadowSpec(workflow=with_confidence(0.85)))
+    try:
+        early = PromoteRequest(min_agreement=0.5, min_frames=100_000)
+        with pytest.raises(PromotionRefusedError, match=r"min_frames: .* the gates need 100000"):
+            runtime.shadows.promote("cam", early)
+        compared(runtime, people=20)
+        strict = PromoteRequest(min_agreement=0.99, max_latency_ratio=100.0, min_frames=5)
+        with pytest.raises(PromotionRefusedError) as info:
+            runtime.shadows.promote("cam", strict)
+        (refusal,) = info.value.refusals  # the latency gate passed
+        assert refusal.startswith("min_agreement: agreement 0.") and "under 0.99" in refusal
+        assert runtime.streams["cam"].workflow.version == live
+        assert runtime.shadows.find("cam").report()["running"]
+    finally:
+        runtime.shadows.stop("cam")
+    with pytest.raises(NoRollbackError, match="no promotion to roll back"):
+        runtime.shadows.rollback("cam")

@@ -9,11 +9,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from appliance.policy.roles import Role
+from appliance.runtime.promotion import PromoteRequest
 from appliance.runtime.shadow import ShadowSpec
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
 from appliance.server.routing import Fanout, Reply, Route
-from appliance.server.schemas import ShadowReport
+from appliance.server.schemas import Promoted, RolledBack, ShadowReport
 
 PATH = "/v1/streams/{id}/shadow"
 
@@ -41,6 +42,23 @@ async def stop_shadow(request: web.Request) -> web.Response:
     rt = runtime_of(request)
     shadow = await in_thread(rt.shadows.stop, request.match_info["id"])
     return web.json_response(shadow.report())
+
+
+async def promote_shadow(request: web.Request) -> web.Response:
+    """Switch the stream to its shadow's workflow at a frame boundary: no frame lost,
+    sequence numbers go on, each result names the workflow version that made it. Gates
+    in the body refuse a candidate that fails them (409 naming each); the workflow it
+    replaces stays ready for `rollback_s`."""
+    gates = await parse_json(request, PromoteRequest)
+    rt = runtime_of(request)
+    return web.json_response(await in_thread(rt.shadows.promote, request.match_info["id"], gates))
+
+
+async def rollback_shadow(request: web.Request) -> web.Response:
+    """Switch the stream back to the workflow its last promotion replaced (within its
+    `rollback_s`), at a frame boundary as a promotion does."""
+    rt = runtime_of(request)
+    return web.json_response(await in_thread(rt.shadows.rollback, request.match_info["id"]))
 
 
 ROUTES = (
@@ -75,6 +93,29 @@ ROUTES = (
         errors=(404,),
         role=Role.OPERATOR,
         audit="shadow.stop",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "POST",
+        PATH + "/promote",
+        promote_shadow,
+        "Promote a stream's shadow",
+        (Reply(200, "switched", Promoted),),
+        errors=(404, 409, 413, 422),
+        body={"application/json": PromoteRequest},
+        role=Role.ADMIN,
+        audit="shadow.promote",
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "POST",
+        PATH + "/rollback",
+        rollback_shadow,
+        "Roll a stream back to the workflow before its promotion",
+        (Reply(200, "switched back", RolledBack),),
+        errors=(404,),
+        role=Role.OPERATOR,
+        audit="shadow.rollback",
         workers=Fanout.OWNER,
     ),
 )
