@@ -165,6 +165,15 @@ class ApplianceClient:
         """Stop a stream and start it again from its config; 404 if unknown."""
         return _parse(StreamStatus, self._json("POST", _stream_path(stream_id) + "/restart"))
 
+    def shadow(
+        self, stream_id: str, action: str = "status", body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A stream's shadow (docs/shadow.md): `start` (body: workflow, every, max_fps),
+        `status`, `stop`, `promote` (body: the gates, rollback_s) or `rollback`."""
+        method, suffix = SHADOW_ACTIONS[action]
+        sent = dict(body or {}) if method == "POST" else None
+        return dict(self._json(method, _stream_path(stream_id) + "/shadow" + suffix, sent))
+
     def run_workflow(
         self,
         image: bytes | Path,
@@ -359,6 +368,15 @@ def _split_userinfo(url: str) -> tuple[str, str | None]:
     pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
     credential = base64.b64encode(pair.encode("utf-8")).decode("ascii")
     return parts._replace(netloc=host).geturl(), credential
+
+
+SHADOW_ACTIONS = {  # action -> (method, path below /v1/streams/{id}/shadow)
+    "start": ("POST", ""),
+    "status": ("GET", ""),
+    "stop": ("DELETE", ""),
+    "promote": ("POST", "/promote"),
+    "rollback": ("POST", "/rollback"),
+}
 
 
 def _stream_path(stream_id: str) -> str:

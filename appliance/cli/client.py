@@ -110,7 +110,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_add(args: argparse.Namespace) -> int:
     try:
         source = _source_arg(args.source)
-        workflow = _workflow_arg(args.workflow)
+        workflow = workflow_arg(args.workflow)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -155,7 +155,7 @@ def _source_arg(text: str) -> str | dict[str, Any]:
     return _local_path(text)
 
 
-def _workflow_arg(text: str) -> str | dict[str, Any]:
+def workflow_arg(text: str) -> str | dict[str, Any]:
     if text.lstrip().startswith("{"):
         return _json_object(text, "--workflow")
     return _local_path(text)

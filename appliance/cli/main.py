@@ -166,10 +166,12 @@ def _add_commands(sub: Any) -> None:
 
     from appliance.cli.access import add_access_commands
     from appliance.cli.client import add_client_commands
+    from appliance.cli.shadow import add_shadow_commands
     from appliance.tools.model_cli import add_model_commands
     from appliance.tools.trace_cli import add_trace_commands
 
     add_client_commands(sub)  # streams list|add|remove|restart, status: over the HTTP API
+    add_shadow_commands(sub)  # shadow start|status|promote|rollback|stop
     add_access_commands(sub)  # whoami, audit
     add_trace_commands(sub)  # trace summarize|diff
     add_model_commands(sub)  # model bench
