@@ -21,6 +21,9 @@ def add_shadow_commands(sub: Any) -> None:
     start.add_argument("--workflow", required=True, help="a workflow file, or inline as JSON")
     start.add_argument("--every", type=int, default=1, help="every Nth frame (default 1)")
     start.add_argument("--max-fps", type=float, help="at most this many frames a second")
+    start.add_argument(
+        "--max-live-cost", type=float, help="the live fps it may cost (default 0.05: 5 %%)"
+    )
     promote = actions.add_parser(
         "promote", parents=[common], help="switch the stream to the candidate, behind gates"
     )
@@ -44,7 +47,8 @@ def cmd_shadow(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {}
     if action == "start":
         body = {"workflow": workflow_arg(args.workflow), "every": args.every}
-        body |= {"max_fps": args.max_fps} if args.max_fps is not None else {}
+        optional = {"max_fps": args.max_fps, "max_live_cost": args.max_live_cost}
+        body |= {k: v for k, v in optional.items() if v is not None}
     elif action == "promote":
         gates = ("min_agreement", "max_latency_ratio", "rollback_s")
         body = {k: getattr(args, k) for k in gates if getattr(args, k) is not None}

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from appliance.policy.masking import mask_url
+from appliance.runtime.budget import Budget
 from appliance.runtime.comparison import DEFAULT_IOU, Comparison
 from appliance.sources.slot import LatestFrame
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
@@ -51,6 +52,9 @@ class ShadowSpec(BaseModel):
     max_fps: Annotated[float, Field(gt=0, le=1_000)] | None = None
     # Detections match when their IoU reaches this (comparison.py).
     iou: Annotated[float, Field(gt=0, le=1)] = DEFAULT_IOU
+    # What it may cost the live streams' processed fps (appliance/runtime/budget.py);
+    # 1: no budget.
+    max_live_cost: Annotated[float, Field(gt=0, le=1)] = 0.05
 
     @model_validator(mode="after")
     def _workflow_named(self) -> ShadowSpec:
@@ -69,7 +73,12 @@ class Shadow:
         workflow: CompiledWorkflow,
         on_stopped: Callable[[Shadow], None] | None = None,
         cpu_clock: CpuClock | None = None,
+        live_frames: Callable[[], int] | None = None,
     ) -> None:
+        # Without a count of the live frames (a test), no budget: it samples as asked.
+        self.budget = (
+            None if live_frames is None else Budget(live_frames, spec.max_live_cost, spec.every)
+        )
         # As the stream reads its blocks' CPU: a promoted candidate goes on with it.
         self._cpu_clock = cpu_clock
         self.stream_id = stream_id
@@ -101,7 +110,11 @@ class Shadow:
         """Called by the live worker with each frame it takes; True when sampled (then
         `live` must be told its result)."""
         self._seen += 1
-        if self._seen % self.spec.every or now - self._last_offer < self._min_gap:
+        budget = self.budget
+        every = self.spec.every if budget is None else budget.every
+        if self._seen % every or now - self._last_offer < self._min_gap:
+            return False
+        if budget is not None and budget.paused:
             return False
         self._last_offer = now
         self.offered += 1
@@ -156,6 +169,7 @@ class Shadow:
             "skipped": self.skipped,
             "failed": self.failed,
             "last_error": self.last_error,
+            "budget": None if self.budget is None else self.budget.report(),
             "comparison": comparison,
         }
 
@@ -175,6 +189,8 @@ class Shadow:
         while not self._stop.is_set():
             frame = self._slot.get(GET_TIMEOUT_S)
             self._compare_ready()
+            if self.budget is not None:
+                self.budget.step()
             if frame is None:
                 continue
             try:

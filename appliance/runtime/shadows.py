@@ -64,7 +64,9 @@ class Shadows:
                 raise ShadowExistsError(stream_id)
             where = f"stream {stream_id!r} shadow"
             workflow = self._compile(spec.workflow, f"{where}.workflow", self._files())
-            shadow = Shadow(stream_id, spec, workflow, self._stopped, stream.cpu_clock)
+            shadow = Shadow(
+                stream_id, spec, workflow, self._stopped, stream.cpu_clock, self._live_frames
+            )
             with self._lock:
                 self._shadows[stream_id] = shadow
             shadow.start()
@@ -154,6 +156,11 @@ class Shadows:
             del self._previous[stream_id]
         self._release(kept.workflow)
         return True
+
+    def _live_frames(self) -> int:
+        """Frames every running stream has processed: the budget's measure of the live
+        work (they share the cores and batchers with every shadow)."""
+        return sum(stream.rate.count for stream in self._streams.running())
 
     def running(self) -> list[Shadow]:
         """Every shadow now, for the metrics (a snapshot: they start and stop meanwhile)."""

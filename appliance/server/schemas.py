@@ -253,6 +253,9 @@ class ShadowReport(BaseModel):
     skipped: int = Field(description="sampled frames replaced before the candidate took them")
     failed: int
     last_error: str | None
+    budget: dict[str, Any] | None = Field(
+        description="what it may cost the live streams, and what it does to hold that"
+    )
     comparison: dict[str, Any]
 
 

@@ -19,7 +19,8 @@ def stricter() -> dict[str, Any]:
 
 def test_a_shadow_is_started_read_and_stopped(live_server: LiveFactory) -> None:
     server = live_server(config_doc(demo_stream("cam")))
-    reply = server.call("POST", PATH, json_body={"workflow": stricter(), "every": 2})
+    body = {"workflow": stricter(), "every": 2, "max_live_cost": 1}  # no budget: as asked
+    reply = server.call("POST", PATH, json_body=body)
     assert reply.status == 201, reply.body
     assert reply.headers["location"] == PATH
     started = reply.json()
@@ -78,7 +79,8 @@ def test_bad_shadows_are_refused_with_where_and_why(live_server: LiveFactory) ->
 def test_promote_and_roll_back_over_the_api(live_server: LiveFactory) -> None:
     server = live_server(config_doc(demo_stream("cam")))
     live = server.call("GET", "/v1/streams/cam/latest")
-    assert server.call("POST", PATH, json_body={"workflow": stricter()}).status == 201
+    body = {"workflow": stricter(), "max_live_cost": 1}  # sampled as asked, however busy
+    assert server.call("POST", PATH, json_body=body).status == 201
     refused = server.call("POST", PATH + "/promote", json_body={"min_agreement": 0.5,
                                                                  "min_frames": 100000})  # fmt: skip
     assert refused.status == 409 and "min_frames" in refused.error["message"]

@@ -31,6 +31,12 @@ WAIT_S = 60.0  # two cores shared with the rest of the suite
 FRAMES = 12  # compared frame pairs a test waits for
 
 
+def spec(**fields: Any) -> ShadowSpec:
+    """A shadow without a budget (`max_live_cost` 1): whatever the suite's load does to the
+    live rate, it samples as asked (tests/shadow/test_budget.py tests the budget)."""
+    return ShadowSpec(**{"max_live_cost": 1.0, **fields})
+
+
 def stream(stream_id: str) -> dict[str, Any]:
     source = {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}
     return {"id": stream_id, "source": source, "workflow": detect_workflow()}
@@ -71,7 +77,7 @@ def with_confidence(confidence: float) -> dict[str, Any]:
 
 
 def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
-    runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+    runtime.shadows.start("cam", spec(workflow=detect_workflow()))
     try:
         report = compared(runtime)
         comparison = report["comparison"]
@@ -85,7 +91,7 @@ def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
 
 def test_a_stricter_threshold_shows_the_detections_it_drops(runtime: Runtime) -> None:
     # Half the clip's people score under 0.85 (the live workflow keeps 0.4 and up).
-    runtime.shadows.start("cam", ShadowSpec(workflow=with_confidence(0.85)))
+    runtime.shadows.start("cam", spec(workflow=with_confidence(0.85)))
     try:
         report = compared(runtime, people=20)["comparison"]
         assert report["missed"] > 0 and report["extra"] == 0
@@ -109,7 +115,7 @@ def test_shadow_results_never_reach_the_streams_outputs(runtime: Runtime) -> Non
             seen.append(result)
 
     unsubscribe = runtime.subscribe(keep, "cam")
-    runtime.shadows.start("cam", ShadowSpec(workflow=candidate))
+    runtime.shadows.start("cam", spec(workflow=candidate))
     try:
         deadline = time.monotonic() + WAIT_S
         while runtime.shadows.find("cam").ran < FRAMES and time.monotonic() < deadline:
@@ -125,34 +131,41 @@ def test_shadow_results_never_reach_the_streams_outputs(runtime: Runtime) -> Non
 
 
 def test_sampling_every_third_frame(runtime: Runtime) -> None:
-    shadow = runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow(), every=3))
+    shadow = runtime.shadows.start("cam", spec(workflow=detect_workflow(), every=3))
     try:
-        seen_before = runtime.streams["cam"].rate.count
-        report = compared(runtime, 6, people=0)
-        live = runtime.streams["cam"].rate.count - seen_before
-        # Every third live frame was offered (the first offers may straddle the start).
-        assert abs(report["offered"] - live / 3) <= 2, (report["offered"], live)
+        # The budget's first period measures the live rate without the shadow.
+        deadline = time.monotonic() + WAIT_S
+        while shadow.report()["budget"]["measuring_baseline"]:
+            assert time.monotonic() < deadline, "the budget's baseline"
+            time.sleep(0.1)
+        offered, seen = shadow.offered, runtime.streams["cam"].rate.count
+        while runtime.streams["cam"].rate.count < seen + 30:
+            assert time.monotonic() < deadline, "30 live frames"
+            time.sleep(0.1)
+        live = runtime.streams["cam"].rate.count - seen
+        # Every third live frame was offered (the first and last may straddle the reads).
+        assert abs(shadow.offered - offered - live / 3) <= 2, (shadow.offered - offered, live)
     finally:
         runtime.shadows.stop("cam")
     assert not shadow.report()["running"]
 
 
 def test_one_shadow_at_a_time_and_clear_errors(runtime: Runtime) -> None:
-    runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+    runtime.shadows.start("cam", spec(workflow=detect_workflow()))
     try:
         with pytest.raises(ShadowExistsError, match="runs a shadow already"):
-            runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+            runtime.shadows.start("cam", spec(workflow=detect_workflow()))
     finally:
         final = runtime.shadows.stop("cam")
     assert final.report()["stopped"] is not None
     with pytest.raises(NoShadowError, match="runs no shadow"):
         runtime.shadows.find("cam")
     with pytest.raises(UnknownStreamError):
-        runtime.shadows.start("nope", ShadowSpec(workflow=detect_workflow()))
+        runtime.shadows.start("nope", spec(workflow=detect_workflow()))
     broken = {"name": "broken", "blocks": [{"id": "x", "type": "detect", "model": "missing"}],
               "outputs": {"x": "x"}}  # fmt: skip
     with pytest.raises(WorkflowError) as info:
-        runtime.shadows.start("cam", ShadowSpec(workflow=broken))
+        runtime.shadows.start("cam", spec(workflow=broken))
     assert "stream 'cam' shadow.workflow" in str(info.value) and "missing" in str(info.value)
     with pytest.raises(NoShadowError):  # nothing was left behind
         runtime.shadows.find("cam")
@@ -163,7 +176,7 @@ def test_removing_the_stream_ends_its_shadow(tmp_path: Path) -> None:
     rt = Runtime(parse_config(doc, tmp_path))
     rt.start()
     try:
-        shadow = rt.shadows.start("cam", ShadowSpec(workflow=detect_workflow()))
+        shadow = rt.shadows.start("cam", spec(workflow=detect_workflow()))
         rt.remove_stream("cam")
         assert not shadow.report()["running"] and shadow.stopped is not None
         assert rt.workflows  # the runtime goes on
@@ -194,9 +207,9 @@ def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> 
     try:
         # The same id declared differently is refused, naming both places...
         with pytest.raises(ModelConflictError, match="already declared differently"):
-            rt.shadows.start("cam", ShadowSpec(workflow=faces_workflow([320, 192])))
+            rt.shadows.start("cam", spec(workflow=faces_workflow([320, 192])))
         # ...and under an id of its own, the changed model loads beside the live one.
-        rt.shadows.start("cam", ShadowSpec(workflow=faces_workflow([320, 192], "faces_small")))
+        rt.shadows.start("cam", spec(workflow=faces_workflow([320, 192], "faces_small")))
         report = compared(rt, frames=8, people=3)["comparison"]
         latency = report["latency_ms"]
         assert all(latency[k] is not None and latency[k] > 0 for k in latency), latency
@@ -210,7 +223,7 @@ def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> 
 
 def test_a_gate_refuses_a_worse_candidate_and_switches_nothing(runtime: Runtime) -> None:
     live = runtime.streams["cam"].workflow.version
-    runtime.shadows.start("cam", ShadowSpec(workflow=with_confidence(0.85)))
+    runtime.shadows.start("cam", spec(workflow=with_confidence(0.85)))
     try:
         early = PromoteRequest(min_agreement=0.5, min_frames=100_000)
         with pytest.raises(PromotionRefusedError, match=r"min_frames: .* the gates need 100000"):

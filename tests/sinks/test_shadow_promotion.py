@@ -68,7 +68,7 @@ def test_a_promotion_and_a_rollback_lose_no_frame_on_either_sink(
         rt.start()
         try:
             live = rt.streams["cam"].workflow.version
-            rt.shadows.start("cam", ShadowSpec(workflow=candidate()))
+            rt.shadows.start("cam", ShadowSpec(workflow=candidate(), max_live_cost=1.0))
             wait(lambda: rt.shadows.find("cam").report()["comparison"]["frames"] >= 5, "pairs")
             promoted = rt.shadows.promote("cam", PromoteRequest(rollback_s=60))
             assert (promoted["previous"], promoted["applied"]) == (live, True)

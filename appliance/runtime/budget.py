@@ -1,0 +1,99 @@
+"""A shadow's budget: what it may cost the live streams, held by its own sampling rate.
+
+The shadow shares the cores (and the models' batchers) with the live streams. On a
+machine with room to spare it costs them nothing; on a saturated one, every frame it
+runs is CPU the live workflows do not get. So the shadow measures the live streams'
+processed frames per second itself, with and without its own work: for one period it
+samples nothing (the baseline), then it samples and compares. When the live rate falls
+more than `max_live_cost` below the baseline it halves its sampling rate (twice the
+`every`); when the cost is under half the budget it doubles it again, never above the
+rate asked for (additive-increase/multiplicative-decrease's shape, in powers of two).
+The baseline is measured again every `rebase_periods`, so a machine that changed speed
+meanwhile is not taken for the shadow's cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("appliance.shadow")
+
+PERIOD_S = 2.0  # one measurement: about 30 frames of a 15 fps camera
+REBASE_PERIODS = 15  # a new baseline every 30 s
+MAX_EVERY = 256  # the sparsest sampling it backs off to
+
+
+class Budget:
+    """Driven by the shadow's thread (`step`); read by the live worker (`paused`, `every`)."""
+
+    def __init__(
+        self,
+        live_frames: Callable[[], int],
+        max_cost: float,
+        every: int,
+        period_s: float = PERIOD_S,
+        rebase_periods: int = REBASE_PERIODS,
+        start: float | None = None,
+    ) -> None:
+        self._live_frames = live_frames  # frames every live stream processed so far
+        self.max_cost = max_cost
+        self.requested = every
+        self.every = every  # what the shadow samples now
+        self.paused = True  # measuring the baseline: nothing sampled
+        self.baseline_fps: float | None = None
+        self.live_fps: float | None = None
+        self.cost: float | None = None  # 1 - live fps / baseline, at the last period
+        self.throttled = False
+        self._period_s = period_s
+        self._rebase = rebase_periods
+        self._periods = 0
+        self._mark = (time.monotonic() if start is None else start, live_frames())
+
+    def step(self, now: float | None = None) -> None:
+        """Close a period once it has lasted `period_s` (call often: it is cheap)."""
+        now = time.monotonic() if now is None else now
+        start, frames = self._mark
+        if now - start < self._period_s:
+            return
+        count = self._live_frames()
+        fps = (count - frames) / (now - start)
+        self._mark = (now, count)
+        if self.paused:
+            self.baseline_fps, self.paused = fps, False
+            return
+        self.live_fps, self._periods = fps, self._periods + 1
+        if self.baseline_fps:
+            self.cost = max(0.0, 1.0 - fps / self.baseline_fps)
+            self._adjust(self.cost)
+        if self._periods % self._rebase == 0:
+            self.paused = True  # the next period measures the baseline again
+
+    def _adjust(self, cost: float) -> None:
+        before = self.every
+        if cost > self.max_cost:
+            self.every = min(self.every * 2, MAX_EVERY)
+        elif cost < self.max_cost / 2 and self.every > self.requested:
+            self.every = max(self.requested, self.every // 2)
+        throttled = self.every > self.requested
+        if self.every != before:
+            log.info("shadow sampling: every %d frames (live cost %.1f %%, budget %.1f %%)",
+                     self.every, cost * 100, self.max_cost * 100)  # fmt: skip
+        self.throttled = throttled
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "max_live_cost": self.max_cost,
+            "every": self.every,
+            "throttled": self.throttled,
+            "measuring_baseline": self.paused,
+            "baseline_fps": _round(self.baseline_fps),
+            "live_fps": _round(self.live_fps),
+            "live_cost": _round(self.cost),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
