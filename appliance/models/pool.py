@@ -66,6 +66,14 @@ class _Loaded:
     open_model: Callable[[ModelSpec], LoadedModel]  # the file again, other options
     users: int = 0
     pinned: bool = False
+    # Of `users`, the leases that submit now and then (a shadow's sampled frames): the
+    # batcher does not wait for them (set_occasional).
+    occasional: int = 0
+
+    def producers(self) -> int:
+        """The leases the batcher waits for: every user but the occasional ones (at least
+        one while it has users, so a model only a shadow runs still runs inline)."""
+        return max(min(self.users, 1), self.users - self.occasional)
 
 
 class ModelPool:
@@ -158,6 +166,18 @@ class ModelPool:
                 self._take(model_id, pin=False)
             return True
 
+    def set_occasional(self, batchers: Iterable[ModelBatcher], delta: int) -> None:
+        """Mark leases of these batchers as occasional (+1) or not any more (-1): a
+        shadow's, which samples some of a stream's frames. Counted as producers, it would
+        make every batch wait out `max_queue_delay_ms` for a sample that seldom comes,
+        and a lone stream's runs leave its thread for the batcher's."""
+        with self._lock:
+            for batcher in batchers:
+                entry = self._loaded.get(batcher)
+                if entry is not None:
+                    entry.occasional = max(0, entry.occasional + delta)
+                    batcher.set_producers(entry.producers())
+
     def release(self, batchers: Iterable[ModelBatcher]) -> None:
         """End one lease of each batcher: an unleased current model becomes idle (the
         oldest idle released), an unleased replaced one is released."""
@@ -169,7 +189,7 @@ class ModelPool:
                     continue  # released already: nothing leased it any more
                 if entry.users > 0:
                     entry.users -= 1
-                    batcher.set_producers(entry.users)
+                    batcher.set_producers(entry.producers())
                 if entry.users > 0:
                     continue
                 if self._current.get(entry.model_id) is entry:
@@ -330,7 +350,7 @@ class ModelPool:
             entry.users += 1
             # Each lease is a stream or a request that may submit: the batcher stops
             # waiting for company once all of them wait (batcher.py).
-            entry.batcher.set_producers(entry.users)
+            entry.batcher.set_producers(entry.producers())
         self._idle.pop(model_id, None)
 
     def _make_room(self, where: str) -> list[ModelBatcher]:

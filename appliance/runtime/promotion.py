@@ -4,6 +4,7 @@ rollback (appliance/runtime/shadows.py does the switching)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -49,6 +50,7 @@ class Previous:
     workflow: CompiledWorkflow
     promoted: str  # the version that replaced it
     until: float
+    unhook: Callable[[], None]  # removes the stream's hook that lets it go with the stream
 
     @property
     def expired(self) -> bool:

@@ -28,7 +28,8 @@ from appliance.policy.hosts import SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.profiling.tracer import Tracer
 from appliance.runtime.outputs import Outputs
-from appliance.runtime.streams import Stream, Switch
+from appliance.runtime.streamparts import Switch
+from appliance.runtime.streams import Stream
 from appliance.runtime.video import VideoDemands
 from appliance.sources.config import SourceTuning
 from appliance.watch.watch import Watch

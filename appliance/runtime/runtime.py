@@ -155,6 +155,7 @@ class Runtime:
         files = lambda: self.request_files  # noqa: E731
         self.shadows = Shadows(self.streams, self.compile_workflow, self.release_workflow, files)
         self.shadows.control = self._control
+        self.shadows.occasional = lambda w, d: self.pool.set_occasional(self.workflows.bound(w), d)
         self.metrics.registry.register(
             ShadowCollector(lambda: [s.report(interval=False) for s in self.shadows.running()])
         )

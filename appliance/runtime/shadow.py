@@ -87,6 +87,8 @@ class Shadow:
         self.workflow = workflow
         self.started = time.time()
         self.stopped: float | None = None
+        # Removes the stream's hook that stops this shadow with it (set by its owner).
+        self.unhook: Callable[[], None] = lambda: None
         self.workflow_run: WorkflowRun | None = None  # the shadow thread's, once started
         self.comparison = Comparison(iou=spec.iou)
         self.offered = 0  # frames sampled and put in the slot
@@ -138,6 +140,7 @@ class Shadow:
             first, on_stopped, self._on_stopped = not self._stop.is_set(), self._on_stopped, None
             self._stop.set()
         self._slot.close()
+        self.unhook()  # nothing to stop with the stream any more
         if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         self.stopped = time.time() if first else self.stopped

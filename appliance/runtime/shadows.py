@@ -49,6 +49,9 @@ class Shadows:
         self._compile = compile_workflow
         self._release = release
         self._files = files  # the API's file policy, as it is now (a reload replaces it)
+        # Marks a workflow's model leases occasional (+1) or not (-1): the batchers do not
+        # wait for a shadow's samples (ModelPool.set_occasional). Set by the runtime.
+        self.occasional: Callable[[CompiledWorkflow, int], None] = lambda _w, _d: None
         # The runtime's one-change-at-a-time lock (appliance/runtime/control.py), set by
         # the runtime: a shadow's compile does not race a reload.
         self.control: threading.RLock | threading.Lock = threading.Lock()
@@ -64,6 +67,7 @@ class Shadows:
                 raise ShadowExistsError(stream_id)
             where = f"stream {stream_id!r} shadow"
             workflow = self._compile(spec.workflow, f"{where}.workflow", self._files())
+            self.occasional(workflow, 1)
             shadow = Shadow(
                 stream_id, spec, workflow, self._stopped, stream.cpu_clock, self._live_frames
             )
@@ -71,7 +75,7 @@ class Shadows:
                 self._shadows[stream_id] = shadow
             shadow.start()
             stream.shadow = shadow  # the live worker offers from its next frame on
-            stream.on_stop(shadow.stop)
+            shadow.unhook = stream.on_stop(shadow.stop)
             return shadow
 
     def find(self, stream_id: str) -> Shadow:
@@ -108,11 +112,12 @@ class Shadows:
             with self._lock:
                 del self._shadows[stream_id]
             run = shadow.handover()  # its lease goes to the stream with the switch below
+            self.occasional(shadow.workflow, -1)  # a stream's lease now: waited for
             previous, applied = self._streams.switch(stream_id, shadow.workflow, run)
             promoted = shadow.workflow.version
-            self._keep(stream_id, Previous(previous, promoted, _until(request.rollback_s)))
-            if stream_id in self._previous:
-                stream.on_stop(functools.partial(self._forget, stream_id, promoted))
+            forget = functools.partial(self._forget, stream_id, promoted)
+            kept = Previous(previous, promoted, _until(request.rollback_s), stream.on_stop(forget))
+            self._keep(stream_id, kept)
             return {"stream": stream_id, "workflow": promoted, "previous": previous.version,
                     "applied": applied, "rollback_s": request.rollback_s,
                     "comparison": comparison}  # fmt: skip
@@ -124,6 +129,8 @@ class Shadows:
             self._find(stream_id)
             with self._lock:
                 kept = self._previous.pop(stream_id, None)
+            if kept is not None:
+                kept.unhook()
             if kept is None or kept.expired:
                 if kept is not None:
                     self._release(kept.workflow)
@@ -139,13 +146,14 @@ class Shadows:
         with self._lock:
             old = self._previous.pop(stream_id, None)
             expired = [k for k, p in self._previous.items() if p.expired]
-            gone = [self._previous.pop(k).workflow for k in expired]
+            gone = [self._previous.pop(k) for k in expired] + ([old] if old is not None else [])
             if previous.until > time.monotonic():
                 self._previous[stream_id] = previous
             else:
-                gone.append(previous.workflow)
-        for workflow in [*gone, *([old.workflow] if old is not None else [])]:
-            self._release(workflow)
+                gone.append(previous)
+        for each in gone:
+            each.unhook()
+            self._release(each.workflow)
 
     def _forget(self, stream_id: str, promoted: str, _seconds: float) -> bool:
         """The promoted stream stopped: the workflow kept for its rollback goes."""
@@ -172,6 +180,7 @@ class Shadows:
         with self._lock:
             if self._shadows.get(shadow.stream_id) is shadow:
                 del self._shadows[shadow.stream_id]
+        self.occasional(shadow.workflow, -1)
         self._release(shadow.workflow)
 
 

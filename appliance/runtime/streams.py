@@ -9,22 +9,24 @@ supervisor (appliance/runtime/supervisor.py) reads to find a stream that stopped
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from appliance.config import StreamConfig
-from appliance.observe import status
 from appliance.observe.metrics import StreamMetrics
 from appliance.observe.stats import LatencyWindow, RateMeter
-from appliance.observe.status import Latency, StateName, StreamStatus
+from appliance.observe.status import Latency, StreamStatus
 from appliance.policy.hosts import ANY_HOST, SourceHosts
 from appliance.profiling.hooks import StreamTrace
 from appliance.runtime.shadow import Shadow
+from appliance.runtime.streamparts import Heartbeat, LastError, Switch, Transition, state_name
 from appliance.runtime.video import VideoDemand
 from appliance.sources import Grabber, StreamState, mask_url, slot_for
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
@@ -37,53 +39,6 @@ ObserveFn = Callable[[FrameResult], None]
 TERMINAL = frozenset({StreamState.STOPPED, StreamState.FAILED})
 _TROUBLE = frozenset({StreamState.FAILED, StreamState.RECONNECTING, StreamState.STALLED})
 GET_TIMEOUT_S = 0.25  # how often an idle worker re-checks its stop flag
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One state change: wall-clock time (s), new state, why."""
-
-    time: float
-    state: StreamState
-    reason: str
-
-    def to_status(self) -> status.Transition:
-        return status.Transition(self.time, state_name(self.state), self.reason, iso_utc(self.time))
-
-
-@dataclass(frozen=True, slots=True)
-class LastError:
-    """The stream's latest error: why (credentials masked), when (wall clock, s), and how
-    many frames the stream had processed then: a frame processed since clears it."""
-
-    reason: str
-    time: float
-    frames: int
-
-
-@dataclass(slots=True)
-class Switch:
-    """Another workflow for a running stream (a shadow promoted, or rolled back), applied
-    by its worker between two frames: the frame it takes next runs the new workflow, so
-    none is lost and sequence numbers go on (RunningStreams.switch)."""
-
-    workflow: CompiledWorkflow
-    run: WorkflowRun | None  # the instance to go on with (warm block state), or a new one
-    metrics: StreamMetrics
-    trace: StreamTrace | None
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """What the supervisor reads of a stream. Times are time.perf_counter() seconds,
-    0.0 while idle (waiting for a frame, pacing, reconnecting)."""
-
-    working_since: float  # the worker's current frame began
-    reading_since: float  # the grabber's current read began
-    worker: int | None  # the worker thread's ident, to name the block it is stuck in
-    worker_died: bool  # it ended without finishing (an exception outside the workflow)
-    started: float  # when the stream started
 
 
 class Stream:
@@ -114,7 +69,9 @@ class Stream:
         # A candidate workflow run on this stream's frames (appliance/runtime/shadows.py).
         self.shadow: Shadow | None = None
         self._switch: Switch | None = None  # another workflow, from the next frame on
-        self._stop_hooks: list[Callable[[float], bool]] = []  # what ends with the stream
+        # What ends with the stream (its shadow), by a number each: removed when it ends first.
+        self._stop_hooks: dict[int, Callable[[float], bool]] = {}
+        self._hook_ids = itertools.count()
         # Told (stream id, state, reason) on each change: the outputs publish it (MQTT).
         self._state_hook = on_state
         self._trace = trace  # the profiler's per-frame hook, on this worker thread
@@ -177,16 +134,22 @@ class Stream:
         stalled = self._state == StreamState.STALLED
         self._worker.join(0.0 if stalled else max(0.0, deadline - time.monotonic()))
         worker_ended = not self._worker.is_alive()
-        for hook in self._stop_hooks:
+        for hook in list(self._stop_hooks.values()):  # a hook may remove itself
             hook(max(0.1, deadline - time.monotonic()))
         self.metrics.up.set(0)
         if not grabbed or not (worker_ended or stalled):  # stalled: the supervisor says so
             log.warning("stream %s: threads did not end within %.1f s", self.id, timeout)
         return grabbed and worker_ended
 
-    def on_stop(self, hook: Callable[[float], bool]) -> None:
-        """`hook(seconds left)` is called when the stream stops (its shadow's stop)."""
-        self._stop_hooks.append(hook)
+    def on_stop(self, hook: Callable[[float], bool]) -> Callable[[], None]:
+        """`hook(seconds left)` is called when the stream stops (its shadow's stop); the
+        returned function removes it (what ends before the stream must not stay)."""
+        key = next(self._hook_ids)
+        self._stop_hooks[key] = hook
+        return functools.partial(self._remove_hook, key)
+
+    def _remove_hook(self, key: int) -> None:
+        self._stop_hooks.pop(key, None)
 
     @property
     def last_error(self) -> str | None:
@@ -401,11 +364,6 @@ class Stream:
             decoder=grabber.decoder,
             decoder_problem=grabber.decoder_problem,
         )
-
-
-def state_name(state: StreamState) -> StateName:
-    """The state's wire name (StateName lists StreamState's values; a test keeps them so)."""
-    return state.value
 
 
 def _round(value: float | None) -> float | None:

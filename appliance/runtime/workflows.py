@@ -95,6 +95,15 @@ class WorkflowCache:
                 self._entries.popitem(last=False)
         return compiled
 
+    def bound(self, workflow: CompiledWorkflow) -> list[ModelBatcher]:
+        """The batchers a compilation handed out here runs (its models' now, otherwise)."""
+        with self._lock:
+            bound = self._bindings.get(workflow)
+        if bound is None:
+            handles = self._pool.handles
+            return [handles[m] for m in workflow.models if m in handles]
+        return list(bound.values())
+
     def release(self, workflow: CompiledWorkflow) -> None:
         """End the lease `compile` gave on the workflow's models: on the batchers it was
         bound to, even where a model was replaced since."""

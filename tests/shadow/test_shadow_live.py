@@ -19,6 +19,7 @@ from appliance.errors import (
     ShadowExistsError,
     UnknownStreamError,
 )
+from appliance.models import BatchRecord
 from appliance.models.pool import ModelConflictError
 from appliance.runtime.promotion import PromoteRequest
 from appliance.runtime.runtime import Runtime
@@ -240,3 +241,30 @@ def test_a_gate_refuses_a_worse_candidate_and_switches_nothing(runtime: Runtime)
         runtime.shadows.stop("cam")
     with pytest.raises(NoRollbackError, match="no promotion to roll back"):
         runtime.shadows.rollback("cam")
+
+
+def test_a_shadow_is_not_waited_for_by_the_batcher(runtime: Runtime) -> None:
+    """The shadow's model lease is occasional: the lone live stream's runs stay inline on
+    its own thread (a producer the batcher waited for would move them to its thread and
+    make each wait out `max_queue_delay_ms`), and so do the shadow's."""
+    records: list[BatchRecord] = []
+    observed = runtime.profiler.on_batch
+
+    def keep(record: BatchRecord) -> None:
+        records.append(record)
+        observed(record)
+
+    runtime.profiler.on_batch = keep  # type: ignore[method-assign]
+    try:
+        runtime.shadows.start("cam", spec(workflow=with_confidence(0.5)))
+        compared(runtime, frames=10, people=0)
+        runtime.shadows.stop("cam")
+    finally:
+        runtime.profiler.on_batch = observed  # type: ignore[method-assign]
+    assert len(records) >= 20  # the live frames' runs and the shadow's
+    # A submit that would wait for the other thread's run queues instead (batcher.py):
+    # the shadow submits the same frame as the live worker, so up to half go through the
+    # batcher's thread. Counted as a producer, none would run inline (0 of 43 in a run
+    # with the shadow's lease counted).
+    inline = sum(r.inline for r in records)
+    assert inline >= 0.25 * len(records), (inline, len(records))
