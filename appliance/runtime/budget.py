@@ -6,8 +6,9 @@ runs is CPU the live workflows do not get. So the shadow measures the live strea
 processed frames per second itself, with and without its own work: for one period it
 samples nothing (the baseline), then it samples and compares. When the live rate falls
 more than `max_live_cost` below the baseline it halves its sampling rate (twice the
-`every`); when the cost is under half the budget it doubles it again, never above the
-rate asked for (additive-increase/multiplicative-decrease's shape, in powers of two).
+`every`) at once; after three periods in a row under half the budget it doubles it
+again, never above the rate asked for (quick to back off, slow to come back: the shape
+of TCP's congestion control, in powers of two).
 The baseline is measured again every `rebase_periods`, so a machine that changed speed
 meanwhile is not taken for the shadow's cost.
 """
@@ -24,6 +25,7 @@ log = logging.getLogger("appliance.shadow")
 PERIOD_S = 2.0  # one measurement: about 30 frames of a 15 fps camera
 REBASE_PERIODS = 15  # a new baseline every 30 s
 MAX_EVERY = 256  # the sparsest sampling it backs off to
+CALM_PERIODS = 3  # quiet periods in a row before it samples more again (6 s)
 
 
 class Budget:
@@ -50,6 +52,7 @@ class Budget:
         self._period_s = period_s
         self._rebase = rebase_periods
         self._periods = 0
+        self._calm = 0  # periods in a row under half the budget
         self._mark = (time.monotonic() if start is None else start, live_frames())
 
     def step(self, now: float | None = None) -> None:
@@ -74,9 +77,16 @@ class Budget:
     def _adjust(self, cost: float) -> None:
         before = self.every
         if cost > self.max_cost:
-            self.every = min(self.every * 2, MAX_EVERY)
-        elif cost < self.max_cost / 2 and self.every > self.requested:
-            self.every = max(self.requested, self.every // 2)
+            self.every, self._calm = min(self.every * 2, MAX_EVERY), 0
+        elif cost < self.max_cost / 2:
+            # Back up only after CALM_PERIODS in a row under half the budget: one quiet
+            # period is as often the machine's noise as room to spare, and backing up
+            # too soon makes the rate swing about the budget instead of staying under it.
+            self._calm += 1
+            if self._calm >= CALM_PERIODS and self.every > self.requested:
+                self.every, self._calm = max(self.requested, self.every // 2), 0
+        else:
+            self._calm = 0
         throttled = self.every > self.requested
         if self.every != before:
             log.info("shadow sampling: every %d frames (live cost %.1f %%, budget %.1f %%)",

@@ -37,9 +37,20 @@ def test_it_backs_off_while_the_live_rate_suffers_and_comes_back() -> None:
     # 10 % fewer live frames: over the 5 % budget, the sampling halves each period.
     assert run(budget, live, 27.0, 3, t) == [2, 4, 8]
     assert budget.throttled and budget.cost is not None and round(budget.cost, 3) == 0.1
-    # Under half the budget: it doubles back, never past the rate asked for.
-    assert run(budget, live, 29.7, 5, t) == [4, 2, 1, 1, 1]
+    # Under half the budget three periods in a row: it doubles back, never past the rate
+    # asked for.
+    assert run(budget, live, 29.7, 10, t) == [8, 8, 4, 4, 4, 2, 2, 2, 1, 1]
     assert not budget.throttled
+
+
+def test_a_period_not_quiet_enough_restarts_the_count() -> None:
+    live, t = Live(), [0.0]
+    budget = Budget(live, max_cost=0.05, every=1, period_s=2.0, rebase_periods=100, start=t[0])
+    run(budget, live, 30.0, 1, t)  # the baseline
+    assert run(budget, live, 27.0, 2, t) == [2, 4]
+    assert run(budget, live, 29.7, 2, t) == [4, 4]
+    assert run(budget, live, 29.0, 1, t) == [4]  # cost 3.3 %: within 5 %, not under 2.5 %
+    assert run(budget, live, 29.7, 3, t) == [4, 4, 2]
 
 
 def test_a_shadow_that_costs_nothing_keeps_its_rate() -> None:
