@@ -9,17 +9,17 @@ rotated order (bench/_compare.py), each arm's window between two windows without
 shadow, so that the machine's fast and slow spells, which last minutes, fall on a window
 and its neighbours alike:
 - `none`: no shadow;
-- `1/4`, `1/2`: a shadow on the first stream, the same workflow at another score
+- `every4`, `every2`: a shadow on the first stream, the same workflow at another score
   threshold (a new candidate), sampling every 4th / 2nd frame, no budget
   (`max_live_cost: 1`);
-- `1/1+budget`: the same shadow on every frame, with the default budget (5 %: it backs
+- `every1_budget`: the same shadow on every frame, with the default budget (5 %: it backs
   off while the live streams lose more; appliance/runtime/budget.py).
 After a change of arm and time to settle (longer for the budget: its baseline period and
 its backing off), over a window: the live streams' processed frames per second (summed)
 and the p99 of their results' frame age. Per round, each arm's figure ÷ the mean of its
 two neighbours' without a shadow; the figure is the median of the rounds' ratios with
-its bootstrap 95 % interval. Targets: the fps ratio's lower bound >= 0.95 at 1/4, and at
-1/1 with the budget.
+its bootstrap 95 % interval. Targets: the fps ratio's lower bound >= 0.95 at `every4`, and
+at `every1_budget`.
 
 Promotion gap: one stream played `pace: fast` (every frame is processed), PROMOTIONS
 shadows in a row, each started and, half a second later, promoted (no gates, no rollback
@@ -54,8 +54,9 @@ CLIP = ROOT / "configs" / "media" / "demo.mp4"
 WORKFLOW = ROOT / "configs" / "workflows" / "people_counter.yaml"
 STREAMS = 4
 CAMERA_FPS = 30  # four of them ask twice what the two cores process: saturated
-ARMS = {"none": None, "1/4": (4, 1.0), "1/2": (2, 1.0), "1/1+budget": (1, 0.05)}
-JUDGED = ("1/4", "1/1+budget")
+# Arm -> (every, max_live_cost); names that a docs link can hold (no `/`).
+ARMS = {"none": None, "every4": (4, 1.0), "every2": (2, 1.0), "every1_budget": (1, 0.05)}
+JUDGED = ("every4", "every1_budget")
 TARGET = 0.95
 
 
