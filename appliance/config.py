@@ -27,6 +27,7 @@ from appliance.models.tuned import ModelTuning
 from appliance.policy.hosts import SourceHosts
 from appliance.policy.limits import LimitsConfig
 from appliance.profiling.config import ProfilingConfig
+from appliance.runtime.shadow import ShadowSpec
 from appliance.server.config import ServerConfig
 from appliance.server.webrtc.config import WebRtcConfig
 from appliance.sources.config import SourceConfig, SourceTuning
@@ -77,6 +78,8 @@ class StreamConfig(Strict):
     # on_demand: annotation and blur run only while someone reads the video (a viewer,
     # the JPEG/MJPEG routes, a recording, MQTT snapshots); always: on every frame.
     draw: Literal["on_demand", "always"] = "on_demand"
+    # A candidate workflow run on this stream's frames from its start (docs/shadow.md).
+    shadow: ShadowSpec | None = None
 
     @field_validator("outputs", mode="before")
     @classmethod

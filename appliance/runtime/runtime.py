@@ -213,6 +213,8 @@ class Runtime:
                 with problems.check():
                     workflow = self.compile_stream_workflow(s, f"streams[{i}]", unavailable=failed)
                     prepared.append((s, workflow))
+                with problems.check():  # its shadow's candidate too, named with the stream
+                    self.shadows.check(s, self.files)
             problems.raise_any()
             return prepared
         except BaseException:
@@ -232,7 +234,7 @@ class Runtime:
         prepared = self.prepare(skip=restore.skip)
         self.outputs.start()  # before the streams: their first results have somewhere to go
         for cfg, workflow in prepared:
-            self.streams.start(cfg, workflow)
+            self.shadows.declared(self.streams.start(cfg, workflow), self.files)
         restore.start_each(lambda cfg: self._start_stream(cfg, True), str(self.state.path))
         self.profiler.start()
         self.watch.changed("start", "the appliance started")
@@ -307,10 +309,11 @@ class Runtime:
         workflow = self.compile_stream_workflow(cfg, f"stream {cfg.id!r}", files)
         try:
             files.check_source(cfg.source, f"stream {cfg.id!r}")
+            self.shadows.check(cfg, files)
         except BaseException:
             self.release_workflow(workflow)
             raise
-        stream = self.streams.start(cfg, workflow)
+        stream = self.shadows.declared(self.streams.start(cfg, workflow), files)
         if requested:
             self._requested.add(cfg.id)
         return stream
@@ -343,7 +346,7 @@ class Runtime:
         workflow = self.compile_stream_workflow(cfg, f"stream {stream_id!r}", files)
         self.streams.stop(stream_id)
         self.watch.changed("restart", f"stream {stream_id!r} restarted")
-        return self.streams.start(cfg, workflow)
+        return self.shadows.declared(self.streams.start(cfg, workflow), files)
 
     @one_change_at_a_time
     def reload(self, dry_run: bool = False) -> ReloadPlan:

@@ -9,11 +9,13 @@ reloading the stream ends it (its final report is then gone with it).
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from appliance.config import StreamConfig
 from appliance.errors import (
     NoRollbackError,
     NoShadowError,
@@ -24,8 +26,11 @@ from appliance.policy.files import FilePolicy
 from appliance.runtime.promotion import Previous, PromoteRequest
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.shadow import Shadow, ShadowSpec
+from appliance.runtime.streams import Stream
 from appliance.runtime.workflows import WorkflowRef
 from pipelines.executor import CompiledWorkflow
+
+log = logging.getLogger("appliance.shadow")
 
 
 class Compile(Protocol):
@@ -59,14 +64,16 @@ class Shadows:
         self._previous: dict[str, Previous] = {}  # what a promotion replaced, by stream
         self._lock = threading.Lock()
 
-    def start(self, stream_id: str, spec: ShadowSpec) -> Shadow:
-        """Compile the candidate and start it beside the stream's live workflow."""
+    def start(self, stream_id: str, spec: ShadowSpec, files: FilePolicy | None = None) -> Shadow:
+        """Compile the candidate and start it beside the stream's live workflow; its
+        files go through `files` (the API's policy by default: a request's)."""
         with self.control:
             stream = self._find(stream_id)
             if stream_id in self._shadows:
                 raise ShadowExistsError(stream_id)
             where = f"stream {stream_id!r} shadow"
-            workflow = self._compile(spec.workflow, f"{where}.workflow", self._files())
+            policy = self._files() if files is None else files
+            workflow = self._compile(spec.workflow, f"{where}.workflow", policy)
             self.occasional(workflow, 1)
             shadow = Shadow(
                 stream_id, spec, workflow, self._stopped, stream.cpu_clock, self._live_frames
@@ -77,6 +84,24 @@ class Shadows:
             stream.shadow = shadow  # the live worker offers from its next frame on
             shadow.unhook = stream.on_stop(shadow.stop)
             return shadow
+
+    def check(self, cfg: StreamConfig, files: FilePolicy) -> None:
+        """Refuse a stream whose declared shadow does not compile, before it starts."""
+        if cfg.shadow is not None:
+            where = f"stream {cfg.id!r} shadow.workflow"
+            self._release(self._compile(cfg.shadow.workflow, where, files))
+
+    def declared(self, stream: Stream, files: FilePolicy) -> Stream:
+        """Start the shadow a stream's config declares (`streams[].shadow`), if any. One
+        that cannot start is logged and the stream runs on without it: the config's own
+        streams were checked at load (`check`), so this is a model or file gone since."""
+        spec = stream.cfg.shadow
+        if spec is not None:
+            try:
+                self.start(stream.id, spec, files)
+            except Exception as exc:  # whatever the candidate's compile raises
+                log.error("stream %s: its shadow did not start: %s", stream.id, exc)
+        return stream
 
     def find(self, stream_id: str) -> Shadow:
         """The stream's shadow: UnknownStreamError without the stream, NoShadowError

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from appliance.config import parse_config
+from appliance.config import ConfigError, parse_config
 from appliance.errors import (
     NoRollbackError,
     NoShadowError,
@@ -268,3 +268,31 @@ def test_a_shadow_is_not_waited_for_by_the_batcher(runtime: Runtime) -> None:
     # with the shadow's lease counted).
     inline = sum(r.inline for r in records)
     assert inline >= 0.25 * len(records), (inline, len(records))
+
+
+def test_a_shadow_declared_in_the_config_starts_with_its_stream(tmp_path: Path) -> None:
+    live = {**stream("cam"), "shadow": {"workflow": with_confidence(0.85), "max_live_cost": 1}}
+    rt = Runtime(parse_config({"models": {"person": person_model()}, "streams": [live]}, tmp_path))
+    rt.start()
+    try:
+        report = compared(rt, frames=5, people=0)
+        assert report["every"] == 1 and report["workflow"] == "detect_person"
+        rt.restart_stream("cam")  # a restart starts it again with the stream
+        assert rt.shadows.find("cam").report()["running"]
+    finally:
+        rt.stop()
+
+
+def test_a_declared_shadow_that_does_not_compile_is_named_and_nothing_starts(
+    runtime: Runtime,
+) -> None:
+    broken = {"name": "broken", "blocks": [{"id": "x", "type": "nosuch"}], "outputs": {"x": "x"}}
+    added = {**stream("other"), "shadow": {"workflow": broken}}
+    with pytest.raises(WorkflowError) as info:
+        runtime.add_stream(parse_config({"streams": [added]}, Path(".")).streams[0])
+    assert "stream 'other' shadow.workflow" in str(info.value)
+    assert "other" not in runtime.streams
+    with pytest.raises(ConfigError, match=r"streams\[0\]\.shadow\.every"):
+        parse_config(
+            {"streams": [{**stream("x"), "shadow": {"workflow": broken, "every": 0}}]}, Path(".")
+        )
