@@ -37,6 +37,8 @@ PARAM = re.compile(r"{(\w+)}")
 ROUTE_OF: dict[str, tuple[str, str] | None] = {
     "restart": ("POST", "/v1/streams/{id}/restart"),
     "profiling": ("POST", "/v1/profiling"),
+    "shadow_stop": ("DELETE", "/v1/streams/{id}/shadow"),
+    "shadow_rollback": ("POST", "/v1/streams/{id}/shadow/rollback"),
 }
 
 

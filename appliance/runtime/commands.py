@@ -75,12 +75,28 @@ class RestartArgs(BaseModel):
     stream: str = Field(description="the stream's id")
 
 
+class ShadowArgs(RestartArgs):
+    """A command on a stream's shadow (stop, roll back): the stream from the topic, as
+    the HTTP routes take it from the path; the body is not read."""
+
+
+class ShadowControl(Protocol):
+    """The runtime's shadows (appliance/runtime/shadows.py), as the catalogue calls them."""
+
+    def stop(self, stream_id: str, timeout: float = ...) -> Any: ...
+
+    def rollback(self, stream_id: str) -> dict[str, Any]: ...
+
+
 class CommandRuntime(Protocol):
     """The runtime's methods the catalogue calls (appliance.runtime.runtime.Runtime has
     them); a Protocol, so this module need not import the runtime that imports it."""
 
     @property
     def audit(self) -> AuditLog: ...
+
+    @property
+    def shadows(self) -> ShadowControl: ...
 
     def restart_stream(self, stream_id: str) -> object: ...
 
@@ -95,6 +111,10 @@ class CommandClient(Protocol):
     """The API calls the catalogue forwards through (appliance.client.ApplianceClient)."""
 
     def restart_stream(self, stream_id: str) -> StreamStatus: ...
+
+    def shadow(
+        self, stream_id: str, action: str = ..., body: Mapping[str, Any] | None = ...
+    ) -> dict[str, Any]: ...
 
     def start_profiling(
         self, duration_s: float, streams: list[str] | None, ort_operators: bool
@@ -145,6 +165,15 @@ def _profile_through(client: CommandClient, args: ProfilingRequest) -> Answer:
     return _window(client.start_profiling(args.duration_s, args.streams, args.ort_operators))
 
 
+def _shadow_stop(runtime: CommandRuntime, args: ShadowArgs) -> Answer:
+    report: Answer = runtime.shadows.stop(args.stream).report()
+    return report
+
+
+def _shadow_rollback(runtime: CommandRuntime, args: ShadowArgs) -> Answer:
+    return runtime.shadows.rollback(args.stream)
+
+
 def _window(window: WindowStatus) -> Answer:
     return as_json(window)  # type: ignore[no-any-return]
 
@@ -160,6 +189,24 @@ CATALOGUE: Mapping[str, Command[Any]] = {
             _restart_through,
             Role.OPERATOR,
             "stream.restart",
+        ),
+        Command(
+            "shadow_stop",
+            ShadowArgs,
+            "cmd/streams/{stream}/shadow/stop",
+            _shadow_stop,
+            lambda client, args: client.shadow(args.stream, "stop"),
+            Role.OPERATOR,
+            "shadow.stop",
+        ),
+        Command(
+            "shadow_rollback",
+            ShadowArgs,
+            "cmd/streams/{stream}/shadow/rollback",
+            _shadow_rollback,
+            lambda client, args: client.shadow(args.stream, "rollback"),
+            Role.OPERATOR,
+            "shadow.rollback",
         ),
         Command(
             "profiling",

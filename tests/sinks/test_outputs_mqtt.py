@@ -16,8 +16,9 @@ from typing import Any, cast
 import pytest
 
 from appliance.config import parse_config, sink_configs
-from appliance.errors import FileAccessError
+from appliance.errors import FileAccessError, NoShadowError
 from appliance.runtime.runtime import Runtime
+from appliance.runtime.shadow import ShadowSpec
 from appliance.runtime.sharding import assign
 from sinks.mqtt.sink import MqttSink
 from tests.sinks.conftest import Broker, Received, Subscriber
@@ -91,6 +92,27 @@ def test_commands_restart_a_stream_and_start_a_window(
     assert not replies["r3"]["ok"] and "nope" in replies["r3"]["error"]
     bad = [r for r in replies.values() if r.get("id") is None]
     assert len(bad) == 1 and not bad[0]["ok"]
+
+
+def test_a_shadow_is_stopped_and_a_rollback_refused_over_mqtt(
+    runtime: Runtime, mosquitto: Broker, subscriber: MakeSubscriber
+) -> None:
+    runtime.shadows.start("cam", ShadowSpec(workflow=detect_workflow(), max_live_cost=1.0))
+    sub = subscriber(mosquitto, "site/cmd/reply")
+    sub.publish("site/cmd/streams/cam/shadow/stop", json.dumps({"id": "s1"}).encode())
+    sub.publish("site/cmd/streams/cam/shadow/rollback", json.dumps({"id": "s2"}).encode())
+    sub.publish("site/cmd/streams/cam/shadow/stop", json.dumps({"id": "s3"}).encode())
+    got = sub.wait_for(lambda ms: len(ms) >= 3, WAIT_S)
+    replies = {r.get("id"): r for r in (json.loads(m.payload) for m in got)}
+    assert replies["s1"]["ok"], replies["s1"]
+    stopped = replies["s1"]["result"]
+    assert (stopped["stream"], stopped["running"]) == ("cam", False)
+    assert not replies["s2"]["ok"] and "no promotion to roll back" in replies["s2"]["error"]
+    assert not replies["s3"]["ok"] and "runs no shadow" in replies["s3"]["error"]
+    with pytest.raises(NoShadowError):
+        runtime.shadows.find("cam")
+    actions = [(e.action, e.outcome) for e in runtime.audit.recent() if e.who == "mqtt"]
+    assert ("shadow.stop", "ok") in actions and ("shadow.rollback", "refused") in actions
 
 
 def test_tls_files_go_through_the_file_policy(tmp_path: Path) -> None:
