@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from appliance.client import ApplianceAPIError, ApplianceConnectionError
-from appliance.errors import UnknownStreamError, WindowBusyError
+from appliance.errors import NoRollbackError, NoShadowError, UnknownStreamError, WindowBusyError
 from appliance.observe.audit import AuditLog
 from appliance.observe.status import Latency, StreamStatus, WindowStatus
 from appliance.policy.roles import Role
@@ -129,6 +129,16 @@ def test_profiling_arguments_are_refused_as_the_route_refuses_them(
 
 
 # -- the runtime and the forwarder run through the catalogue -------------------------------
+class FakeShadows:
+    """ShadowControl: no stream runs a shadow (the live ones: tests/sinks/test_outputs_mqtt.py)."""
+
+    def stop(self, stream_id: str, timeout: float = 3.0) -> Any:
+        raise NoShadowError(stream_id)
+
+    def rollback(self, stream_id: str) -> dict[str, Any]:
+        raise NoRollbackError(f"stream {stream_id!r} has no promotion to roll back")
+
+
 @dataclass
 class FakeRuntime:
     """CommandRuntime: records each call; `busy` refuses profiling as a running window."""
@@ -136,6 +146,7 @@ class FakeRuntime:
     calls: list[tuple[str, Any]] = field(default_factory=list)
     busy: bool = False
     audit: AuditLog = field(default_factory=AuditLog)
+    shadows: FakeShadows = field(default_factory=FakeShadows)
 
     def restart_stream(self, stream_id: str) -> object:
         self.calls.append(("restart_stream", stream_id))
@@ -174,6 +185,12 @@ class FakeClient:
     ) -> WindowStatus:
         self.calls.append(f"profiling {duration_s}")
         return window(duration_s, streams, ort_operators)
+
+    def shadow(
+        self, stream_id: str, action: str = "status", body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        self.calls.append(f"shadow {action} {stream_id}")
+        raise ApplianceAPIError(404, "not_found", f"stream {stream_id!r} runs no shadow")
 
 
 def test_the_runtime_runs_each_command_through_its_entry() -> None:
