@@ -126,13 +126,7 @@ class RunningStreams(Mapping[str, Stream]):
         config = self._config()
         declared, cfg = cfg, tuned_stream(cfg, config.tuning.sources)
         always = cfg.draw == "always" or self._outputs.sends_images(cfg.outputs)
-        trace = StreamTrace(
-            self._tracer,
-            cfg.id,
-            workflow,
-            config.profiling.sample_every_n_frames,
-            next(self._generations),  # a restart's frame flows get ids of their own
-        )
+        trace = self._trace(cfg.id, workflow, config)
         stream = Stream(
             cfg,
             workflow,
@@ -150,13 +144,7 @@ class RunningStreams(Mapping[str, Stream]):
             self._check_room(cfg.id)
             self._streams[cfg.id] = stream
             self._declared[cfg.id] = declared
-        self._block_latency.attach(cfg.id, blocks)
-        self._watch.attach(
-            cfg.id,
-            workflow.block_ids,
-            workflow.block_models,
-            on_demand=[workflow.block_ids[i] for i in workflow.video_only],
-        )
+        self._attach(cfg.id, workflow, blocks)
         stream.start()
         return stream
 
@@ -190,31 +178,40 @@ class RunningStreams(Mapping[str, Stream]):
         caller's now) and whether the worker took the new one within `timeout` (else it
         does at its next frame)."""
         stream = self.find(stream_id)
-        config = self._config()
         blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
-        trace = StreamTrace(
-            self._tracer,
-            stream_id,
-            workflow,
-            config.profiling.sample_every_n_frames,
-            next(self._generations),
-        )
+        trace = self._trace(stream_id, workflow, self._config())
         previous, old_metrics = stream.workflow, stream.metrics
         change = Switch(workflow, run, StreamMetrics(self._metrics, stream_id, blocks), trace)
         stream.switch(change)
         applied = change.done.wait(timeout)
         self._block_latency.detach(stream_id)
-        self._block_latency.attach(stream_id, blocks)
         self._watch.detach(stream_id)
+        self._attach(stream_id, workflow, blocks)
+        old_metrics.remove_blocks(keep=blocks)
+        log.info("stream %s: workflow %s from now on", stream_id, workflow.version)
+        return previous, applied
+
+    def _trace(self, stream_id: str, workflow: CompiledWorkflow, config: AppConfig) -> StreamTrace:
+        """The profiler's per-frame hook of a stream running `workflow`."""
+        return StreamTrace(
+            self._tracer,
+            stream_id,
+            workflow,
+            config.profiling.sample_every_n_frames,
+            next(self._generations),  # a restart's frame flows get ids of their own
+        )
+
+    def _attach(
+        self, stream_id: str, workflow: CompiledWorkflow, blocks: list[tuple[str, str]]
+    ) -> None:
+        """The per-block views of a stream running `workflow`: latency and watch rows."""
+        self._block_latency.attach(stream_id, blocks)
         self._watch.attach(
             stream_id,
             workflow.block_ids,
             workflow.block_models,
             on_demand=[workflow.block_ids[i] for i in workflow.video_only],
         )
-        old_metrics.remove_blocks(keep=blocks)
-        log.info("stream %s: workflow %s from now on", stream_id, workflow.version)
-        return previous, applied
 
     def _check_room(self, stream_id: str) -> None:
         """Under the lock."""

@@ -152,10 +152,14 @@ class Runtime:
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
         # Candidate workflows beside the live ones (appliance/runtime/shadows.py), read
         # through the API's file roots (a shadow is a request's).
-        files = lambda: self.request_files  # noqa: E731
-        self.shadows = Shadows(self.streams, self.compile_workflow, self.release_workflow, files)
-        self.shadows.control = self._control
-        self.shadows.occasional = lambda w, d: self.pool.set_occasional(self.workflows.bound(w), d)
+        self.shadows = Shadows(
+            self.streams,
+            self.compile_workflow,
+            self.release_workflow,
+            lambda: self.request_files,
+            control=self._control,
+            occasional=lambda w, d: self.pool.set_occasional(self.workflows.bound(w), d),
+        )
         self.metrics.registry.register(
             ShadowCollector(lambda: [s.report(interval=False) for s in self.shadows.running()])
         )

@@ -71,14 +71,12 @@ class Shadow:
         stream_id: str,
         spec: ShadowSpec,
         workflow: CompiledWorkflow,
+        live_frames: Callable[[], int],
         on_stopped: Callable[[Shadow], None] | None = None,
         cpu_clock: CpuClock | None = None,
-        live_frames: Callable[[], int] | None = None,
     ) -> None:
-        # Without a count of the live frames (a test), no budget: it samples as asked.
-        self.budget = (
-            None if live_frames is None else Budget(live_frames, spec.max_live_cost, spec.every)
-        )
+        # What it may cost the live streams, measured by their processed frames.
+        self.budget = Budget(live_frames, spec.max_live_cost, spec.every)
         # As the stream reads its blocks' CPU: a promoted candidate goes on with it.
         self._cpu_clock = cpu_clock
         self.stream_id = stream_id
@@ -99,7 +97,6 @@ class Shadow:
         self._seen = 0  # live frames offered so far (every Nth)
         self._min_gap = 0.0 if spec.max_fps is None else 1.0 / spec.max_fps
         self._last_offer = -1e9
-        self._sampled: set[int] = set()  # seqs offered, until their live result arrives
         self._pending: OrderedDict[int, tuple[FrameResult | None, FrameResult | None]]
         self._pending = OrderedDict()
         self._ready: deque[tuple[FrameResult, FrameResult]] = deque(maxlen=PENDING)
@@ -113,15 +110,10 @@ class Shadow:
         `live` must be told its result)."""
         self._seen += 1
         budget = self.budget
-        every = self.spec.every if budget is None else budget.every
-        if self._seen % every or now - self._last_offer < self._min_gap:
-            return False
-        if budget is not None and budget.paused:
+        if budget.paused or self._seen % budget.every or now - self._last_offer < self._min_gap:
             return False
         self._last_offer = now
         self.offered += 1
-        with self._lock:
-            self._sampled.add(frame.seq)
         self._slot.put(frame)
         return True
 
@@ -172,7 +164,7 @@ class Shadow:
             "skipped": self.skipped,
             "failed": self.failed,
             "last_error": self.last_error,
-            "budget": None if self.budget is None else self.budget.report(),
+            "budget": self.budget.report(),
             "comparison": comparison,
         }
 
@@ -192,8 +184,7 @@ class Shadow:
         while not self._stop.is_set():
             frame = self._slot.get(GET_TIMEOUT_S)
             self._compare_ready()
-            if self.budget is not None:
-                self.budget.step()
+            self.budget.step()
             if frame is None:
                 continue
             try:
@@ -217,17 +208,12 @@ class Shadow:
         # An exception's text may carry a URL (a block that fetched something): masked.
         self.last_error = mask_url(f"workflow {self.workflow.name!r}: {type(exc).__name__}: {exc}")
         with self._lock:
-            self._sampled.discard(seq)
-            self._pending.pop(seq, None)
+            self._pending.pop(seq, None)  # its live half, if it came first
         if self.failed == 1:
             log.warning("stream %s: shadow: %s", self.stream_id, self.last_error)
 
     def _pair(self, seq: int, live: FrameResult | None, candidate: FrameResult | None) -> None:
         with self._lock:
-            if live is not None:
-                if seq not in self._sampled:
-                    return
-                self._sampled.discard(seq)
             old_live, old_candidate = self._pending.pop(seq, (None, None))
             live, candidate = live or old_live, candidate or old_candidate
             if live is not None and candidate is not None:
@@ -236,5 +222,3 @@ class Shadow:
             self._pending[seq] = (live, candidate)
             while len(self._pending) > PENDING:  # a half whose other never comes
                 self._pending.popitem(last=False)
-            while len(self._sampled) > PENDING:
-                self._sampled.discard(min(self._sampled))

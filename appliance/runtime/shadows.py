@@ -1,9 +1,11 @@
-"""The runtime's shadows: at most one per stream, started and stopped over the API.
+"""The runtime's shadows: at most one per stream, started and stopped over the API (or
+declared in the config: `streams[].shadow`), promoted and rolled back.
 
-A shadow's workflow is read through the API's file policy and compiled like a stream's
-(the same checks and limits, its models loaded or shared through the pool), and leased
-until the shadow stops. A shadow belongs to the running stream: removing, restarting or
-reloading the stream ends it (its final report is then gone with it).
+A shadow's workflow is read through the file policy of whoever named it (the API's
+roots for a request) and compiled like a stream's (the same checks and limits, its models
+loaded or shared through the pool), and leased until the shadow stops. A shadow belongs
+to the running stream: removing, restarting or reloading the stream ends it (its final
+report is then gone with it); one the config declares starts again with the stream.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class Shadows:
         compile_workflow: Compile,
         release: Callable[[CompiledWorkflow], None],
         files: Callable[[], FilePolicy],
+        *,
+        control: threading.RLock,
+        occasional: Callable[[CompiledWorkflow, int], None],
     ) -> None:
         self._streams = streams
         self._find = streams.find  # UnknownStreamError when no stream runs with that id
@@ -55,11 +60,11 @@ class Shadows:
         self._release = release
         self._files = files  # the API's file policy, as it is now (a reload replaces it)
         # Marks a workflow's model leases occasional (+1) or not (-1): the batchers do not
-        # wait for a shadow's samples (ModelPool.set_occasional). Set by the runtime.
-        self.occasional: Callable[[CompiledWorkflow, int], None] = lambda _w, _d: None
-        # The runtime's one-change-at-a-time lock (appliance/runtime/control.py), set by
-        # the runtime: a shadow's compile does not race a reload.
-        self.control: threading.RLock | threading.Lock = threading.Lock()
+        # wait for a shadow's samples (ModelPool.set_occasional).
+        self.occasional = occasional
+        # The runtime's one-change-at-a-time lock (appliance/runtime/control.py): a
+        # shadow's compile does not race a reload.
+        self.control = control
         self._shadows: dict[str, Shadow] = {}
         self._previous: dict[str, Previous] = {}  # what a promotion replaced, by stream
         self._lock = threading.Lock()
@@ -76,7 +81,7 @@ class Shadows:
             workflow = self._compile(spec.workflow, f"{where}.workflow", policy)
             self.occasional(workflow, 1)
             shadow = Shadow(
-                stream_id, spec, workflow, self._stopped, stream.cpu_clock, self._live_frames
+                stream_id, spec, workflow, self._live_frames, self._stopped, stream.cpu_clock
             )
             with self._lock:
                 self._shadows[stream_id] = shadow

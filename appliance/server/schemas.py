@@ -253,7 +253,7 @@ class ShadowReport(BaseModel):
     skipped: int = Field(description="sampled frames replaced before the candidate took them")
     failed: int
     last_error: str | None
-    budget: dict[str, Any] | None = Field(
+    budget: dict[str, Any] = Field(
         description="what it may cost the live streams, and what it does to hold that"
     )
     comparison: dict[str, Any]
