@@ -89,6 +89,10 @@ class Baseline:
     # machine left to us): what a row's own cost is judged against. Empty: unknown (a
     # baseline from before they were kept), when the whole probe ratio stands in.
     probe_cpu: Samples = field(default_factory=lambda: np.empty(0, np.int64))
+    # The model a block's row ran while it was learned (None: none, or unknown): a block
+    # that runs another model now (a shadow promoted) is not the row it learned, and its
+    # slowdown is its own, never a victim's (contention.py).
+    model: str | None = None
 
     def document(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,7 @@ class Baseline:
             "probe_cpu_us": self.probe_cpu.tolist(),
             "learned_at": round(self.learned_at, 3),
             "source": self.source,
+            **({} if self.model is None else {"model": self.model}),
         }
 
 
@@ -153,7 +158,14 @@ def _parse_row(row: Any, where: str) -> Baseline:
         _spread(row.get("cpu_spread", 1.0), f"{where}.cpu_spread"),
         _measure(row.get("probe_measure", "loop"), f"{where}.probe_measure"),
         _samples(row.get("probe_cpu_us", []), f"{where}.probe_cpu_us", minimum=0),
+        _model(row.get("model"), f"{where}.model"),
     )
+
+
+def _model(value: Any, where: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 256):
+        raise BaselineError(f"{where}: expected a model id (a string of 1 to 256 characters)")
+    return value
 
 
 PROBE_MEASURES = ("onnx", "loop")

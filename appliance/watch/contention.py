@@ -57,6 +57,7 @@ class Contention:
         load_settling: bool,
         block_model: Callable[[str], str | None] = lambda _name: None,
         after_change: Callable[[str], bool] = lambda _key: False,
+        swapped: frozenset[str] = frozenset(),
     ) -> set[str]:
         """This comparison's victims (row keys); their earlier set is what `event`
         compares with. A block whose own model grew its own cost is not a victim: the
@@ -64,11 +65,12 @@ class Contention:
         wherever it ran: appliance/models/threads.py). `after_change`: whether a change
         of load came after the row's baseline was learned; a row it slowed within what
         the waits explain (`Judged.excused`) is that change's victim too, so that it is
-        named and its baseline follows the new load."""
+        named and its baseline follows the new load. `swapped`: blocks that run another
+        model than their baseline's (a shadow promoted): their slowdown is their own."""
         grown = {j.name for j in judged if j.kind == "model" and (j.slower or j.grew)}
 
         def runs_grown_model(j: Judged) -> bool:
-            return j.kind == "block" and block_model(j.name) in grown
+            return j.kind == "block" and (block_model(j.name) in grown or j.key in swapped)
 
         victims = {j.key for j in judged if j.contended and not runs_grown_model(j)}
         victims |= {

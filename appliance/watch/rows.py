@@ -100,7 +100,11 @@ class Rows:
         raised = self._apply_host(host)
         settling = self._settling()
         victims = self.contention.judge(
-            judged, settling is not None, self.block_models, self._after_change(baselines)
+            judged,
+            settling is not None,
+            self.block_models,
+            self._after_change(baselines),
+            self._swapped(judged, baselines),
         )
         for j in judged:
             self._count(j, j.key in victims)
@@ -125,6 +129,18 @@ class Rows:
         if event is not None:
             self._announce_contention(event)
         return raised
+
+    def _swapped(
+        self, judged: Sequence[Judged], baselines: Mapping[str, Baseline]
+    ) -> frozenset[str]:
+        """Blocks that run another model than the one their baseline was learned with."""
+        return frozenset(
+            j.key
+            for j in judged
+            if j.kind == "block"
+            and (learned := baselines[j.key].model) is not None
+            and learned != self.block_models(j.name)
+        )
 
     def _settling(self) -> Change | None:
         """The latest change of load younger than settle_s: it explains what waits now."""

@@ -37,7 +37,7 @@ from appliance.watch.judge import host_speed, judge
 from appliance.watch.probe import Probe
 from appliance.watch.ranktest import MIN_SAMPLES
 from appliance.watch.recorder import AGE, FRAME, ModelRecorder, Samples, StreamRecorder
-from appliance.watch.report import StreamWatch, WatchReport
+from appliance.watch.report import Regression, StreamWatch, WatchReport
 from appliance.watch.rows import Rows
 from appliance.watch.rule import Gate
 from pipelines.types import FrameResult
@@ -108,6 +108,9 @@ class Watch:
         self._last = time.perf_counter()
         self._probe_cpu_s = 0.0  # the probe's CPU counted into the metric so far
         self._lock = threading.RLock()  # the watch's state, for the API's readers
+        # Told each comparison's new regressions, on the watch's thread after its lock is
+        # let go (a listener may switch a stream's workflow: attach takes the lock).
+        self._listeners: list[Callable[[list[Regression]], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -133,6 +136,11 @@ class Watch:
                 self._learning.pop(key, None)
                 self._held.pop(key, None)
         return recorder
+
+    def on_raised(self, listener: Callable[[list[Regression]], None]) -> None:
+        """Call `listener` with the regressions each comparison raises (not the host's
+        slowdowns), after they are announced."""
+        self._listeners.append(listener)
 
     def detach(self, stream_id: str) -> None:
         with self._lock:
@@ -291,6 +299,12 @@ class Watch:
             for regression in raised:
                 regression.evidence = evidence
                 self.rows.announce(regression)
+        rows = [r for r in raised if r.kind != "host"]
+        for listener in self._listeners if rows else ():
+            try:
+                listener(rows)
+            except Exception:  # a listener's failure must not stop the comparisons
+                log.exception("regression watch: a listener failed")
 
     def _follow_load(self, baselines: Mapping[str, Baseline]) -> None:
         """Victims of a change of load that has settled learn their baselines again: the
@@ -360,9 +374,10 @@ class Watch:
         cpu = subsample(cpu, reservoir, seed=seed) if cpu.size >= MIN_SAMPLES else cpu[:0]
         spread, cpu_spread = learning.spreads()
         measure = self.probe.cost().measure
+        model = self.block_model(name) if kind == "block" else None
         return Baseline(
             kind, name, sample, probe, time.time(), "learned", waits, cpu, spread, cpu_spread,
-            measure, probe_cpu,
+            measure, probe_cpu, model,
         )  # fmt: skip
 
     def _progress(self, keys: list[str]) -> dict[str, float]:

@@ -3,6 +3,7 @@ shared file's problems named (appliance/watch/baseline.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -98,6 +99,13 @@ def test_a_bad_document_names_where(doc: object, problem: str) -> None:
 def test_documents_round_trip() -> None:
     doc = json.loads(json.dumps(document([baseline()])))
     assert parse(doc, "x")["cam1/blur"].samples.tolist() == list(range(1000, 1050))
+    assert parse(doc, "x")["cam1/blur"].model is None and "model" not in doc["rows"]["cam1/blur"]
+    with_model = dataclasses.replace(baseline(), model="faces")
+    doc = json.loads(json.dumps(document([with_model])))
+    assert parse(doc, "x")["cam1/blur"].model == "faces"
+    doc["rows"]["cam1/blur"]["model"] = 7
+    with pytest.raises(BaselineError, match=r"rows\.cam1/blur\.model: expected a model id"):
+        parse(doc, "x")
 
 
 def test_learning_keeps_a_bounded_sample_of_its_whole_span() -> None:

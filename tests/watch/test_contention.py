@@ -254,3 +254,23 @@ def test_a_queue_wait_that_grew_while_its_model_did_not_is_contention_never_rais
     assert event["contention"]["culprits"] == []
     [kept] = watch.report().contention  # GET /v1/regressions keeps it
     assert [v.name for v in kept.rows] == ["queue:m"]
+
+
+def test_a_block_that_runs_another_model_than_it_learned_with_is_raised_not_a_victim() -> None:
+    """A shadow promoted: `det` learned with model `small` now runs `large`. Its latency
+    tripled while its own cost (the model's runs left out) did not move: with the same
+    model that is waiting (a victim); with another model, it is the block's own doing."""
+    for learned_with, raised in (("small", ["cam/det"]), ("large", [])):
+        watch, published = watched()
+        base = watch.store.rows["cam/det"]
+        watch.store.rows["cam/det"] = Baseline(
+            base.kind, base.name, base.samples, EMPTY, 0.0, "learned", cpu=base.cpu,
+            model=learned_with,
+        )  # fmt: skip
+        watch.rows.block_models = watch.block_model
+        watch.attach("cam", ("det", "blur"), {"det": "large"})
+        frames(watch, det=(3 * BASE_US, BASE_US), blur=(BASE_US, BASE_US))
+        watch.compare()
+        names = [d["regression"]["name"] for d in of_type(published, "regression_started")]
+        assert names == raised, learned_with
+        assert (verdicts(watch)["cam/det"] == "contention") is not raised
