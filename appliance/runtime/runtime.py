@@ -159,6 +159,15 @@ class Runtime:
             lambda: self.request_files,
             control=self._control,
             occasional=lambda w, d: self.pool.set_occasional(self.workflows.bound(w), d),
+            publish=self.outputs.publish_event,
+            changed=self.watch.changed,
+            keep=self._keep_declared,
+        )
+        # A regression on a stream just promoted rolls it back (within its rollback_s).
+        self.watch.on_raised(
+            lambda raised: self.shadows.on_regressions(
+                raised, self.watch.model_streams(), self.audit
+            )
         )
         self.metrics.registry.register(
             ShadowCollector(lambda: [s.report(interval=False) for s in self.shadows.running()])
@@ -321,6 +330,18 @@ class Runtime:
         if requested:
             self._requested.add(cfg.id)
         return stream
+
+    def _keep_declared(self, cfg: StreamConfig) -> None:
+        """A stream's declaration changed over the API (its shadow): kept in the state
+        like a stream added there (its files checked by the request policy from now on).
+        One whose credentials could be kept in clear only is not kept, with a WARNING."""
+        try:
+            self.state.check(cfg)
+        except ConfigError as exc:
+            log.warning("stream %s: its shadow's change is not kept in the state: %s", cfg.id, exc)
+            return
+        self.state.added(cfg)
+        self._requested.add(cfg.id)
 
     def _files_for(self, requested: bool) -> FilePolicy:
         return self.request_files if requested else self.files

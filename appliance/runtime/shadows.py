@@ -14,7 +14,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from appliance.config import StreamConfig
@@ -23,13 +23,16 @@ from appliance.errors import (
     NoShadowError,
     PromotionRefusedError,
     ShadowExistsError,
+    UnknownStreamError,
 )
+from appliance.observe.audit import AuditLog
 from appliance.policy.files import FilePolicy
-from appliance.runtime.promotion import Previous, PromoteRequest
+from appliance.runtime.promotion import Kept, Previous, PromoteRequest
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.shadow import Shadow, ShadowSpec
 from appliance.runtime.streams import Stream
 from appliance.runtime.workflows import WorkflowRef
+from appliance.watch.report import Regression
 from pipelines.executor import CompiledWorkflow
 
 log = logging.getLogger("appliance.shadow")
@@ -53,6 +56,9 @@ class Shadows:
         *,
         control: threading.RLock,
         occasional: Callable[[CompiledWorkflow, int], None],
+        publish: Callable[[list[str] | None, dict[str, Any]], None] = lambda _s, _e: None,
+        changed: Callable[[str, str], None] = lambda _what, _summary: None,
+        keep: Callable[[StreamConfig], None] = lambda _cfg: None,
     ) -> None:
         self._streams = streams
         self._find = streams.find  # UnknownStreamError when no stream runs with that id
@@ -65,8 +71,15 @@ class Shadows:
         # The runtime's one-change-at-a-time lock (appliance/runtime/control.py): a
         # shadow's compile does not race a reload.
         self.control = control
+        # An event to the stream's sinks (Outputs.publish_event), and an operator's change
+        # the watch names its regressions after (Watch.changed).
+        self._publish = publish
+        self._changed = changed
+        # Keeps a stream's new declaration in the state folder (StateSaveError when it
+        # cannot): a shadow started, stopped or promoted over the API outlives a restart.
+        self._keep = keep
         self._shadows: dict[str, Shadow] = {}
-        self._previous: dict[str, Previous] = {}  # what a promotion replaced, by stream
+        self._kept = Kept(release)  # what a promotion replaced, by stream
         self._lock = threading.Lock()
 
     def start(self, stream_id: str, spec: ShadowSpec, files: FilePolicy | None = None) -> Shadow:
@@ -88,6 +101,12 @@ class Shadows:
             shadow.start()
             stream.shadow = shadow  # the live worker offers from its next frame on
             shadow.unhook = stream.on_stop(shadow.stop)
+            if files is None:  # a request's: kept (one the stream declares already is)
+                try:
+                    self._declare(stream_id, shadow=spec)
+                except BaseException:
+                    self.stop(stream_id)
+                    raise
             return shadow
 
     def check(self, cfg: StreamConfig, files: FilePolicy) -> None:
@@ -122,6 +141,7 @@ class Shadows:
         """Stop the stream's shadow: the stopped shadow, for its final report."""
         with self.control:
             shadow = self.find(stream_id)
+            self._declare(stream_id, shadow=None)
             stream = self._streams.get(stream_id)
             if stream is not None and stream.shadow is shadow:
                 stream.shadow = None
@@ -138,6 +158,9 @@ class Shadows:
             if refusals := request.refusals(comparison):
                 raise PromotionRefusedError(stream_id, refusals)
             stream = self._find(stream_id)
+            # A rollback's declaration: the workflow before, without the shadow promoted.
+            before = self._streams.declared[stream_id].model_copy(update={"shadow": None})
+            self._declare(stream_id, workflow=shadow.spec.workflow, shadow=None)
             stream.shadow = None
             with self._lock:
                 del self._shadows[stream_id]
@@ -146,53 +169,83 @@ class Shadows:
             previous, applied = self._streams.switch(stream_id, shadow.workflow, run)
             promoted = shadow.workflow.version
             forget = functools.partial(self._forget, stream_id, promoted)
-            kept = Previous(previous, promoted, _until(request.rollback_s), stream.on_stop(forget))
-            self._keep(stream_id, kept)
-            return {"stream": stream_id, "workflow": promoted, "previous": previous.version,
-                    "applied": applied, "rollback_s": request.rollback_s,
-                    "comparison": comparison}  # fmt: skip
+            unhook = stream.on_stop(forget)
+            auto = request.auto_rollback
+            until = _until(request.rollback_s)
+            self._kept.keep(stream_id, Previous(previous, promoted, until, unhook, before, auto))
+            answer = {"stream": stream_id, "workflow": promoted, "previous": previous.version,
+                      "applied": applied, "rollback_s": request.rollback_s,
+                      "auto_rollback": auto}  # fmt: skip
+            self._changed("promote", f"stream {stream_id!r} promoted to {promoted}")
+            self._publish([stream_id], {"type": "shadow_promoted", **answer})
+            return {**answer, "comparison": comparison}
 
-    def rollback(self, stream_id: str) -> dict[str, Any]:
+    def rollback(self, stream_id: str, reason: str | None = None) -> dict[str, Any]:
         """Switch the stream back to the workflow its last promotion replaced, while that
-        is kept (NoRollbackError otherwise)."""
+        is kept (NoRollbackError otherwise). `reason`: why it rolls back by itself."""
         with self.control:
             self._find(stream_id)
-            with self._lock:
-                kept = self._previous.pop(stream_id, None)
-            if kept is not None:
-                kept.unhook()
-            if kept is None or kept.expired:
-                if kept is not None:
-                    self._release(kept.workflow)
+            kept = self._kept.peek(stream_id)
+            if kept is not None:  # kept in the state first: a failure there changes nothing
+                self._declare(stream_id, declared=kept.declared)
+                kept = self._kept.take(stream_id)
+            if kept is None:
                 raise NoRollbackError(f"stream {stream_id!r} has no promotion to roll back")
             current, applied = self._streams.switch(stream_id, kept.workflow)
             self._release(current)
-            return {"stream": stream_id, "workflow": kept.workflow.version,
-                    "previous": current.version, "applied": applied}  # fmt: skip
+            answer = {"stream": stream_id, "workflow": kept.workflow.version,
+                      "previous": current.version, "applied": applied}  # fmt: skip
+            summary = f"stream {stream_id!r} rolled back to {kept.workflow.version}"
+            self._changed("rollback", summary if reason is None else f"{summary}: {reason}")
+            event = {"type": "shadow_rolled_back", **answer, "automatic": reason is not None}
+            self._publish([stream_id], {**event, "reason": reason or "by request"})
+            return answer
 
-    def _keep(self, stream_id: str, previous: Previous) -> None:
-        """Keep a replaced workflow for its rollback window (at once released with none);
-        expired ones go now."""
-        with self._lock:
-            old = self._previous.pop(stream_id, None)
-            expired = [k for k, p in self._previous.items() if p.expired]
-            gone = [self._previous.pop(k) for k in expired] + ([old] if old is not None else [])
-            if previous.until > time.monotonic():
-                self._previous[stream_id] = previous
-            else:
-                gone.append(previous)
-        for each in gone:
-            each.unhook()
-            self._release(each.workflow)
+    def regressed(self, stream_id: str, reason: str) -> dict[str, Any] | None:
+        """The watch raised a regression on the stream: within its promotion's rollback
+        window (and unless the promotion said not to), roll it back. The rollback's answer,
+        or None when there was nothing to roll back."""
+        if self._kept.peek(stream_id, auto=True) is None:
+            return None
+        try:
+            answer = self.rollback(stream_id, reason)
+        except (NoRollbackError, UnknownStreamError):  # rolled back or removed meanwhile
+            return None
+        log.warning(
+            "stream %s: rolled back to %s by itself: %s", stream_id, answer["workflow"], reason
+        )
+        return answer
+
+    def on_regressions(
+        self, raised: list[Regression], model_streams: Mapping[str, set[str]], audit: AuditLog
+    ) -> None:
+        """The watch's listener: each stream a new regression is on (its own row, or a
+        model it runs) rolls back within its promotion's window, audited as the watch's."""
+        reasons: dict[str, str] = {}
+        for r in raised:
+            streams = [r.stream] if r.stream else sorted(model_streams.get(r.model or "", ()))
+            for stream_id in streams:
+                reasons.setdefault(stream_id, f"regression {r.name} x{r.ratio:.2f} ({r.id})")
+        for stream_id, reason in reasons.items():
+            if self.regressed(stream_id, reason) is not None:
+                audit.record("watch", "shadow.rollback", stream_id, detail=reason)
+
+    def _declare(
+        self, stream_id: str, *, declared: StreamConfig | None = None, **changes: Any
+    ) -> None:
+        """The stream is declared so from now on (`declared`, or its declaration with
+        `changes`): kept in the state folder first (StateSaveError: nothing changed), then
+        what its restarts start."""
+        current = self._streams.declared.get(stream_id)
+        if current is None:
+            return
+        cfg = declared or current.model_copy(update=changes)
+        self._keep(cfg)
+        self._streams.redeclare(cfg)
 
     def _forget(self, stream_id: str, promoted: str, _seconds: float) -> bool:
         """The promoted stream stopped: the workflow kept for its rollback goes."""
-        with self._lock:
-            kept = self._previous.get(stream_id)
-            if kept is None or kept.promoted != promoted:
-                return True
-            del self._previous[stream_id]
-        self._release(kept.workflow)
+        self._kept.forget(stream_id, promoted)
         return True
 
     def _live_frames(self) -> int:
