@@ -148,6 +148,13 @@ class RunningStreams(Mapping[str, Stream]):
         stream.start()
         return stream
 
+    def redeclare(self, cfg: StreamConfig) -> None:
+        """The running stream is this from now on (a shadow started, stopped or promoted
+        over the API): what its restarts start."""
+        with self._lock:
+            if cfg.id in self._declared:
+                self._declared[cfg.id] = cfg
+
     def stop(self, stream_id: str, timeout: float = 3.0) -> bool:
         """Stop a stream, join its threads, unwire it and end its workflow's lease; True if
         its threads ended. UnknownStreamError if none runs with that id."""
