@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from appliance.policy.masking import mask_url
 from appliance.runtime.budget import Budget
 from appliance.runtime.comparison import DEFAULT_IOU, Comparison
+from appliance.runtime.shadowframe import ComparedFrame
 from appliance.sources.slot import LatestFrame
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
 from pipelines.types import Frame, FrameResult
@@ -89,6 +90,7 @@ class Shadow:
         self.unhook: Callable[[], None] = lambda: None
         self.workflow_run: WorkflowRun | None = None  # the shadow thread's, once started
         self.comparison = Comparison(iou=spec.iou)
+        self._compared: ComparedFrame | None = None  # the newest pair, for the web viewer
         self.offered = 0  # frames sampled and put in the slot
         self.ran = 0  # frames the candidate ran
         self.failed = 0  # frames the candidate failed on
@@ -144,6 +146,11 @@ class Shadow:
     def skipped(self) -> int:
         """Sampled frames replaced in the slot before the candidate could take them."""
         return self._slot.dropped
+
+    def compared(self) -> ComparedFrame | None:
+        """The newest frame pair compared, with its frame (None before the first)."""
+        with self._lock:
+            return self._compared
 
     def report(self, interval: bool = True) -> dict[str, Any]:
         """What the API answers: the shadow's spec, its counters and the comparison."""
@@ -202,6 +209,7 @@ class Shadow:
             live, candidate = self._ready.popleft()
             with self._lock:
                 self.comparison.add(live, candidate)
+                self._compared = ComparedFrame.of(live, candidate) or self._compared
 
     def _failed(self, seq: int, exc: Exception) -> None:
         self.failed += 1

@@ -259,6 +259,32 @@ class ShadowReport(BaseModel):
     comparison: dict[str, Any]
 
 
+class ComparedResult(LatestResult):
+    """One side of a shadow's compared frame, as sinks send a result (docs/outputs.md)."""
+
+    workflow: str = Field(description="the workflow version that made it")
+
+
+class ShadowFrame(BaseModel):
+    """The newest frame a stream's shadow compared: both results, what one found and the
+    other did not (appliance/runtime/shadowframe.py), and the frame they were made from."""
+
+    stream: str
+    seq: int = Field(description="the frame's sequence number in its stream")
+    width: int = Field(description="the frame's width, pixels (boxes are in its pixels)")
+    height: int
+    iou: float = Field(description="the IoU at which two detections match")
+    live: ComparedResult
+    candidate: ComparedResult
+    missed: dict[str, list[int]] = Field(
+        description="output -> rows of the live output's detections the candidate did not find"
+    )
+    extra: dict[str, list[int]] = Field(
+        description="output -> rows of the candidate's detections the live output did not have"
+    )
+    image: str = Field(description="the frame as captured: a `data:image/jpeg;base64,` URL")
+
+
 class RolledBack(BaseModel):
     """A stream switched from one workflow version to another."""
 

@@ -194,6 +194,8 @@ def sample(route: Route, clip: str) -> Sample:
         # The admin starts a shadow, a viewer reads it, the operator stops it (then 404).
         ("POST", "/v1/streams/{id}/shadow"): Sample(path, {"workflow": DRAW}, frozenset({201})),
         ("GET", "/v1/streams/{id}/shadow"): Sample(path, ok=frozenset({200})),
+        # Its newest compared frame: 404 until the shadow compared one.
+        ("GET", "/v1/streams/{id}/shadow/frame"): Sample(path, ok=frozenset({200, 404})),
         ("DELETE", "/v1/streams/{id}/shadow"): Sample(path, ok=frozenset({200, 404})),
         ("POST", "/v1/workflows/validate"): Sample(path, {"workflow": DRAW}, frozenset({200})),
         ("POST", "/v1/workflows/run"): Sample(path, {"workflow": DRAW}),  # no image: 4xx

@@ -6,15 +6,22 @@ API's file policy and limits, as adding a stream does (appliance/runtime/shadows
 
 from __future__ import annotations
 
+import base64
+from typing import Any
+
 from aiohttp import web
 
 from appliance.policy.roles import Role
 from appliance.runtime.promotion import PromoteRequest
 from appliance.runtime.shadow import ShadowSpec
+from appliance.runtime.shadowframe import ComparedFrame
 from appliance.server.bodies import parse_json
 from appliance.server.context import in_thread, runtime_of
+from appliance.server.errors import ApiError
+from appliance.server.routes.results import JPEG_QUALITY
 from appliance.server.routing import Fanout, Reply, Route
-from appliance.server.schemas import Promoted, RolledBack, ShadowReport
+from appliance.server.schemas import Promoted, RolledBack, ShadowFrame, ShadowReport
+from sinks.messages import encode_jpeg
 
 PATH = "/v1/streams/{id}/shadow"
 
@@ -35,6 +42,31 @@ async def get_shadow(request: web.Request) -> web.Response:
     and latency against the live workflow."""
     shadow = runtime_of(request).shadows.find(request.match_info["id"])
     return web.json_response(await in_thread(shadow.report))
+
+
+class NothingComparedError(ApiError):
+    """The shadow runs but has compared no frame yet (its first pair is on its way)."""
+
+    status = 404
+
+
+async def shadow_frame(request: web.Request) -> web.Response:
+    """The newest frame the shadow compared, for drawing both sides on it: the live and
+    the candidate results as sinks send them, the live detections the candidate missed and
+    its extra ones (rows per output), and the frame itself as a JPEG data URL, all in one
+    answer so that the image and both overlays are of the same frame. 404 before the
+    shadow compared its first frame."""
+    stream_id = request.match_info["id"]
+    shadow = runtime_of(request).shadows.find(stream_id)
+    compared = shadow.compared()
+    if compared is None:
+        raise NothingComparedError(f"stream {stream_id!r}: its shadow has compared no frame yet")
+    return web.json_response(await in_thread(_frame_json, compared, shadow.spec.iou))
+
+
+def _frame_json(compared: ComparedFrame, iou: float) -> dict[str, Any]:
+    jpeg = base64.b64encode(encode_jpeg(compared.image, JPEG_QUALITY)).decode("ascii")
+    return {**compared.to_json(iou), "image": f"data:image/jpeg;base64,{jpeg}"}
 
 
 async def stop_shadow(request: web.Request) -> web.Response:
@@ -81,6 +113,17 @@ ROUTES = (
         "Get a stream's shadow comparison",
         (Reply(200, "the shadow and its comparison", ShadowReport),),
         errors=(404,),
+        role=Role.VIEWER,
+        workers=Fanout.OWNER,
+    ),
+    Route(
+        "GET",
+        PATH + "/frame",
+        shadow_frame,
+        "Get the newest frame a stream's shadow compared",
+        (Reply(200, "both results of one frame, and the frame", ShadowFrame),),
+        errors=(404,),
+        tag="results",  # like a stream's latest result: 404 until there is one
         role=Role.VIEWER,
         workers=Fanout.OWNER,
     ),

@@ -1,7 +1,8 @@
 """The web viewer: one static page (appliance/server/static/, ES modules, no build step)
 that shows every stream as a live tile, plays one large over WebRTC with its live
-predictions (drawn by the workflow or by the page), shows its per-block latency and starts
-profiling windows, all through the /v1 API with the token the user types in.
+predictions (drawn by the workflow or by the page), shows its per-block latency and its
+shadow beside the live workflow, and starts profiling windows, all through the /v1 API
+with the token the user types in.
 
 The page and its assets hold no data, so they are open without a token (`public`): a
 browser cannot send a bearer token for the page itself. Assets come from a fixed
@@ -24,7 +25,18 @@ from appliance.server.routing import Fanout, Reply, Route
 STATIC = Path(__file__).resolve().parent.parent / "static"
 PAGE = "index.html"
 # URL path -> (file in STATIC, content type)
-MODULES = ("viewer", "api", "grid", "player", "overlay", "stats", "stream", "watch", "profile")
+MODULES = (
+    "viewer",
+    "api",
+    "grid",
+    "player",
+    "overlay",
+    "stats",
+    "stream",
+    "shadow",
+    "watch",
+    "profile",
+)
 ASSETS = {
     **{f"/static/{m}.js": (f"{m}.js", "text/javascript") for m in MODULES},
     "/static/viewer.css": ("viewer.css", "text/css"),

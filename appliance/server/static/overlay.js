@@ -5,7 +5,8 @@
 // `predictions` channel's message with that capture time is the one drawn. A frame
 // whose predictions have not arrived yet gets no boxes (never another frame's).
 // After drawing, the canvas dispatches an "overlay" event: {rtp, seq, boxes} in the
-// frame's own pixels, for tests and anyone checking what was drawn.
+// frame's own pixels, for tests and anyone checking what was drawn. drawBox also draws
+// a shadow's two sides (shadow.js).
 
 const KEEP = 240; // frames and messages remembered (16 s at 15 fps): enough for any lag
 const COLORS = ["#22c55e", "#3b82f6", "#f97316", "#e11d48", "#a855f7", "#eab308"];
@@ -116,14 +117,20 @@ export function detections(message) {
     .flatMap((rows) => rows.filter((r) => Array.isArray(r?.box) && r.box.length === 4));
 }
 
-function drawBox(ctx, row, [x1, y1], [x2, y2]) {
-  const color = COLORS[(row.track_id ?? row.class_id ?? 0) % COLORS.length];
-  ctx.strokeStyle = color;
+/** One detection row's box and label, at canvas points [x1, y1], [x2, y2]. The style
+ * (all optional): `color` (else one per track or class), `dash` (a line dash), `note`
+ * (a word before the label), `bare` (no label). */
+export function drawBox(ctx, row, [x1, y1], [x2, y2], { color, dash = [], note, bare } = {}) {
+  const stroke = color ?? COLORS[(row.track_id ?? row.class_id ?? 0) % COLORS.length];
+  ctx.strokeStyle = stroke;
+  ctx.setLineDash(dash);
   ctx.strokeRect(x1, y1, x2 - x1, y2 - y1);
-  const parts = [row.class ?? `class ${row.class_id}`];
+  ctx.setLineDash([]);
+  if (bare) return;
+  const parts = [...(note ? [note] : []), row.class ?? `class ${row.class_id}`];
   if (row.track_id !== undefined) parts.push(`#${row.track_id}`);
   if (typeof row.confidence === "number") parts.push(row.confidence.toFixed(2));
-  label(ctx, parts.join(" "), x1, y1, color);
+  label(ctx, parts.join(" "), x1, y1, stroke);
 }
 
 function drawRegion(ctx, region, points) {

@@ -1,11 +1,12 @@
 // One stream, large: its video (annotated by the workflow, or raw with the predictions
 // drawn by this page), what the player is doing and why, latency as rolling p50/p95,
 // its predictions, counts, per-block latency with the regression watch's verdicts.
-// Profiling windows live in profile.js.
+// Profiling windows live in profile.js, its shadow (a candidate workflow) in shadow.js.
 
 import { $, ApiError, apiJson, el, say, stateText, streamPath } from "./api.js";
 import { Overlay } from "./overlay.js";
 import { Player } from "./player.js";
+import { ShadowPanel } from "./shadow.js";
 import { Rate, Rolling } from "./stats.js";
 import { drawWatch, refreshWatch } from "./watch.js";
 
@@ -27,6 +28,7 @@ export class StreamView {
     this.report = null;
     this.slower = new Map();
     this.overlay = new Overlay($("overlay"), $("video"));
+    this.shadow = new ShadowPanel(id);
   }
 
   open() {
@@ -43,6 +45,7 @@ export class StreamView {
     this.loadScene();
     this.refreshLatency();
     refreshWatch(this);
+    this.shadow.open();
     this.timers.push(setInterval(() => this.refreshLatency(), LATENCY_EVERY_MS));
     this.timers.push(setInterval(() => refreshWatch(this), WATCH_EVERY_MS));
     this.timers.push(setInterval(() => this.render(), RENDER_EVERY_MS));
@@ -51,6 +54,7 @@ export class StreamView {
 
   close() {
     this.timers.forEach(clearInterval);
+    this.shadow.close();
     this.player?.stop();
     this.player = null;
     this.overlay.reset();

@@ -125,6 +125,7 @@ $("fullscreen").addEventListener("click", fullscreen);
 $("pip").addEventListener("click", pictureInPicture);
 $("pip").hidden = !document.pictureInPictureEnabled;
 $("profile-form").addEventListener("submit", (event) => profile(event, view.id));
+$("shadow-toggle").addEventListener("click", () => view?.shadow.toggle());
 window.addEventListener("popstate", route);
 window.addEventListener("pagehide", () => { view?.close(); grid.stopAll(); });
 $("change-token").hidden = !auth.token;
