@@ -52,8 +52,8 @@ def test_demo_serves_health_metrics_and_processes_both_streams(
     text = body.decode()
     assert status == 200
     assert (
-        'appliance_block_latency_seconds_count{block="people",stream="people-cam",type="detect"}'
-        in text
+        'appliance_block_latency_seconds_count{block="people",stream="people-cam",type="detect",'
+        'variant="live"}' in text
     )
     assert 'appliance_model_batch_size_count{model="faces"}' in text
     assert 'appliance_frames_total{outcome="processed",stream="faces-cam"}' in text

@@ -45,8 +45,9 @@ class Metrics:
         gauge = functools.partial(Gauge, registry=r)
         self.block_latency = histogram(
             "appliance_block_latency_seconds",
-            "Run time of one workflow block.",
-            ["stream", "block", "type"],
+            "Run time of one workflow block: the stream's live workflow (variant live), or "
+            "its shadow's candidate on the same frames (variant shadow, docs/shadow.md).",
+            ["stream", "block", "type", "variant"],
         )
         self.workflow_latency = histogram(
             "appliance_workflow_latency_seconds", "Run time of a whole workflow.", ["stream"]
@@ -211,6 +212,9 @@ class Metrics:
             _remove(gauge, model_id)
 
 
+LIVE, SHADOW = "live", "shadow"  # the block latency's variants
+
+
 class StreamMetrics:
     """One stream's metric children, bound once when the stream starts."""
 
@@ -219,7 +223,7 @@ class StreamMetrics:
         self._id = stream_id
         self._block_labels = tuple(blocks)
         m = metrics
-        self.blocks = tuple(m.block_latency.labels(stream_id, b, t) for b, t in blocks)
+        self.blocks = BlockLatency(m, stream_id, blocks, LIVE)
         self.workflow = m.workflow_latency.labels(stream_id)
         self.age = m.frame_age.labels(stream_id)
         self.processed = m.frames.labels(stream_id, "processed")
@@ -231,9 +235,7 @@ class StreamMetrics:
 
     def observe(self, result: FrameResult) -> None:
         """Per frame: every block's time, the workflow's, the frame's age."""
-        for child, span in zip(self.blocks, result.block_spans, strict=False):
-            if span is not None:  # None: skipped this frame (rate limit)
-                child.observe(span[1] - span[0])
+        self.blocks.observe(result)
         self.workflow.observe(result.done_mono - result.start_mono)
         self.age.observe(result.age_seconds)
         self.processed.inc()
@@ -243,7 +245,7 @@ class StreamMetrics:
         blocks: the stream switched to it)."""
         m, sid = self._metrics, self._id
         for block, btype in set(self._block_labels) - set(keep):
-            _remove(m.block_latency, sid, block, btype)
+            _remove(m.block_latency, sid, block, btype, LIVE)
             _remove(m.block_regression, sid, block)
             _remove(m.block_regression_ratio, sid, block)
 
@@ -255,6 +257,28 @@ class StreamMetrics:
             _remove(metric, sid)
         for outcome in ("processed", "dropped", "failed"):
             _remove(m.frames, sid, outcome)
+
+
+class BlockLatency:
+    """One workflow's per-block latency children on a stream, of one variant: `live`
+    (StreamMetrics) or `shadow` (a shadow's candidate, appliance/runtime/shadow.py)."""
+
+    def __init__(
+        self, metrics: Metrics, stream_id: str, blocks: Sequence[tuple[str, str]], variant: str
+    ) -> None:
+        self._metric = metrics.block_latency
+        self._labels = [(stream_id, b, t, variant) for b, t in blocks]
+        self.children = tuple(self._metric.labels(*labels) for labels in self._labels)
+
+    def observe(self, result: FrameResult) -> None:
+        """Per frame: each block's run time (a block skipped on the frame is not)."""
+        for child, span in zip(self.children, result.block_spans, strict=False):
+            if span is not None:
+                child.observe(span[1] - span[0])
+
+    def remove(self) -> None:
+        for labels in self._labels:
+            _remove(self._metric, *labels)
 
 
 def _remove(metric: Histogram | Counter | Gauge, *labels: str) -> None:

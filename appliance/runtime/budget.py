@@ -4,7 +4,8 @@ The shadow shares the cores (and the models' batchers) with the live streams. On
 machine with room to spare it costs them nothing; on a saturated one, every frame it
 runs is CPU the live workflows do not get. So the shadow measures the live streams'
 processed frames per second itself, with and without its own work: for one period it
-samples nothing (the baseline), then it samples and compares. When the live rate falls
+samples nothing (the baseline), then it samples and compares (their mean frame age too,
+reported beside the rate). When the live rate falls
 more than `max_live_cost` below the baseline it halves its sampling rate (twice the
 `every`) at once; after three periods in a row under half the budget it doubles it
 again, never above the rate asked for (quick to back off, slow to come back: the shape
@@ -39,8 +40,12 @@ class Budget:
         period_s: float = PERIOD_S,
         rebase_periods: int = REBASE_PERIODS,
         start: float | None = None,
+        live_ages: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._live_frames = live_frames  # frames every live stream processed so far
+        # The frame ages of those frames, summed (s): a period's mean frame age, with and
+        # without the shadow (the budget acts on the rate; the age is reported).
+        self._live_ages = live_ages
         self.max_cost = max_cost
         self.requested = every
         self.every = every  # what the shadow samples now
@@ -49,25 +54,28 @@ class Budget:
         self.live_fps: float | None = None
         self.cost: float | None = None  # 1 - live fps / baseline, at the last period
         self.throttled = False
+        self.baseline_age_ms: float | None = None  # mean live frame age without the shadow
+        self.live_age_ms: float | None = None  # ... with it, at the last period
         self._period_s = period_s
         self._rebase = rebase_periods
         self._periods = 0
         self._calm = 0  # periods in a row under half the budget
-        self._mark = (time.monotonic() if start is None else start, live_frames())
+        self._mark = (time.monotonic() if start is None else start, live_frames(), live_ages())
 
     def step(self, now: float | None = None) -> None:
         """Close a period once it has lasted `period_s` (call often: it is cheap)."""
         now = time.monotonic() if now is None else now
-        start, frames = self._mark
+        start, frames, ages = self._mark
         if now - start < self._period_s:
             return
-        count = self._live_frames()
+        count, age = self._live_frames(), self._live_ages()
         fps = (count - frames) / (now - start)
-        self._mark = (now, count)
+        mean_age_ms = (age - ages) / (count - frames) * 1e3 if count > frames else None
+        self._mark = (now, count, age)
         if self.paused:
-            self.baseline_fps, self.paused = fps, False
+            self.baseline_fps, self.baseline_age_ms, self.paused = fps, mean_age_ms, False
             return
-        self.live_fps, self._periods = fps, self._periods + 1
+        self.live_fps, self.live_age_ms, self._periods = fps, mean_age_ms, self._periods + 1
         if self.baseline_fps:
             self.cost = max(0.0, 1.0 - fps / self.baseline_fps)
             self._adjust(self.cost)
@@ -102,6 +110,8 @@ class Budget:
             "baseline_fps": _round(self.baseline_fps),
             "live_fps": _round(self.live_fps),
             "live_cost": _round(self.cost),
+            "baseline_age_ms": _round(self.baseline_age_ms),
+            "live_age_ms": _round(self.live_age_ms),
         }
 
 

@@ -103,6 +103,9 @@ class Comparison:
     latency_ms: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=FRAMES_KEPT)
     )
+    # Each pair's CPU of its blocks' own work (ms; a model's runs are the model's, not
+    # its block's: appliance/models/threads.py), where both runs measured it.
+    cpu_ms: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=FRAMES_KEPT))
     examples: deque[Example] = field(default_factory=lambda: deque(maxlen=EXAMPLES))
     counts: dict[str, dict[str, tuple[float, float, float, float]]] = field(default_factory=dict)
 
@@ -123,6 +126,8 @@ class Comparison:
         )
         self.per_frame.append((totals[0], totals[1], totals[2]))
         self.latency_ms.append((_run_ms(live), _run_ms(candidate)))
+        if live.block_cpu_ns and candidate.block_cpu_ns:
+            self.cpu_ms.append((sum(live.block_cpu_ns) / 1e6, sum(candidate.block_cpu_ns) / 1e6))
 
     def _detections(
         self, seq: int, name: str, live: Detections, candidate: Detections, totals: list[int]
@@ -152,9 +157,6 @@ class Comparison:
         """The figures so far, as the API answers them (`interval` False: without the
         agreement's bootstrap, a few ms over a full window, as the metrics read it)."""
         low, high = self.agreement_interval() if interval else (None, None)
-        live_ms = [pair[0] for pair in self.latency_ms]
-        cand_ms = [pair[1] for pair in self.latency_ms]
-        ratios = [c / l_ for l_, c in self.latency_ms if l_ > 0]
         return {
             "frames": self.frames,
             "iou": self.iou,
@@ -163,13 +165,8 @@ class Comparison:
             "matched": self.matched,
             "missed": self.missed,
             "extra": self.extra,
-            "latency_ms": {
-                "live_p50": _round(_percentile(live_ms, 50)),
-                "candidate_p50": _round(_percentile(cand_ms, 50)),
-                "live_p99": _round(_percentile(live_ms, 99)),
-                "candidate_p99": _round(_percentile(cand_ms, 99)),
-                "ratio_p50": _round(_percentile(ratios, 50)),
-            },
+            "latency_ms": _paired(self.latency_ms),
+            "cpu_ms": _paired(self.cpu_ms),
             "counts": {
                 name: {
                     key: {
@@ -218,6 +215,21 @@ def _is_counts(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and all(
         isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
     )
+
+
+def _paired(pairs: deque[tuple[float, float]]) -> dict[str, float | None]:
+    """Per-frame (live, candidate) figures: each side's p50 and p99, and the median of
+    the per-frame ratios."""
+    live = [pair[0] for pair in pairs]
+    candidate = [pair[1] for pair in pairs]
+    ratios = [c / l_ for l_, c in pairs if l_ > 0]
+    return {
+        "live_p50": _round(_percentile(live, 50)),
+        "candidate_p50": _round(_percentile(candidate, 50)),
+        "live_p99": _round(_percentile(live, 99)),
+        "candidate_p99": _round(_percentile(candidate, 99)),
+        "ratio_p50": _round(_percentile(ratios, 50)),
+    }
 
 
 def _run_ms(result: FrameResult) -> float:

@@ -162,6 +162,7 @@ class Runtime:
             publish=self.outputs.publish_event,
             changed=self.watch.changed,
             keep=self._keep_declared,
+            metrics=self.metrics,
         )
         # A regression on a stream just promoted rolls it back (within its rollback_s).
         self.watch.on_raised(

@@ -75,9 +75,10 @@ class Shadow:
         live_frames: Callable[[], int],
         on_stopped: Callable[[Shadow], None] | None = None,
         cpu_clock: CpuClock | None = None,
+        live_ages: Callable[[], float] = lambda: 0.0,
     ) -> None:
         # What it may cost the live streams, measured by their processed frames.
-        self.budget = Budget(live_frames, spec.max_live_cost, spec.every)
+        self.budget = Budget(live_frames, spec.max_live_cost, spec.every, live_ages=live_ages)
         # As the stream reads its blocks' CPU: a promoted candidate goes on with it.
         self._cpu_clock = cpu_clock
         self.stream_id = stream_id
@@ -89,6 +90,9 @@ class Shadow:
         # Removes the stream's hook that stops this shadow with it (set by its owner).
         self.unhook: Callable[[], None] = lambda: None
         self.workflow_run: WorkflowRun | None = None  # the shadow thread's, once started
+        # Each candidate result, on the shadow's thread: its per-block latency histograms
+        # (variant="shadow", set by its owner).
+        self.observe: Callable[[FrameResult], None] = lambda _result: None
         self.comparison = Comparison(iou=spec.iou)
         self._compared: ComparedFrame | None = None  # the newest pair, for the web viewer
         self.offered = 0  # frames sampled and put in the slot
@@ -200,6 +204,7 @@ class Shadow:
                 self._failed(frame.seq, exc)
                 continue
             self.ran += 1
+            self.observe(result)
             self._pair(frame.seq, None, result)
             self._compare_ready()
 

@@ -26,6 +26,7 @@ from appliance.errors import (
     UnknownStreamError,
 )
 from appliance.observe.audit import AuditLog
+from appliance.observe.metrics import SHADOW, BlockLatency, Metrics
 from appliance.policy.files import FilePolicy
 from appliance.runtime.promotion import Kept, Previous, PromoteRequest
 from appliance.runtime.running import RunningStreams
@@ -59,6 +60,7 @@ class Shadows:
         publish: Callable[[list[str] | None, dict[str, Any]], None] = lambda _s, _e: None,
         changed: Callable[[str, str], None] = lambda _what, _summary: None,
         keep: Callable[[StreamConfig], None] = lambda _cfg: None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._streams = streams
         self._find = streams.find  # UnknownStreamError when no stream runs with that id
@@ -79,6 +81,8 @@ class Shadows:
         # cannot): a shadow started, stopped or promoted over the API outlives a restart.
         self._keep = keep
         self._shadows: dict[str, Shadow] = {}
+        self._metrics = metrics
+        self._latency: dict[str, BlockLatency] = {}  # each shadow's block histograms
         self._kept = Kept(release)  # what a promotion replaced, by stream
         self._lock = threading.Lock()
 
@@ -94,10 +98,15 @@ class Shadows:
             workflow = self._compile(spec.workflow, f"{where}.workflow", policy)
             self.occasional(workflow, 1)
             shadow = Shadow(
-                stream_id, spec, workflow, self._live_frames, self._stopped, stream.cpu_clock
-            )
+                stream_id, spec, workflow, self._live_frames, self._stopped, stream.cpu_clock,
+                self._live_ages,
+            )  # fmt: skip
             with self._lock:
                 self._shadows[stream_id] = shadow
+                if self._metrics is not None:
+                    blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
+                    latency = BlockLatency(self._metrics, stream_id, blocks, SHADOW)
+                    self._latency[stream_id], shadow.observe = latency, latency.observe
             shadow.start()
             stream.shadow = shadow  # the live worker offers from its next frame on
             shadow.unhook = stream.on_stop(shadow.stop)
@@ -164,7 +173,8 @@ class Shadows:
             stream.shadow = None
             with self._lock:
                 del self._shadows[stream_id]
-            run = shadow.handover()  # its lease goes to the stream with the switch below
+            run = shadow.handover()
+            self._drop_latency(stream_id)  # its lease goes to the stream with the switch below
             self.occasional(shadow.workflow, -1)  # a stream's lease now: waited for
             previous, applied = self._streams.switch(stream_id, shadow.workflow, run)
             promoted = shadow.workflow.version
@@ -253,6 +263,16 @@ class Shadows:
         work (they share the cores and batchers with every shadow)."""
         return sum(stream.rate.count for stream in self._streams.running())
 
+    def _live_ages(self) -> float:
+        """Those frames' ages, summed (s): the budget reports their mean."""
+        return sum(stream.age_total for stream in self._streams.running())
+
+    def _drop_latency(self, stream_id: str) -> None:
+        """The shadow's block histograms go with it (its series leave /metrics)."""
+        latency = self._latency.pop(stream_id, None)
+        if latency is not None:
+            latency.remove()
+
     def running(self) -> list[Shadow]:
         """Every shadow now, for the metrics (a snapshot: they start and stop meanwhile)."""
         with self._lock:
@@ -263,6 +283,7 @@ class Shadows:
         with self._lock:
             if self._shadows.get(shadow.stream_id) is shadow:
                 del self._shadows[shadow.stream_id]
+                self._drop_latency(shadow.stream_id)
         self.occasional(shadow.workflow, -1)
         self._release(shadow.workflow)
 

@@ -97,6 +97,7 @@ class Stream:
         self._worker = threading.Thread(target=self._work, name=f"work:{cfg.id}", daemon=True)
         self.latency = LatencyWindow()
         self.rate = RateMeter()
+        self.age_total = 0.0  # every processed frame's age, summed (s)
         self.failed_frames = 0
         self.detections = 0
         self.last_result_mono = 0.0
@@ -259,6 +260,7 @@ class Stream:
     def _account(self, result: FrameResult) -> None:
         self.rate.tick(result.done_mono)
         self.latency.add(result.age_seconds)
+        self.age_total += result.age_seconds  # s: a shadow's budget reads the mean age
         self.last_result_mono = result.done_mono
         for value in result.outputs.values():
             if isinstance(value, Detections):

@@ -107,7 +107,7 @@ def test_a_run_leaves_one_valid_rolling_trace_matching_the_work(tmp_path: Path) 
     # The histograms counted the same frames the trace shows.
     count = rt.metrics.registry.get_sample_value(
         "appliance_block_latency_seconds_count",
-        {"stream": "cam", "block": "people", "type": "detect"},
+        {"stream": "cam", "block": "people", "type": "detect", "variant": "live"},
     )
     assert count == FRAMES
     assert rt.metrics.registry.get_sample_value("appliance_trace_files_written_total") == 1

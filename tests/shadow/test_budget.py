@@ -8,10 +8,13 @@ from appliance.runtime.budget import Budget
 
 
 class Live:
-    """The live streams' processed-frame count, advanced by hand at a given rate."""
+    """The live streams' processed-frame count, advanced by hand at a given rate, and
+    their frame ages summed."""
 
     def __init__(self) -> None:
         self.frames = 0
+        self.ages = 0.0
+        self.age_s = 0.05  # each frame's age
 
     def __call__(self) -> int:
         return self.frames
@@ -22,6 +25,7 @@ def run(budget: Budget, live: Live, fps: float, periods: int, t: list[float]) ->
     out = []
     for _ in range(periods):
         live.frames += round(fps * 2)
+        live.ages += round(fps * 2) * live.age_s
         t[0] += 2.0
         budget.step(t[0])
         out.append(budget.every)
@@ -69,3 +73,16 @@ def test_the_baseline_is_measured_again() -> None:
     run(budget, live, 20.0, 1, t)  # the machine got slower meanwhile
     assert (budget.baseline_fps, budget.paused) == (20.0, False)
     assert run(budget, live, 20.0, 2, t) == [1, 1]  # the slower machine is not its cost
+
+
+def test_the_mean_frame_age_with_and_without_the_shadow_is_reported() -> None:
+    live, t = Live(), [0.0]
+    budget = Budget(
+        live, max_cost=0.05, every=1, period_s=2.0, rebase_periods=100, start=t[0],
+        live_ages=lambda: live.ages,
+    )  # fmt: skip
+    run(budget, live, 30.0, 1, t)  # the baseline: 50 ms a frame
+    live.age_s = 0.08
+    run(budget, live, 30.0, 1, t)
+    report = budget.report()
+    assert (report["baseline_age_ms"], report["live_age_ms"]) == (50.0, 80.0)

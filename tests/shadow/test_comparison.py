@@ -3,6 +3,7 @@ agreement score, the kept examples, counters and the interval."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,18 @@ def test_latency_is_compared_frame_by_frame() -> None:
     latency = comparison.report()["latency_ms"]
     assert latency["live_p50"] == 10.0 and latency["candidate_p50"] == 25.0
     assert latency["ratio_p50"] == 2.5
+    assert comparison.report()["cpu_ms"]["live_p50"] is None  # neither measured its CPU
+
+
+def test_cpu_is_compared_where_both_runs_measured_it() -> None:
+    comparison = Comparison()
+    for seq in range(4):
+        live = dataclasses.replace(result(seq), block_cpu_ns=(1_000_000, 2_000_000))
+        candidate = dataclasses.replace(result(seq), block_cpu_ns=(6_000_000, 0))
+        comparison.add(live, candidate)
+    comparison.add(result(9), result(9))  # not measured: left out of the CPU figures
+    cpu = comparison.report()["cpu_ms"]
+    assert (cpu["live_p50"], cpu["candidate_p50"], cpu["ratio_p50"]) == (3.0, 6.0, 2.0)
 
 
 def test_outputs_only_one_side_has_are_not_compared() -> None:

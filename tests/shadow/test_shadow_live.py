@@ -86,8 +86,21 @@ def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
         assert (comparison["agreement"], comparison["missed"], comparison["extra"]) == (1.0, 0, 0)
         assert comparison["examples"] == []
         assert report["ran"] >= FRAMES and report["failed"] == 0
+        # Its blocks' own CPU (the watch's clock) and the live streams' mean frame age
+        # without it (the budget's baseline period).
+        assert comparison["cpu_ms"]["candidate_p50"] is not None
+        assert report["budget"]["baseline_age_ms"] > 0
+        # Its per-block histograms, beside the live ones: variant="shadow".
+        assert (block_count(runtime, "shadow") or 0) >= FRAMES
+        assert (block_count(runtime, "live") or 0) > 0
     finally:
         runtime.shadows.stop("cam")
+    assert block_count(runtime, "shadow") is None  # its series went with it
+
+
+def block_count(rt: Runtime, variant: str) -> float | None:
+    labels = {"stream": "cam", "block": "people", "type": "detect", "variant": variant}
+    return rt.metrics.registry.get_sample_value("appliance_block_latency_seconds_count", labels)
 
 
 def test_a_stricter_threshold_shows_the_detections_it_drops(runtime: Runtime) -> None:
