@@ -230,6 +230,15 @@ def test_per_stream_routes_reach_the_owner(fleet: LiveFleet) -> None:
         status, body = call(fleet.gw.url, "GET", f"/v1/streams/{camera}")
         assert status == 200 and body["id"] == camera
     assert call(fleet.gw.url, "GET", "/v1/streams/nope/latest")[0] == 404
+    # A shadow's calls too: started, read and stopped on the camera's replica.
+    camera, candidate = CAMERAS[-1], {**DRAW, "name": "candidate"}
+    shadow = f"/v1/streams/{camera}/shadow"
+    status, body = call(fleet.gw.url, "POST", shadow, {"workflow": candidate})
+    assert status == 201 and body["stream"] == camera, body
+    status, body = call(fleet.gw.url, "GET", shadow)
+    assert status == 200 and body["workflow"] == "candidate", body
+    assert call(fleet.gw.url, "DELETE", shadow)[0] == 200
+    assert call(fleet.gw.url, "GET", shadow)[0] == 404
 
 
 def test_a_webrtc_offer_reaches_the_owner(fleet: LiveFleet) -> None:

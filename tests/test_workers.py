@@ -309,6 +309,41 @@ def test_an_added_stream_goes_to_the_least_loaded_worker(two: Served) -> None:
     assert request(two, "GET", "/v1/streams/cam-new")[0] == 404
 
 
+def test_a_shadow_is_started_promoted_and_rolled_back_through_the_gateway(two: Served) -> None:
+    """Shadow calls reach the worker that runs the stream; the promoted workflow's version
+    is on its results there."""
+    looping = {"url": str(DEMO_CLIP), "loop": True, "pace": "realtime"}
+    added = {"id": "cam-shadow", "source": looping, "workflow": detect_workflow()}
+    assert request(two, "POST", "/v1/streams", added)[0] == 201
+    shadow = "/v1/streams/cam-shadow/shadow"
+    try:
+        candidate = {**detect_workflow(), "name": "stricter"}
+        candidate["blocks"] = [{**candidate["blocks"][0], "confidence": 0.85}]
+        status, body = request(two, "POST", shadow, {"workflow": candidate, "max_live_cost": 1})
+        assert status == 201, body
+        assert request(two, "POST", shadow, {"workflow": candidate})[0] == 409  # one a stream
+
+        def compared() -> bool:
+            return bool(request(two, "GET", shadow)[1]["comparison"]["frames"] >= 3)
+
+        two.wait_for(compared, 30, "compared frames")
+        status, promoted = request(two, "POST", f"{shadow}/promote", {"rollback_s": 60})
+        assert status == 200, promoted
+        assert request(two, "GET", shadow)[0] == 404  # promoted: no shadow any more
+
+        def newest_is(version: str) -> bool:
+            latest = two.get("/v1/streams/cam-shadow/latest")
+            return latest[0] == 200 and json.loads(latest[1])["workflow"] == version
+
+        two.wait_for(lambda: newest_is(promoted["workflow"]), 20, "a promoted result")
+        status, back = request(two, "POST", f"{shadow}/rollback")
+        assert status == 200 and back["workflow"] == promoted["previous"], back
+        two.wait_for(lambda: newest_is(promoted["previous"]), 20, "a rolled back result")
+    finally:
+        assert request(two, "DELETE", "/v1/streams/cam-shadow")[0] == 200
+    assert request(two, "GET", shadow)[0] == 404
+
+
 def test_a_killed_worker_is_restarted_and_the_other_streams_go_on(two: Served) -> None:
     served = two
     served.wait_for(lambda: all_processing(served), 60, "every stream to process")
