@@ -24,6 +24,9 @@ def add_shadow_commands(sub: Any) -> None:
     start.add_argument(
         "--max-live-cost", type=float, help="the live fps it may cost (default 0.05: 5 %%)"
     )
+    start.add_argument(
+        "--publish", action="store_true", help="its results on MQTT <prefix>/<stream>/shadow"
+    )
     promote = actions.add_parser(
         "promote", parents=[common], help="switch the stream to the candidate, behind gates"
     )
@@ -31,6 +34,13 @@ def add_shadow_commands(sub: Any) -> None:
     promote.add_argument("--min-agreement", type=float, help="refuse below this agreement")
     promote.add_argument("--max-latency-ratio", type=float, help="refuse above this ratio")
     promote.add_argument("--rollback-s", type=float, help="keep the old workflow this long")
+    promote.add_argument(
+        "--no-auto-rollback",
+        dest="auto_rollback",
+        action="store_false",
+        default=None,
+        help="keep it even if the regression watch finds it slower within --rollback-s",
+    )
     for name, text in (
         ("status", "the comparison so far"),
         ("stop", "stop the shadow: its final comparison"),
@@ -47,10 +57,11 @@ def cmd_shadow(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {}
     if action == "start":
         body = {"workflow": workflow_arg(args.workflow), "every": args.every}
-        optional = {"max_fps": args.max_fps, "max_live_cost": args.max_live_cost}
+        optional = {"max_fps": args.max_fps, "max_live_cost": args.max_live_cost,
+                    "publish": args.publish or None}  # fmt: skip
         body |= {k: v for k, v in optional.items() if v is not None}
     elif action == "promote":
-        gates = ("min_agreement", "max_latency_ratio", "rollback_s")
+        gates = ("min_agreement", "max_latency_ratio", "rollback_s", "auto_rollback")
         body = {k: getattr(args, k) for k in gates if getattr(args, k) is not None}
     answer = client_of(args).shadow(args.id, action, body)
     if args.json:
@@ -63,7 +74,11 @@ def cmd_shadow(args: argparse.Namespace) -> int:
 def summary(action: str, answer: dict[str, Any]) -> list[str]:
     """The answer as a few lines for people."""
     if action in ("promote", "rollback"):
-        return [f"{answer['stream']}: workflow {answer['workflow']} (was {answer['previous']})"]
+        lines = [f"{answer['stream']}: workflow {answer['workflow']} (was {answer['previous']})"]
+        if action == "promote":
+            itself = ", or by itself on a regression" if answer["auto_rollback"] else ""
+            lines.append(f"  rollback within {answer['rollback_s']:g} s{itself}")
+        return lines
     c = answer["comparison"]
     low, high = c["agreement_interval"]
     interval = f" [{low:.3f}–{high:.3f}]" if low is not None else ""
@@ -76,11 +91,12 @@ def summary(action: str, answer: dict[str, Any]) -> list[str]:
         f"  agreement {c['agreement']:.3f}{interval}: matched {c['matched']}, "
         f"missed {c['missed']}, extra {c['extra']}",
     ]
-    if latency["live_p50"] is not None:
-        lines.append(
-            f"  latency p50 {latency['live_p50']:.1f} ms live, "
-            f"{latency['candidate_p50']:.1f} ms candidate (×{latency['ratio_p50']:.2f})"
-        )
+    for what, figures in (("latency", latency), ("CPU", c["cpu_ms"])):
+        if figures["live_p50"] is not None and figures["ratio_p50"] is not None:
+            lines.append(
+                f"  {what} p50 {figures['live_p50']:.1f} ms live, "
+                f"{figures['candidate_p50']:.1f} ms candidate (×{figures['ratio_p50']:.2f})"
+            )
     lines += [
         f"  {e['kind']} seq {e['seq']} {e['output']}: {e['label']} {e['confidence']:.2f} "
         f"at {e['box']}"

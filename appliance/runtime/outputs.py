@@ -205,6 +205,22 @@ class Outputs:
 
         return publish
 
+    def shadow_publisher(self, outputs: Sequence[OutputConfig]) -> Publish:
+        """A shadow's publish: its candidate results to the stream's sinks that take them
+        (MQTT's `shadow` topic), none else."""
+        sinks = [
+            s for o in outputs if (s := getattr(self.sinks.get(o.sink), "publish_shadow", None))
+        ]
+
+        def publish(result: FrameResult) -> None:
+            for send in sinks:
+                try:
+                    send(result)
+                except Exception:  # a sink's bug must not take down the shadow
+                    log.exception("a sink failed to take a shadow result of %s", result.stream_id)
+
+        return publish
+
     def stream_state(self, stream_id: str, state: str, reason: str) -> None:
         """A stream's state changed (any thread): sinks that publish states are told."""
         for sink in self.sinks.values():

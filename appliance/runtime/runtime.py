@@ -163,6 +163,7 @@ class Runtime:
             changed=self.watch.changed,
             keep=self._keep_declared,
             metrics=self.metrics,
+            publisher=lambda cfg: self.outputs.shadow_publisher(cfg.outputs),
         )
         # A regression on a stream just promoted rolls it back (within its rollback_s).
         self.watch.on_raised(

@@ -56,6 +56,9 @@ class ShadowSpec(BaseModel):
     # What it may cost the live streams' processed fps (appliance/runtime/budget.py);
     # 1: no budget.
     max_live_cost: Annotated[float, Field(gt=0, le=1)] = 0.05
+    # Send each candidate result to the stream's MQTT outputs on `<prefix>/<stream>/shadow`
+    # (never on its predictions, nor to any other sink).
+    publish: bool = False
 
     @model_validator(mode="after")
     def _workflow_named(self) -> ShadowSpec:
@@ -167,6 +170,7 @@ class Shadow:
             "source": str(workflow) if isinstance(workflow, Path) else "inline",
             "every": self.spec.every,
             "max_fps": self.spec.max_fps,
+            "publish": self.spec.publish,
             "started": self.started,
             "stopped": self.stopped,
             "running": self._thread.is_alive(),

@@ -35,8 +35,15 @@ from appliance.runtime.streams import Stream
 from appliance.runtime.workflows import WorkflowRef
 from appliance.watch.report import Regression
 from pipelines.executor import CompiledWorkflow
+from pipelines.types import FrameResult
 
 log = logging.getLogger("appliance.shadow")
+
+Observe = Callable[[FrameResult], None]  # a candidate result's consumer
+
+
+def _nothing(_result: FrameResult) -> None:
+    pass
 
 
 class Compile(Protocol):
@@ -61,6 +68,7 @@ class Shadows:
         changed: Callable[[str, str], None] = lambda _what, _summary: None,
         keep: Callable[[StreamConfig], None] = lambda _cfg: None,
         metrics: Metrics | None = None,
+        publisher: Callable[[StreamConfig], Observe] = lambda _cfg: _nothing,
     ) -> None:
         self._streams = streams
         self._find = streams.find  # UnknownStreamError when no stream runs with that id
@@ -82,6 +90,7 @@ class Shadows:
         self._keep = keep
         self._shadows: dict[str, Shadow] = {}
         self._metrics = metrics
+        self._publisher = publisher  # a stream's sinks that take a shadow's results
         self._latency: dict[str, BlockLatency] = {}  # each shadow's block histograms
         self._kept = Kept(release)  # what a promotion replaced, by stream
         self._lock = threading.Lock()
@@ -103,10 +112,7 @@ class Shadows:
             )  # fmt: skip
             with self._lock:
                 self._shadows[stream_id] = shadow
-                if self._metrics is not None:
-                    blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
-                    latency = BlockLatency(self._metrics, stream_id, blocks, SHADOW)
-                    self._latency[stream_id], shadow.observe = latency, latency.observe
+                shadow.observe = self._observer(stream, shadow)
             shadow.start()
             stream.shadow = shadow  # the live worker offers from its next frame on
             shadow.unhook = stream.on_stop(shadow.stop)
@@ -262,6 +268,27 @@ class Shadows:
         """Frames every running stream has processed: the budget's measure of the live
         work (they share the cores and batchers with every shadow)."""
         return sum(stream.rate.count for stream in self._streams.running())
+
+    def _observer(self, stream: Stream, shadow: Shadow) -> Observe:
+        """What each candidate result goes to: its block histograms (variant="shadow"),
+        and the stream's MQTT `shadow` topic if the shadow asked (`publish`)."""
+        observers: list[Observe] = []
+        if self._metrics is not None:
+            workflow = shadow.workflow
+            blocks = list(zip(workflow.block_ids, workflow.block_types, strict=True))
+            latency = BlockLatency(self._metrics, stream.id, blocks, SHADOW)
+            self._latency[stream.id] = latency
+            observers.append(latency.observe)
+        if shadow.spec.publish:
+            observers.append(self._publisher(stream.cfg))
+        if len(observers) == 1:
+            return observers[0]
+
+        def each(result: FrameResult) -> None:
+            for observe in observers:
+                observe(result)
+
+        return each
 
     def _live_ages(self) -> float:
         """Those frames' ages, summed (s): the budget reports their mean."""

@@ -245,6 +245,7 @@ class ShadowReport(BaseModel):
     source: str = Field(description="its file, or `inline`")
     every: int
     max_fps: float | None
+    publish: bool = Field(description="its results on the stream's MQTT `shadow` topic")
     started: float = Field(description="Unix time")
     stopped: float | None
     running: bool
@@ -298,4 +299,8 @@ class Promoted(RolledBack):
     """A shadow promoted: the stream runs the candidate's workflow."""
 
     rollback_s: float = Field(description="how long `previous` stays ready for a rollback")
+    auto_rollback: bool = Field(
+        description="whether a regression the watch raises on the stream within rollback_s "
+        "rolls it back by itself"
+    )
     comparison: dict[str, Any] = Field(description="the shadow's comparison at the switch")

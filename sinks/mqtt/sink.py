@@ -1,6 +1,7 @@
 """The MQTT sink (paho-mqtt 2.x; MQTT 5 or 3.1.1): results to a broker, reliably and bounded.
 
     <prefix>/<stream>/predictions   one message per result offered (messages.prediction)
+    <prefix>/<stream>/shadow        a shadow's candidate results, when it asks (publish_shadow)
     <prefix>/<stream>/events        one message per event (events.EventDetector, and the
                                     regression watch's for that stream)
     <prefix>/events                 the watch's events of no one stream (the host)
@@ -203,6 +204,12 @@ class MqttSink:
             jpeg = encode_jpeg(result.image, shots.quality)
             self._put(Outgoing(f"{base}/snapshot", jpeg, qos, shots.retain))
         return True
+
+    def publish_shadow(self, result: FrameResult) -> None:
+        """A shadow's candidate result (docs/shadow.md), on `<prefix>/<stream>/shadow`."""
+        if not self._closed:
+            topic = f"{self._prefix}/{result.stream_id}/shadow"
+            self._put(Outgoing(topic, encoded_prediction(result), self.config.qos))
 
     def _snapshot_due(self, result: FrameResult) -> bool:
         """Snapshots on, and none of this stream within min_interval_s (worker thread:

@@ -32,7 +32,7 @@ def shadow(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
 def test_start_read_promote_roll_back_and_stop(served: Served) -> None:
     workflow = str(WORKFLOW.relative_to(ROOT))  # a local file: sent as an absolute path
     # No budget (--max-live-cost 1): sampled as asked however busy the suite keeps the cores.
-    options = ("--workflow", workflow, "--every", "1", "--max-live-cost", "1")
+    options = ("--workflow", workflow, "--every", "1", "--max-live-cost", "1", "--publish")
     done = shadow(served, "start", "people-cam", *options)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("people-cam: shadow people_counter (")
@@ -41,7 +41,9 @@ def test_start_read_promote_roll_back_and_stop(served: Served) -> None:
     while True:  # the promotion's gates are judged on 30 compared frames
         done = shadow(served, "status", "people-cam", "--json")
         assert done.returncode == 0, done.stderr
-        if json.loads(done.stdout)["comparison"]["frames"] >= 30:
+        report = json.loads(done.stdout)
+        assert report["publish"] is True
+        if report["comparison"]["frames"] >= 30:
             break
         assert time.monotonic() < deadline, done.stdout
         time.sleep(1.0)
@@ -52,9 +54,11 @@ def test_start_read_promote_roll_back_and_stop(served: Served) -> None:
     assert lines[2].startswith("  agreement ") and ": matched " in lines[2]
     assert float(lines[2].split()[1]) >= 0.8, lines
 
-    done = shadow(served, "promote", "people-cam", "--min-agreement", "0.8")
+    done = shadow(served, "promote", "people-cam", "--min-agreement", "0.8", "--no-auto-rollback")
     assert done.returncode == 0, done.stderr
-    stream, _, versions = done.stdout.strip().partition(": workflow ")
+    promoted, kept = done.stdout.strip().splitlines()
+    assert kept == "  rollback within 300 s"  # the default window, and not by itself
+    stream, _, versions = promoted.partition(": workflow ")
     new, _, old = versions.removesuffix(")").partition(" (was ")
     # The same document: the same version, switched to the shadow's warm instance.
     assert (stream, new) == ("people-cam", old)

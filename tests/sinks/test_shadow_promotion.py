@@ -1,7 +1,8 @@
 """A shadow promoted under a live MQTT QoS 1 subscriber and a webhook receiver: every
 frame's result arrives once on both, sequence numbers go on without a gap, and each
 result names the workflow version that made it, switching once at the promotion (and
-back at a rollback)."""
+back at a rollback). The candidate's results, asked for, arrive on the MQTT `shadow`
+topic only."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def test_a_promotion_and_a_rollback_lose_no_frame_on_either_sink(
         rt.start()
         try:
             live = rt.streams["cam"].workflow.version
-            rt.shadows.start("cam", ShadowSpec(workflow=candidate(), max_live_cost=1.0))
+            spec = ShadowSpec(workflow=candidate(), max_live_cost=1.0, publish=True)
+            rt.shadows.start("cam", spec)
             wait(lambda: rt.shadows.find("cam").report()["comparison"]["frames"] >= 5, "pairs")
             promoted = rt.shadows.promote("cam", PromoteRequest(rollback_s=60))
             assert (promoted["previous"], promoted["applied"]) == (live, True)
@@ -86,6 +88,11 @@ def test_a_promotion_and_a_rollback_lose_no_frame_on_either_sink(
             sub.wait_for(lambda ms: any(p["seq"] >= last for p in predictions(ms)), WAIT_S)
         )
         hooks = [r.json() for r in rx.requests if r.json().get("seq") is not None]
+    # The candidate's results, asked for (`publish`), on the shadow topic only, before
+    # the promotion: MQTT alone carries them (the webhook took predictions only, above).
+    shadows = [json.loads(m.payload) for m in sub.messages if m.topic == "site/cam/shadow"]
+    assert len(shadows) >= 5 and {r["workflow"] for r in shadows} == {new}
+    assert max(r["seq"] for r in shadows) < min(r["seq"] for r in mqtt if r["workflow"] == new)
     for results in (mqtt, hooks):
         seqs = [r["seq"] for r in results if r["seq"] <= last]
         assert seqs == list(range(seqs[0], last + 1))  # in order, none lost, none twice
