@@ -149,6 +149,11 @@ class Shadow:
             on_stopped(self)
         return not self._thread.is_alive()
 
+    def latencies(self) -> list[tuple[float, float]]:
+        """Each compared frame's (live, candidate) workflow run, ms (the newest kept)."""
+        with self._lock:
+            return list(self.comparison.latency_ms)
+
     @property
     def skipped(self) -> int:
         """Sampled frames replaced in the slot before the candidate could take them."""

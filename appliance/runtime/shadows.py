@@ -170,7 +170,7 @@ class Shadows:
         with self.control:
             shadow = self.find(stream_id)
             comparison = shadow.report()["comparison"]
-            if refusals := request.refusals(comparison):
+            if refusals := request.refusals(comparison, shadow.latencies()):
                 raise PromotionRefusedError(stream_id, refusals)
             stream = self._find(stream_id)
             # A rollback's declaration: the workflow before, without the shadow promoted.
