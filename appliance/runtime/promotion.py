@@ -8,14 +8,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.config import StreamConfig
 from appliance.watch.ranktest import MIN_SAMPLES
 from appliance.watch.rule import SLOWER, Gate, Samples, compare_row, describe
 from pipelines.executor import CompiledWorkflow
+
+if TYPE_CHECKING:  # the config holds a shadow's gates: imported only for the type
+    from appliance.config import StreamConfig
 
 
 class PromoteRequest(BaseModel):
@@ -52,6 +54,14 @@ class PromoteRequest(BaseModel):
             refusal = latency_refusal(ceiling, comparison["latency_ms"]["ratio_p50"], latency_ms)
             out += [refusal] if refusal else []
         return out
+
+
+def merged(declared: PromoteRequest | None, request: PromoteRequest) -> PromoteRequest:
+    """The gates a promotion is judged by: the shadow's declared ones (`promote:`), with
+    what the request sets over them."""
+    if declared is None:
+        return request
+    return declared.model_copy(update={k: getattr(request, k) for k in request.model_fields_set})
 
 
 def latency_refusal(

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from appliance.policy.masking import mask_url
 from appliance.runtime.budget import Budget
 from appliance.runtime.comparison import DEFAULT_IOU, Comparison
+from appliance.runtime.promotion import PromoteRequest
 from appliance.runtime.shadowframe import ComparedFrame
 from appliance.sources.slot import LatestFrame
 from pipelines.executor import CompiledWorkflow, CpuClock, WorkflowRun
@@ -59,6 +60,9 @@ class ShadowSpec(BaseModel):
     # Send each candidate result to the stream's MQTT outputs on `<prefix>/<stream>/shadow`
     # (never on its predictions, nor to any other sink).
     publish: bool = False
+    # The gates (and rollback_s) a promotion is judged by unless its request says
+    # otherwise: a config's shadow carries its own bar.
+    promote: PromoteRequest | None = None
 
     @model_validator(mode="after")
     def _workflow_named(self) -> ShadowSpec:

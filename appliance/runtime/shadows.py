@@ -28,7 +28,7 @@ from appliance.errors import (
 from appliance.observe.audit import AuditLog
 from appliance.observe.metrics import SHADOW, BlockLatency, Metrics
 from appliance.policy.files import FilePolicy
-from appliance.runtime.promotion import Kept, Previous, PromoteRequest
+from appliance.runtime.promotion import Kept, Previous, PromoteRequest, merged
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.shadow import Shadow, ShadowSpec
 from appliance.runtime.streams import Stream
@@ -170,6 +170,7 @@ class Shadows:
         with self.control:
             shadow = self.find(stream_id)
             comparison = shadow.report()["comparison"]
+            request = merged(shadow.spec.promote, request)
             if refusals := request.refusals(comparison, shadow.latencies()):
                 raise PromotionRefusedError(stream_id, refusals)
             stream = self._find(stream_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appliance.runtime.promotion import PromoteRequest, latency_refusal
+from appliance.runtime.promotion import PromoteRequest, latency_refusal, merged
 from appliance.watch.ranktest import MIN_SAMPLES
 
 LIVE = 10 + np.random.default_rng(1).standard_normal(100) * 0.5  # ms, 100 frames
@@ -52,3 +52,11 @@ def test_every_failed_gate_is_named() -> None:
         "min_frames: 10 frames compared, the gates need 30"
     ]
     assert PromoteRequest().refusals(comparison, pairs(9.0)) == []  # no gate: none
+
+
+def test_a_shadows_declared_gates_hold_unless_the_request_sets_its_own() -> None:
+    declared = PromoteRequest(min_agreement=0.95, rollback_s=600)
+    assert merged(None, PromoteRequest(min_agreement=0.5)).min_agreement == 0.5
+    assert merged(declared, PromoteRequest()) == declared
+    request = merged(declared, PromoteRequest(min_agreement=0.5, auto_rollback=False))
+    assert (request.min_agreement, request.rollback_s, request.auto_rollback) == (0.5, 600, False)

@@ -237,15 +237,16 @@ def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> 
 
 def test_a_gate_refuses_a_worse_candidate_and_switches_nothing(runtime: Runtime) -> None:
     live = runtime.streams["cam"].workflow.version
-    runtime.shadows.start("cam", spec(workflow=with_confidence(0.85)))
+    # The shadow's own gates (a config's `promote:`), under a request's.
+    strict = PromoteRequest(min_agreement=0.99, max_latency_ratio=100.0, min_frames=5)
+    runtime.shadows.start("cam", spec(workflow=with_confidence(0.85), promote=strict))
     try:
-        early = PromoteRequest(min_agreement=0.5, min_frames=100_000)
+        early = PromoteRequest(min_frames=100_000)
         with pytest.raises(PromotionRefusedError, match=r"min_frames: .* the gates need 100000"):
             runtime.shadows.promote("cam", early)
         compared(runtime, people=20)
-        strict = PromoteRequest(min_agreement=0.99, max_latency_ratio=100.0, min_frames=5)
         with pytest.raises(PromotionRefusedError) as info:
-            runtime.shadows.promote("cam", strict)
+            runtime.shadows.promote("cam", PromoteRequest())
         (refusal,) = info.value.refusals  # the latency gate passed
         assert refusal.startswith("min_agreement: agreement 0.") and "under 0.99" in refusal
         assert runtime.streams["cam"].workflow.version == live
