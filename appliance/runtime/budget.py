@@ -4,12 +4,13 @@ The shadow shares the cores (and the models' batchers) with the live streams. On
 machine with room to spare it costs them nothing; on a saturated one, every frame it
 runs is CPU the live workflows do not get. So the shadow measures the live streams'
 processed frames per second itself, with and without its own work: for one period it
-samples nothing (the baseline), then it samples and compares (their mean frame age too,
-reported beside the rate). When the live rate falls
-more than `max_live_cost` below the baseline it halves its sampling rate (twice the
-`every`) at once; after three periods in a row under half the budget it doubles it
-again, never above the rate asked for (quick to back off, slow to come back: the shape
-of TCP's congestion control, in powers of two).
+samples nothing (the baseline), then it samples and compares. Their mean frame age is
+measured the same way: the shadow's cost at a period is the larger of the live rate's
+fall and the mean age's growth, each as a share of its baseline. When that cost is
+more than `max_live_cost` it halves its sampling rate (twice the `every`) at once;
+after three periods in a row under half the budget it doubles it again, never above
+the rate asked for (quick to back off, slow to come back: the shape of TCP's congestion
+control, in powers of two).
 The baseline is measured again every `rebase_periods`, so a machine that changed speed
 meanwhile is not taken for the shadow's cost.
 """
@@ -52,7 +53,9 @@ class Budget:
         self.paused = True  # measuring the baseline: nothing sampled
         self.baseline_fps: float | None = None
         self.live_fps: float | None = None
-        self.cost: float | None = None  # 1 - live fps / baseline, at the last period
+        # At the last period: the larger of 1 - live fps / baseline and the growth of the
+        # live mean frame age over its baseline's.
+        self.cost: float | None = None
         self.throttled = False
         self.baseline_age_ms: float | None = None  # mean live frame age without the shadow
         self.live_age_ms: float | None = None  # ... with it, at the last period
@@ -77,10 +80,15 @@ class Budget:
             return
         self.live_fps, self.live_age_ms, self._periods = fps, mean_age_ms, self._periods + 1
         if self.baseline_fps:
-            self.cost = max(0.0, 1.0 - fps / self.baseline_fps)
+            self.cost = max(0.0, 1.0 - fps / self.baseline_fps, self._age_cost())
             self._adjust(self.cost)
         if self._periods % self._rebase == 0:
             self.paused = True  # the next period measures the baseline again
+
+    def _age_cost(self) -> float:
+        """How much older the live frames are than without the shadow, as a share."""
+        base, now = self.baseline_age_ms, self.live_age_ms
+        return 0.0 if not base or now is None else now / base - 1.0
 
     def _adjust(self, cost: float) -> None:
         before = self.every

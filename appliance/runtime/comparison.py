@@ -108,6 +108,8 @@ class Comparison:
     cpu_ms: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=FRAMES_KEPT))
     examples: deque[Example] = field(default_factory=lambda: deque(maxlen=EXAMPLES))
     counts: dict[str, dict[str, tuple[float, float, float, float]]] = field(default_factory=dict)
+    # Per detections output, per class: how many each side found over the run.
+    classes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     def add(self, live: FrameResult, candidate: FrameResult) -> None:
         """One frame's pair: the outputs both name, compared by kind."""
@@ -133,6 +135,10 @@ class Comparison:
         self, seq: int, name: str, live: Detections, candidate: Detections, totals: list[int]
     ) -> None:
         found = match(live, candidate, self.iou)
+        tally = self.classes.setdefault(name, {})
+        for side, detections in enumerate((live, candidate)):
+            for label in _labels(detections):
+                tally.setdefault(label, [0, 0])[side] += 1
         totals[0] += found.matched
         totals[1] += len(found.missed)
         totals[2] += len(found.extra)
@@ -165,8 +171,15 @@ class Comparison:
             "matched": self.matched,
             "missed": self.missed,
             "extra": self.extra,
-            "latency_ms": _paired(self.latency_ms),
-            "cpu_ms": _paired(self.cpu_ms),
+            "latency_ms": _paired(self.latency_ms, interval),
+            "cpu_ms": _paired(self.cpu_ms, interval),
+            "classes": {
+                name: {
+                    label: {"live": lv, "candidate": cv, "difference": cv - lv}
+                    for label, (lv, cv) in sorted(labels.items())
+                }
+                for name, labels in self.classes.items()
+            },
             "counts": {
                 name: {
                     key: {
@@ -217,19 +230,38 @@ def _is_counts(value: Any) -> TypeGuard[Mapping[str, Any]]:
     )
 
 
-def _paired(pairs: deque[tuple[float, float]]) -> dict[str, float | None]:
+def _paired(pairs: deque[tuple[float, float]], interval: bool) -> dict[str, Any]:
     """Per-frame (live, candidate) figures: each side's p50 and p99, and the median of
-    the per-frame ratios."""
+    the per-frame ratios with a bootstrap 95 % interval over frames (`interval`)."""
     live = [pair[0] for pair in pairs]
     candidate = [pair[1] for pair in pairs]
     ratios = [c / l_ for l_, c in pairs if l_ > 0]
+    low, high = _median_interval(ratios) if interval and ratios else (None, None)
     return {
         "live_p50": _round(_percentile(live, 50)),
         "candidate_p50": _round(_percentile(candidate, 50)),
         "live_p99": _round(_percentile(live, 99)),
         "candidate_p99": _round(_percentile(candidate, 99)),
         "ratio_p50": _round(_percentile(ratios, 50)),
+        "ratio_interval": [_round(low), _round(high)],
     }
+
+
+def _median_interval(values: list[float]) -> tuple[float, float]:
+    """A bootstrap 95 % interval of the median (seeded: the same figures, the same one)."""
+    data = np.asarray(values)
+    picks = np.random.default_rng(0).integers(0, len(data), size=(RESAMPLES, len(data)))
+    medians = np.median(data[picks], axis=1)
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _labels(d: Detections) -> list[str]:
+    """Each detection's class, named as the examples name it."""
+    if d.class_name:
+        return list(d.class_name)
+    return [str(int(c)) for c in d.class_id]
 
 
 def _run_ms(result: FrameResult) -> float:

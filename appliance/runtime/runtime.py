@@ -23,7 +23,6 @@ from appliance.observe.audit import AuditLog
 from appliance.observe.blocklatency import BlockLatencies, StreamLatency
 from appliance.observe.latest import LatestResults
 from appliance.observe.metrics import Metrics
-from appliance.observe.shadow_metrics import ShadowCollector
 from appliance.observe.status import (
     ModelStatus,
     ProfilingStatus,
@@ -45,7 +44,7 @@ from appliance.runtime.reload import ReloadPlan
 from appliance.runtime.reloading import apply_reload
 from appliance.runtime.retuning import Retuned, apply_tuning
 from appliance.runtime.running import RunningStreams
-from appliance.runtime.shadows import Shadows
+from appliance.runtime.shadowing import build_shadows
 from appliance.runtime.sharding import Shard
 from appliance.runtime.shutdown import SINK_DRAIN_S, Shutdown
 from appliance.runtime.sinkstate import sink_documents
@@ -150,30 +149,8 @@ class Runtime:
         self.video = self.streams.video  # who reads each stream's video: a hold draws it
         self._requested: set[str] = set()  # ids of streams added over the API
         self._control = threading.RLock()  # one change at a time (appliance/runtime/control.py)
-        # Candidate workflows beside the live ones (appliance/runtime/shadows.py), read
-        # through the API's file roots (a shadow is a request's).
-        self.shadows = Shadows(
-            self.streams,
-            self.compile_workflow,
-            self.release_workflow,
-            lambda: self.request_files,
-            control=self._control,
-            occasional=lambda w, d: self.pool.set_occasional(self.workflows.bound(w), d),
-            publish=self.outputs.publish_event,
-            changed=self.watch.changed,
-            keep=self._keep_declared,
-            metrics=self.metrics,
-            publisher=lambda cfg: self.outputs.shadow_publisher(cfg.outputs),
-        )
-        # A regression on a stream just promoted rolls it back (within its rollback_s).
-        self.watch.on_raised(
-            lambda raised: self.shadows.on_regressions(
-                raised, self.watch.model_streams(), self.audit
-            )
-        )
-        self.metrics.registry.register(
-            ShadowCollector(lambda: [s.report(interval=False) for s in self.shadows.running()])
-        )
+        # Candidate workflows beside the live ones (appliance/runtime/shadowing.py).
+        self.shadows = build_shadows(self, self._control, self._requested)
         self.started_at = 0.0
         # Finds stalled streams and restarts them (the supervision section below).
         self.supervisor = Supervisor(
@@ -332,18 +309,6 @@ class Runtime:
         if requested:
             self._requested.add(cfg.id)
         return stream
-
-    def _keep_declared(self, cfg: StreamConfig) -> None:
-        """A stream's declaration changed over the API (its shadow): kept in the state
-        like a stream added there (its files checked by the request policy from now on).
-        One whose credentials could be kept in clear only is not kept, with a WARNING."""
-        try:
-            self.state.check(cfg)
-        except ConfigError as exc:
-            log.warning("stream %s: its shadow's change is not kept in the state: %s", cfg.id, exc)
-            return
-        self.state.added(cfg)
-        self._requested.add(cfg.id)
 
     def _files_for(self, requested: bool) -> FilePolicy:
         return self.request_files if requested else self.files

@@ -28,7 +28,8 @@ from appliance.errors import (
 from appliance.observe.audit import AuditLog
 from appliance.observe.metrics import SHADOW, BlockLatency, Metrics
 from appliance.policy.files import FilePolicy
-from appliance.runtime.promotion import Kept, Previous, PromoteRequest, merged
+from appliance.runtime.kept import Kept, Previous
+from appliance.runtime.promotion import PromoteRequest, merged
 from appliance.runtime.running import RunningStreams
 from appliance.runtime.shadow import Shadow, ShadowSpec
 from appliance.runtime.streams import Stream

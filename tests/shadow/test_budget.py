@@ -75,7 +75,7 @@ def test_the_baseline_is_measured_again() -> None:
     assert run(budget, live, 20.0, 2, t) == [1, 1]  # the slower machine is not its cost
 
 
-def test_the_mean_frame_age_with_and_without_the_shadow_is_reported() -> None:
+def test_older_live_frames_cost_like_fewer_of_them() -> None:
     live, t = Live(), [0.0]
     budget = Budget(
         live, max_cost=0.05, every=1, period_s=2.0, rebase_periods=100, start=t[0],
@@ -83,6 +83,10 @@ def test_the_mean_frame_age_with_and_without_the_shadow_is_reported() -> None:
     )  # fmt: skip
     run(budget, live, 30.0, 1, t)  # the baseline: 50 ms a frame
     live.age_s = 0.08
-    run(budget, live, 30.0, 1, t)
+    # The same rate, but frames 60 % older: over the budget, it backs off.
+    assert run(budget, live, 30.0, 1, t) == [2]
     report = budget.report()
     assert (report["baseline_age_ms"], report["live_age_ms"]) == (50.0, 80.0)
+    assert report["live_cost"] == 0.6 and report["throttled"]
+    live.age_s = 0.0505  # 1 % older: under half the budget, three periods in a row
+    assert run(budget, live, 30.0, 3, t) == [2, 2, 1]

@@ -116,3 +116,25 @@ def test_outputs_only_one_side_has_are_not_compared() -> None:
     comparison.add(result(1, people=dets(PERSON)), result(1, faces=dets(PERSON)))
     report = comparison.report()
     assert (report["matched"], report["missed"], report["extra"]) == (0, 0, 0)
+
+
+def test_each_class_is_tallied_on_both_sides() -> None:
+    comparison = Comparison()
+    comparison.add(result(0, people=dets(PERSON, CAR)), result(0, people=dets(NEAR_PERSON)))
+    comparison.add(result(1, people=dets(PERSON)), result(1, people=dets(PERSON, CAR_AS_PERSON)))
+    assert comparison.report()["classes"] == {
+        "people": {
+            "car": {"live": 1, "candidate": 0, "difference": -1},
+            "person": {"live": 2, "candidate": 3, "difference": 1},
+        }
+    }
+
+
+def test_the_latency_ratio_has_an_interval_over_frames() -> None:
+    comparison = Comparison()
+    for seq, run_ms in enumerate((20.0, 22.0, 24.0, 26.0, 28.0) * 8):
+        comparison.add(result(seq, 10.0, people=dets()), result(seq, run_ms, people=dets()))
+    latency = comparison.report()["latency_ms"]
+    low, high = latency["ratio_interval"]
+    assert low < latency["ratio_p50"] == 2.4 < high and low >= 2.0 and high <= 2.8
+    assert comparison.report(interval=False)["latency_ms"]["ratio_interval"] == [None, None]

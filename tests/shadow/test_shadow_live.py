@@ -226,7 +226,9 @@ def test_a_different_model_reports_its_latency_and_agreement(tmp_path: Path) -> 
         rt.shadows.start("cam", spec(workflow=faces_workflow([320, 192], "faces_small")))
         report = compared(rt, frames=8, people=3)["comparison"]
         latency = report["latency_ms"]
+        low, high = latency.pop("ratio_interval")
         assert all(latency[k] is not None and latency[k] > 0 for k in latency), latency
+        assert low <= latency["ratio_p50"] <= high
         assert 0.0 <= report["agreement"] <= 1.0
         assert report["matched"] + report["missed"] >= 3  # the live model found faces
         models = {m.id for m in rt.models_status()}
