@@ -46,6 +46,7 @@ from appliance.models.errors import describe_ort_error
 from appliance.models.session import LoadedModel
 from appliance.models.threads import count_run_cpu, session_threads, threads_cpu_ns
 from pipelines.models import ModelInfo, Tensor
+from pipelines.shared_runs import SharedRuns
 from pipelines.spec import BatchingSpec
 
 __all__ = ["BatchRecord", "ModelBatcher", "ModelRunError", "ModelStoppedError", "SessionChooser"]
@@ -106,6 +107,9 @@ class ModelBatcher:
         self._batches = 0
         self._samples = 0
         self.serial = next(ModelBatcher._serials)  # tells this batcher's records apart
+        # Runs of one frame's image that a shadow's workflow shares with the live one's
+        # (pipelines/shared_runs.py): on while the pool says a shadow leases this model.
+        self.shared = SharedRuns()
         # The thread has taken samples and not yet run them all: an inline run now could
         # overtake a stream's earlier sample. Set before the queue is emptied.
         self._busy = False

@@ -177,6 +177,10 @@ class ModelPool:
                 if entry is not None:
                     entry.occasional = max(0, entry.occasional + delta)
                     batcher.set_producers(entry.producers())
+                    # A shadow and a live workflow on the same frames share its runs.
+                    batcher.shared.enabled = entry.occasional > 0
+                    if not batcher.shared.enabled:
+                        batcher.shared.clear()
 
     def release(self, batchers: Iterable[ModelBatcher]) -> None:
         """End one lease of each batcher: an unleased current model becomes idle (the

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -29,7 +30,8 @@ from pipelines.blocks.base import (
 )
 from pipelines.decoders import build_decoder
 from pipelines.decoders.base import DecodeOptions
-from pipelines.models import ModelInfo
+from pipelines.models import ModelInfo, Tensor
+from pipelines.shared_runs import SharedRuns
 from pipelines.types import Detections, Frame, Image
 
 
@@ -70,10 +72,19 @@ class DetectBlock(BlockType):
             handle.submit,
             p.timeout_s,
         )
+        # The model's runs another workflow on the same frames may share (a shadow's).
+        shared: SharedRuns | None = getattr(handle, "shared", None)
+
+        def run(image: Image, frame: Frame) -> tuple[Sequence[Tensor], Any]:
+            sample, transform = preprocess(image)
+            return submit(sample, frame.stream_id).result(timeout), transform
 
         def detect(image: Image, frame: Frame) -> Detections:
-            sample, transform = preprocess(image)
-            outputs = submit(sample, frame.stream_id).result(timeout)
+            if shared is not None and shared.enabled:
+                key = (frame.stream_id, frame.seq, frame.capture_mono, id(image))
+                outputs, transform = shared.run(key, lambda: run(image, frame), timeout)
+            else:
+                outputs, transform = run(image, frame)
             dets = decode(outputs, transform)
             if filtering and len(dets):
                 mask = np.isin(dets.class_id, keep_ids)

@@ -78,6 +78,8 @@ def with_confidence(confidence: float) -> dict[str, Any]:
 
 
 def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
+    shared = runtime.models["person"].shared
+    before = shared.shared
     runtime.shadows.start("cam", spec(workflow=detect_workflow()))
     try:
         report = compared(runtime)
@@ -93,9 +95,12 @@ def test_the_same_workflow_agrees_fully(runtime: Runtime) -> None:
         # Its per-block histograms, beside the live ones: variant="shadow".
         assert (block_count(runtime, "shadow") or 0) >= FRAMES
         assert (block_count(runtime, "live") or 0) > 0
+        # One model, the same frame: the second of the two workflows took the first's run.
+        assert shared.enabled and shared.shared > before
     finally:
         runtime.shadows.stop("cam")
     assert block_count(runtime, "shadow") is None  # its series went with it
+    assert not shared.enabled  # no shadow on the model: nothing kept
 
 
 def block_count(rt: Runtime, variant: str) -> float | None:
