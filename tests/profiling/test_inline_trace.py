@@ -128,7 +128,11 @@ def test_a_window_places_operators_under_inline_runs(tmp_path: Path) -> None:
     sampled = [e for e in events if e["name"] == "session.run" and e["args"].get("ort_profiled")]
     ops = [e for e in events if e.get("cat") == "Node"]
     assert sampled and ops
-    assert all(s["args"].get("inline") and names[s["tid"]] == "batch:person" for s in sampled)
+    # On the model's track, inline or not: a submit that finds the run lock taken (the
+    # window swapping the profiled twin in, on a busy machine) queues for the batcher's
+    # thread instead of waiting for it. One run a frame on one stream: the rest inline.
+    assert all(names[s["tid"]] == "batch:person" for s in sampled)
+    assert any(s["args"].get("inline") for s in sampled)
     for op in ops:
         assert any(
             s["tid"] == op["tid"]

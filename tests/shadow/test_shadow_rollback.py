@@ -95,26 +95,6 @@ def test_a_regression_after_a_promotion_rolls_it_back(learned: Learned) -> None:
     )  # fmt: skip
 
 
-def test_a_promotion_without_auto_rollback_stays(learned: Learned) -> None:
-    """The same regression, but the promotion said `auto_rollback: false`: the stream
-    stays on the candidate, and the rollback by hand is still there."""
-    setup, sub, rt = learned.setup, learned.sub, learned.rt
-    wait_until(lambda: not rt.regressions().active, FOUND_S, "the first test's recovery")
-    live = rt.streams.find("faces-cam").workflow.version
-    rt.shadows.start(
-        "faces-cam", ShadowSpec(workflow=setup.folder / "heavier.yaml", max_live_cost=1.0)
-    )
-    wait_until(lambda: rt.shadows.find("faces-cam").ran >= 2, SHADOW_S, "the candidate's frames")
-    seen = len(events(sub))
-    promoted = rt.shadows.promote("faces-cam", PromoteRequest(rollback_s=120, auto_rollback=False))
-    await_event(sub, seen, "regression_started", FOUND_S)
-    assert rt.streams.find("faces-cam").workflow.version == promoted["workflow"]
-    assert not [e for e in events(sub)[seen:] if e["type"] == "shadow_rolled_back"]
-    assert rt.shadows.rollback("faces-cam")["workflow"] == live
-    back = await_event(sub, seen, "shadow_rolled_back", 15)
-    assert back["automatic"] is False and back["reason"] == "by request"
-
-
 def _newest_version(rt: Runtime) -> str | None:
     latest = rt.latest.get("faces-cam")
     return None if latest is None else latest.result.version
