@@ -86,7 +86,9 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
     placement = doc["otherData"]["operators"]
     assert placement["runs"] == len(sampled) and placement["operators"] == len(ops)
     assert placement["orphans"] == 0 and placement["max_shift_us"] < 1000, placement
-    assert placement["runs"] + placement["runs_left_out"] == 4  # ORT's memory is bounded
+    # ORT's memory is bounded: at most 4 runs profiled a window (a busy machine may run
+    # fewer sampled batches in the window's second than that).
+    assert 0 < placement["runs"] + placement["runs_left_out"] <= 4
     for op in ops:
         inside = [s for s in spans if s["tid"] == op["tid"] and s["ts"] <= op["ts"] and
                   op["ts"] + op["dur"] <= s["ts"] + s["dur"]]  # fmt: skip
