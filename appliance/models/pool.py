@@ -166,21 +166,21 @@ class ModelPool:
                 self._take(model_id, pin=False)
             return True
 
-    def set_occasional(self, batchers: Iterable[ModelBatcher], delta: int) -> None:
+    def set_occasional(
+        self, batchers: Iterable[ModelBatcher], delta: int, stream_id: str = ""
+    ) -> None:
         """Mark leases of these batchers as occasional (+1) or not any more (-1): a
-        shadow's, which samples some of a stream's frames. Counted as producers, it would
-        make every batch wait out `max_queue_delay_ms` for a sample that seldom comes,
-        and a lone stream's runs leave its thread for the batcher's."""
+        shadow's, which samples some of `stream_id`'s frames. Counted as producers, it
+        would make every batch wait out `max_queue_delay_ms` for a sample that seldom
+        comes, and a lone stream's runs leave its thread for the batcher's. The shadow and
+        that stream's live workflow share each frame's run of the model meanwhile."""
         with self._lock:
             for batcher in batchers:
                 entry = self._loaded.get(batcher)
                 if entry is not None:
                     entry.occasional = max(0, entry.occasional + delta)
                     batcher.set_producers(entry.producers())
-                    # A shadow and a live workflow on the same frames share its runs.
-                    batcher.shared.enabled = entry.occasional > 0
-                    if not batcher.shared.enabled:
-                        batcher.shared.clear()
+                    batcher.shared.share(stream_id, delta)
 
     def release(self, batchers: Iterable[ModelBatcher]) -> None:
         """End one lease of each batcher: an unleased current model becomes idle (the

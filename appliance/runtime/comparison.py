@@ -218,9 +218,13 @@ def f1(matched: int, missed: int, extra: int) -> float:
 
 def _example(seq: int, output: str, kind: str, d: Detections, row: int) -> Example:
     box = tuple(float(v) for v in d.xyxy[row])
-    label = d.class_name[row] if d.class_name else str(int(d.class_id[row]))
     return Example(
-        seq, output, kind, (box[0], box[1], box[2], box[3]), label, float(d.confidence[row])
+        seq,
+        output,
+        kind,
+        (box[0], box[1], box[2], box[3]),
+        _label(d, row),
+        float(d.confidence[row]),
     )
 
 
@@ -259,9 +263,12 @@ def _median_interval(values: list[float]) -> tuple[float, float]:
 
 def _labels(d: Detections) -> list[str]:
     """Each detection's class, named as the examples name it."""
-    if d.class_name:
-        return list(d.class_name)
-    return [str(int(c)) for c in d.class_id]
+    return [_label(d, row) for row in range(len(d))]
+
+
+def _label(d: Detections, row: int) -> str:
+    """A detection's class name, or its id where the model names none."""
+    return str(d.class_name[row]) if d.class_name else str(int(d.class_id[row]))
 
 
 def _run_ms(result: FrameResult) -> float:

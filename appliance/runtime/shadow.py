@@ -97,8 +97,8 @@ class Shadow:
         # Removes the stream's hook that stops this shadow with it (set by its owner).
         self.unhook: Callable[[], None] = lambda: None
         self.workflow_run: WorkflowRun | None = None  # the shadow thread's, once started
-        # Each candidate result, on the shadow's thread: its per-block latency histograms
-        # (variant="shadow", set by its owner).
+        # Each candidate result, on the shadow's thread (set by its owner): its per-block
+        # latency histograms (variant="shadow"), and the MQTT topic when it `publish`es.
         self.observe: Callable[[FrameResult], None] = lambda _result: None
         self.comparison = Comparison(iou=spec.iou)
         self._compared: ComparedFrame | None = None  # the newest pair, for the web viewer

@@ -55,7 +55,7 @@ def build_shadows(rt: Host, control: threading.RLock, requested: set[str]) -> Sh
         rt.release_workflow,
         lambda: rt.request_files,  # a shadow is a request's
         control=control,
-        occasional=lambda w, d: rt.pool.set_occasional(rt.workflows.bound(w), d),
+        occasional=lambda w, s, d: rt.pool.set_occasional(rt.workflows.bound(w), d, s),
         publish=rt.outputs.publish_event,
         changed=rt.watch.changed,
         keep=lambda cfg: keep_declared(rt.state, requested, cfg),

@@ -64,7 +64,7 @@ class Shadows:
         files: Callable[[], FilePolicy],
         *,
         control: threading.RLock,
-        occasional: Callable[[CompiledWorkflow, int], None],
+        occasional: Callable[[CompiledWorkflow, str, int], None],
         publish: Callable[[list[str] | None, dict[str, Any]], None] = lambda _s, _e: None,
         changed: Callable[[str, str], None] = lambda _what, _summary: None,
         keep: Callable[[StreamConfig], None] = lambda _cfg: None,
@@ -76,12 +76,13 @@ class Shadows:
         self._compile = compile_workflow
         self._release = release
         self._files = files  # the API's file policy, as it is now (a reload replaces it)
-        # Marks a workflow's model leases occasional (+1) or not (-1): the batchers do not
-        # wait for a shadow's samples (ModelPool.set_occasional).
-        self.occasional = occasional
+        # Marks a workflow's model leases occasional (+1) or not (-1), a shadow's on a
+        # stream: the batchers do not wait for its samples, and it shares the stream's
+        # model runs (ModelPool.set_occasional).
+        self._occasional = occasional
         # The runtime's one-change-at-a-time lock (appliance/runtime/control.py): a
         # shadow's compile does not race a reload.
-        self.control = control
+        self._control = control
         # An event to the stream's sinks (Outputs.publish_event), and an operator's change
         # the watch names its regressions after (Watch.changed).
         self._publish = publish
@@ -99,14 +100,14 @@ class Shadows:
     def start(self, stream_id: str, spec: ShadowSpec, files: FilePolicy | None = None) -> Shadow:
         """Compile the candidate and start it beside the stream's live workflow; its
         files go through `files` (the API's policy by default: a request's)."""
-        with self.control:
+        with self._control:
             stream = self._find(stream_id)
             if stream_id in self._shadows:
                 raise ShadowExistsError(stream_id)
             where = f"stream {stream_id!r} shadow"
             policy = self._files() if files is None else files
             workflow = self._compile(spec.workflow, f"{where}.workflow", policy)
-            self.occasional(workflow, 1)
+            self._occasional(workflow, stream_id, 1)
             shadow = Shadow(
                 stream_id, spec, workflow, self._live_frames, self._stopped, stream.cpu_clock,
                 self._live_ages,
@@ -155,7 +156,7 @@ class Shadows:
 
     def stop(self, stream_id: str, timeout: float = 3.0) -> Shadow:
         """Stop the stream's shadow: the stopped shadow, for its final report."""
-        with self.control:
+        with self._control:
             shadow = self.find(stream_id)
             self._declare(stream_id, shadow=None)
             stream = self._streams.get(stream_id)
@@ -168,7 +169,7 @@ class Shadows:
         """Switch the stream to its shadow's workflow at a frame boundary, if the gates
         pass (PromotionRefusedError naming each that fails); the workflow it ran stays
         leased for `request.rollback_s`."""
-        with self.control:
+        with self._control:
             shadow = self.find(stream_id)
             comparison = shadow.report()["comparison"]
             request = merged(shadow.spec.promote, request)
@@ -181,9 +182,9 @@ class Shadows:
             stream.shadow = None
             with self._lock:
                 del self._shadows[stream_id]
-            run = shadow.handover()
-            self._drop_latency(stream_id)  # its lease goes to the stream with the switch below
-            self.occasional(shadow.workflow, -1)  # a stream's lease now: waited for
+            run = shadow.handover()  # its lease goes to the stream with the switch below
+            self._drop_latency(stream_id)
+            self._occasional(shadow.workflow, stream_id, -1)  # the stream's lease now
             previous, applied = self._streams.switch(stream_id, shadow.workflow, run)
             promoted = shadow.workflow.version
             forget = functools.partial(self._forget, stream_id, promoted)
@@ -201,7 +202,7 @@ class Shadows:
     def rollback(self, stream_id: str, reason: str | None = None) -> dict[str, Any]:
         """Switch the stream back to the workflow its last promotion replaced, while that
         is kept (NoRollbackError otherwise). `reason`: why it rolls back by itself."""
-        with self.control:
+        with self._control:
             self._find(stream_id)
             kept = self._kept.peek(stream_id)
             if kept is not None:  # kept in the state first: a failure there changes nothing
@@ -283,8 +284,8 @@ class Shadows:
             observers.append(latency.observe)
         if shadow.spec.publish:
             observers.append(self._publisher(stream.cfg))
-        if len(observers) == 1:
-            return observers[0]
+        if len(observers) < 2:
+            return observers[0] if observers else _nothing
 
         def each(result: FrameResult) -> None:
             for observe in observers:
@@ -313,7 +314,7 @@ class Shadows:
             if self._shadows.get(shadow.stream_id) is shadow:
                 del self._shadows[shadow.stream_id]
                 self._drop_latency(shadow.stream_id)
-        self.occasional(shadow.workflow, -1)
+        self._occasional(shadow.workflow, shadow.stream_id, -1)
         self._release(shadow.workflow)
 
 

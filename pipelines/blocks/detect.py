@@ -80,7 +80,7 @@ class DetectBlock(BlockType):
             return submit(sample, frame.stream_id).result(timeout), transform
 
         def detect(image: Image, frame: Frame) -> Detections:
-            if shared is not None and shared.enabled:
+            if shared is not None and frame.stream_id in shared.streams:
                 key = (frame.stream_id, frame.seq, frame.capture_mono, id(image))
                 outputs, transform = shared.run(key, lambda: run(image, frame), timeout)
             else:

@@ -81,3 +81,19 @@ def test_a_failed_run_fails_whoever_waited_for_it() -> None:
         shared.run("k", Model(0.0), 1.0)
     thread.join()
     assert [str(e) for e in errors] == ["the model failed"]
+
+
+def test_it_is_on_for_the_streams_a_shadow_runs_on_and_forgets_when_none_is_left() -> None:
+    shared, model = SharedRuns(), Model(0.0)
+    shared.share("cam", 1)
+    shared.share("cam", 1)  # two shadows' leases of the model on one stream
+    shared.share("door", 1)
+    assert shared.streams == {"cam", "door"} and shared.enabled
+    shared.run(("cam", 1), model, 1.0)
+    shared.share("door", -1)
+    shared.share("cam", -1)
+    assert shared.streams == {"cam"}
+    shared.share("cam", -1)
+    assert shared.streams == frozenset() and not shared.enabled
+    shared.run(("cam", 1), model, 1.0)  # the runs kept went with the last shadow
+    assert model.runs == 2

@@ -49,12 +49,18 @@ def test_a_shadow_and_its_promotion_outlive_a_restart(tmp_path: Path, boot: Boot
     assert not has_shadow(rt) and version(rt) == promoted
 
 
-def test_a_rollback_outlives_a_restart(tmp_path: Path, boot: Boot) -> None:
-    path = write_config(tmp_path / "config.yaml", config_doc(cam("cam")))
-    rt = boot(path)
+def promoted(rt: Runtime) -> str:
+    """Start the candidate's shadow on `cam` and promote it: the version the stream ran."""
     live = version(rt)
     rt.shadows.start("cam", SPEC)
     rt.shadows.promote("cam", PromoteRequest())
+    return live
+
+
+def test_a_rollback_outlives_a_restart(tmp_path: Path, boot: Boot) -> None:
+    path = write_config(tmp_path / "config.yaml", config_doc(cam("cam")))
+    rt = boot(path)
+    live = promoted(rt)
     assert rt.shadows.rollback("cam")["workflow"] == live
     rt = boot(path)
     assert version(rt) == live and not has_shadow(rt)
@@ -63,9 +69,7 @@ def test_a_rollback_outlives_a_restart(tmp_path: Path, boot: Boot) -> None:
 def test_the_config_file_wins_once_its_entry_changes(tmp_path: Path, boot: Boot) -> None:
     path = write_config(tmp_path / "config.yaml", config_doc(cam("cam")))
     rt = boot(path)
-    live = version(rt)
-    rt.shadows.start("cam", SPEC)
-    rt.shadows.promote("cam", PromoteRequest())
+    live = promoted(rt)
     write_config(path, config_doc(cam("cam", pace="realtime", loop=True, open_timeout_s=9)))
     rt = boot(path)  # the operator edited the stream: the file's workflow runs again
     assert version(rt) == live and not has_shadow(rt)
