@@ -1,5 +1,12 @@
 """Shared fixtures live in tests/support/, one module per real part they start."""
 
+import os
+
+# The suite's workers share two cores: models' idle threads sleep instead of spinning (a
+# spin takes the core another worker's test needs; appliance/models/session.py). In
+# the environment, so the `appliance serve` processes the tests start inherit it.
+os.environ.setdefault("APPLIANCE_ORT_SPINNING", "0")
+
 pytest_plugins = [
     "tests.support.media",
     "tests.support.rtsp",
@@ -8,4 +15,5 @@ pytest_plugins = [
     "tests.support.durations",
     "tests.support.quick",
     "tests.support.nodeids",
+    "tests.support.order",
 ]

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tests.support import nodeids
+from tests.support import order as order_plugin
 from tests.support.flakes import summarise
-from tests.support.report import render
+from tests.support.report import file_weights, render
 
 
 def entry(call: float, outcome: str = "passed", **extra: Any) -> dict[str, Any]:
@@ -62,17 +63,21 @@ def test_clean_runs_say_so(tmp_path: Path) -> None:
     assert code == 0 and text.endswith("no test failed in any of the 2 runs")
 
 
-@pytest.mark.live  # a pytest of its own
-def test_each_api_operation_is_a_test_of_its_own(tmp_path: Path) -> None:
+@pytest.mark.live  # a pytest of its own, unless this session collected the module
+def test_each_api_operation_is_a_test_of_its_own(request: pytest.FixtureRequest) -> None:
     """schemathesis's items get their operation in their id (tests/support/nodeids.py):
     with one shared id, `pytest -n 2 --dist loadfile` ran one operation of 47. Collected
-    only: xdist hands out tests by these ids."""
+    only: xdist hands out tests by these ids. The ids are this session's own when it
+    collected the module (`make test`: every worker collects every test), else those of
+    a `pytest --collect-only` of it."""
     test = "tests/server/test_openapi.py::test_the_server_keeps_to_its_document"
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"]
-    argv += ["tests/server/test_openapi.py", "-k", "keeps_to_its_document"]
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:]
-    ids = [line for line in done.stdout.splitlines() if line.startswith(test)]
+    ids = [item.nodeid for item in request.session.items if item.nodeid.startswith(test)]
+    if not ids:
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"]
+        argv += ["tests/server/test_openapi.py", "-k", "keeps_to_its_document"]
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:]
+        ids = [line for line in done.stdout.splitlines() if line.startswith(test)]
     assert f"{test}[GET /health]" in ids and f"{test}[POST /v1/streams]" in ids
     assert len(ids) == len(set(ids)) >= 40  # every operation of /openapi.json, each its own
 
@@ -86,3 +91,24 @@ def test_tests_that_share_an_id_stop_the_collection() -> None:
     with pytest.raises(pytest.UsageError, match=r"share a node id .*: t\.py::a$"):
         nodeids.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
     nodeids.pytest_collection_modifyitems(None, items[:2])  # type: ignore[arg-type]
+
+
+def test_files_go_to_the_workers_longest_first_keeping_their_tests_order() -> None:
+    nodeids = ["a.py::1", "a.py::2", "b.py::1", "c.py::1", "c.py::2", "new.py::1"]
+    weights = {"a.py": 1.0, "b.py": 30.0, "c.py": 12.0}
+    order = [nodeids[i] for i in order_plugin.longest_first(nodeids, weights)]
+    # new.py has no weight: among the middling files (order_plugin.UNKNOWN_S).
+    assert order == ["b.py::1", "c.py::1", "c.py::2", "new.py::1", "a.py::1", "a.py::2"]
+
+
+def test_the_weights_are_each_files_seconds(tmp_path: Path) -> None:
+    tests = {
+        "a.py::1": {"setup": 1.0, "call": 2.0, "teardown": 0.5},
+        "a.py::2": {"setup": 0.0, "call": 1.0, "teardown": 0.0},
+        "b.py::1": {"setup": 0.0, "call": 9.0, "teardown": 0.0},
+    }
+    assert file_weights(tests) == {"b.py": 9.0, "a.py": 4.5}
+    path = tmp_path / "weights.json"
+    path.write_text(json.dumps(file_weights(tests)))
+    assert order_plugin.load_weights(path) == {"b.py": 9.0, "a.py": 4.5}
+    assert order_plugin.load_weights(tmp_path / "none.json") == {}

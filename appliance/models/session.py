@@ -228,6 +228,14 @@ class _ProcessDefaults:
     model_cache: Path | None = None
 
 
+# APPLIANCE_ORT_SPINNING=0: no model of the process lets its idle intra-op threads spin,
+# whatever its `session.allow_spinning`. For a host shared with other work (a CI runner,
+# the test suite's parallel workers): there a spin takes a core another process needs,
+# and `allow_spinning: false` gave the same frames for half the CPU below saturation
+# (bench/spinning.py; docs/performance.md). Read at each session's creation.
+SPINNING_ENV = "APPLIANCE_ORT_SPINNING"
+
+
 PROCESS = _ProcessDefaults()
 
 
@@ -259,7 +267,8 @@ def session_options(cfg: SessionSpec) -> ort.SessionOptions:
     # dedicated machine, but the spin steals cores from decoding and other models when
     # the CPU is shared (ORT docs, "Thread management").
     options.add_session_config_entry(
-        "session.intra_op.allow_spinning", "1" if cfg.allow_spinning else "0"
+        "session.intra_op.allow_spinning",
+        "1" if cfg.allow_spinning and os.environ.get(SPINNING_ENV) != "0" else "0",
     )
     return options
 

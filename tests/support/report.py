@@ -5,7 +5,10 @@ run of `make test`, and prints the 30 slowest tests (setup + call + teardown, wi
 module) and each folder's total. Under xdist a folder's total is the sum of its tests'
 times, i.e. worker-seconds, which can exceed the run's wall time.
 
-    python -m tests.support.report [--top N] [FILE ...]
+    python -m tests.support.report [--top N] [--weights] [FILE ...]
+
+`--weights` writes each file's seconds to tests/support/weights.json instead: the order
+`make test` hands files to its workers in (tests/support/order.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 ARTIFACTS = Path("tests/artifacts")
+WEIGHTS = Path("tests/support/weights.json")
 
 
 def load(paths: Sequence[Path]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
@@ -82,16 +86,30 @@ def render(tests: dict[str, dict[str, Any]], runs: list[dict[str, Any]], top: in
     return "\n".join(lines)
 
 
+def file_weights(tests: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each test file's seconds (its tests' setup, call and teardown), longest first."""
+    per_file: dict[str, float] = defaultdict(float)
+    for nodeid, entry in tests.items():
+        per_file[nodeid.split("::", 1)[0]] += total(entry)
+    return {k: round(v, 1) for k, v in sorted(per_file.items(), key=lambda kv: -kv[1])}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--weights", action="store_true", help="write " + str(WEIGHTS))
     args = parser.parse_args(argv)
     paths = args.files or sorted(ARTIFACTS.glob("durations*.json"))
     if not paths:
         print(f"no durations file under {ARTIFACTS}: run `make test` first", file=sys.stderr)
         return 1
-    print(render(*load(paths), args.top))
+    tests, runs = load(paths)
+    if args.weights:
+        WEIGHTS.write_text(json.dumps(file_weights(tests), indent=0) + "\n", encoding="utf-8")
+        print(f"wrote {WEIGHTS}")
+        return 0
+    print(render(tests, runs, args.top))
     return 0
 
 

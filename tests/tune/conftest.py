@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from appliance.config import load_config
+from appliance.models.session import SPINNING_ENV
 from appliance.runtime.runtime import Runtime
 from tests.server import live
 from tests.support.appliance import DEMO_CLIP, MODELS, ROOT, detect_workflow, person_model
@@ -129,3 +130,13 @@ def start_runtime() -> Iterator[StartRuntime]:
     yield start
     for rt in runtimes:
         rt.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def spinning_as_configured() -> Iterator[None]:
+    """`allow_spinning` is a knob here: its sessions get what the config says, not the
+    suite's override that keeps every other test's threads from spinning
+    (tests/conftest.py, APPLIANCE_ORT_SPINNING). Module-wide: before a module's runtime."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(SPINNING_ENV, raising=False)
+        yield
