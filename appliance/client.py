@@ -33,6 +33,7 @@ from typing import Any, TypeVar, cast
 from pydantic import TypeAdapter, ValidationError
 
 from appliance.client_transport import CA_FILE_ENV, opener
+from appliance.observe.slowest import SlowestReport
 from appliance.observe.status import (
     ModelStatus,
     Readiness,
@@ -256,6 +257,25 @@ class ApplianceClient:
         from now, after an intended change: their regressions end. The rows learning
         (`rows`) for `learn_s` seconds; 404 if the stream is unknown."""
         return _parse(Rebaselined, self._json("POST", _stream_path(stream_id) + "/baseline"))
+
+    def slowest(
+        self, stream_id: str, since: str | None = None, limit: int | None = None
+    ) -> SlowestReport:
+        """The stream's slowest frames since `since` (a time with its offset, or a span
+        back: `15m`; default the last hour), slowest first: each block's time, the model
+        runs it waited for and its trace's path; 404 if the stream is unknown."""
+        query = {k: str(v) for k, v in (("since", since), ("limit", limit)) if v is not None}
+        suffix = "?" + urllib.parse.urlencode(query) if query else ""
+        return _parse(
+            SlowestReport, self._json("GET", _stream_path(stream_id) + "/slowest" + suffix)
+        )
+
+    def frame_trace(self, stream_id: str, seq: int, around: int | None = None) -> dict[str, Any]:
+        """Frame `seq`'s Chrome trace with `around` frames either side; 404 (naming the
+        oldest frame held) once it has rotated away."""
+        suffix = "" if around is None else f"?around={around}"
+        path = f"{_stream_path(stream_id)}/frames/{int(seq)}/trace{suffix}"
+        return cast(dict[str, Any], self._json("GET", path))
 
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI 3.1 document of the API."""

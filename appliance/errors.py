@@ -158,6 +158,19 @@ class NoResultError(ApplianceError, KeyError):
         return str(self.args[0])
 
 
+class FrameNotHeldError(ApplianceError, KeyError):
+    """A frame in no trace still held: rotated away, not traced, or not run yet.
+    `oldest`: the stream's oldest frame still held (None: none is)."""
+
+    def __init__(self, stream_id: str, seq: int, oldest: int | None) -> None:
+        held = "none is" if oldest is None else f"the oldest held is {oldest}"
+        super().__init__(f"stream {stream_id!r}: frame {seq} is in no trace still held ({held})")
+        self.stream_id, self.seq, self.oldest = stream_id, seq, oldest
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class StateSaveError(ApplianceError):
     """A change over the API that could not be kept in `server.state_dir` (a folder not
     writable, a full disk): it was undone, and the request fails (HTTP 503)."""

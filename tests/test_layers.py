@@ -202,6 +202,7 @@ RUNTIME_INTERFACE = frozenset({
     "start", "stop", "stop_streams", "stop_outputs", "prepare", "load_models", "reload",
     "add_stream", "remove_stream", "restart_stream", "has_stream", "unfinished",
     "status", "streams_status", "stream_status", "stream_latency", "stream_regions",
+    "slowest_frames", "frame_trace",
     "models_status", "sinks_status", "hold_video", "lease_video",
     "start_profiling", "profiling_window", "profiling_trace", "regressions", "rebaseline",
     "metrics_text", "sync_metrics", "liveness_problem", "subscribe", "latest",

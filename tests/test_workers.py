@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -113,12 +114,26 @@ def test_a_worker_that_cannot_start_stops_the_appliance(
 
 
 def test_merge_metrics_adds_the_worker_label_and_keeps_one_family() -> None:
-    one = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="a"} 3.0\n'
-    two = '# HELP x_total X.\n# TYPE x_total counter\nx_total{stream="b"} 4.0\n'
+    """The workers answer the gateway in OpenMetrics; the merge keeps their exemplars
+    (the frames behind a bucket) for a scraper that asks for OpenMetrics."""
+    bucket = 'x_bucket{stream="a",le="+Inf"} 3.0 # {trace_id="a/frames/7"} 0.5 1796104205.0'
+    one = (
+        "# HELP x X.\n# TYPE x histogram\n"
+        + bucket
+        + '\nx_count{stream="a"} 3.0\nx_sum{stream="a"} 1.5\n# EOF\n'
+    )
+    two = (
+        '# HELP x X.\n# TYPE x histogram\nx_bucket{stream="b",le="+Inf"} 4.0\n'
+        'x_count{stream="b"} 4.0\nx_sum{stream="b"} 2.0\n# EOF\n'
+    )
     text = merge_metrics({0: one, 1: two}).decode()
-    assert text.count("# TYPE x_total counter") == 1
-    assert 'x_total{stream="a",worker="0"} 3.0' in text
-    assert 'x_total{stream="b",worker="1"} 4.0' in text
+    assert text.count("# TYPE x histogram") == 1
+    assert 'x_count{stream="a",worker="0"} 3.0' in text
+    assert 'x_count{stream="b",worker="1"} 4.0' in text
+    assert "trace_id" not in text  # the classic format has no exemplars
+    om = merge_metrics({0: one, 1: two}, openmetrics=True).decode()
+    assert 'x_bucket{le="+Inf",stream="a",worker="0"} 3.0 # {trace_id="a/frames/7"} 0.5' in om
+    assert om.endswith("# EOF\n")
 
 
 def test_merge_traces_names_each_worker_track() -> None:
@@ -205,6 +220,37 @@ def test_metrics_carry_each_stream_once_with_its_worker(two: Served) -> None:
     assert 'appliance_worker_up{worker="0"} 1.0' in text
     assert 'appliance_worker_up{worker="1"} 1.0' in text
     assert text.count("# TYPE appliance_frames_total counter") == 1  # one family
+
+
+def test_exemplars_keep_their_worker_and_their_links_through_the_gateway(two: Served) -> None:
+    """The gateway's /metrics in OpenMetrics keeps the workers' exemplars; the link of
+    one (its trace_id) through the gateway reaches the stream's worker and its trace, and
+    the stream's slowest frames come from there too."""
+    request = urllib.request.Request(
+        two.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = resp.read().decode()
+    assert text.endswith("# EOF\n")
+    placed = assign(STREAMS, 2)
+    stream_id = STREAMS[0]
+    exemplars = [
+        line for line in text.splitlines()
+        if line.startswith("appliance_workflow_latency_seconds_bucket{")
+        and f'stream="{stream_id}"' in line and " # {" in line
+    ]  # fmt: skip
+    assert exemplars and all(f'worker="{placed[stream_id]}"' in x for x in exemplars)
+    trace_id = re.search(r'trace_id="([^"]+)"', exemplars[-1])
+    assert trace_id and trace_id.group(1).startswith(f"{stream_id}/frames/")
+    status, body = two.get(f"/v1/streams/{trace_id.group(1)}/trace")
+    assert status == 200, body[:300]
+    seq = int(trace_id.group(1).rsplit("/", 1)[1])
+    runs = [e for e in json.loads(body)["traceEvents"] if e["name"] == "workflow.run"]
+    assert seq in [e["args"]["seq"] for e in runs if e["args"]["stream"] == stream_id]
+    status, body = two.get(f"/v1/streams/{stream_id}/slowest?since=10m")
+    assert status == 200 and json.loads(body)["frames"], body[:300]
+    assert "# {" not in two.get("/metrics")[1].decode()  # the classic format: none
 
 
 def test_events_stream_through_the_gateway(two: Served) -> None:

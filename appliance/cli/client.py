@@ -28,6 +28,7 @@ from appliance.cli.calls import (
     print_json,
     width,
 )
+from appliance.cli.frames import add_frame_commands
 from appliance.cli.regressions import regression_lines, regressions_of
 from appliance.client import (
     ApplianceClient,
@@ -78,6 +79,7 @@ def add_client_commands(sub: Any) -> None:
     watch.add_argument("--count", type=int, help="stop after N results")
     watch.add_argument("--json", action="store_true", help="one JSON document a line")
     watch.set_defaults(func=guarded(cmd_watch))
+    add_frame_commands(actions, common)  # slowest, frame: appliance/cli/frames.py
 
     status = sub.add_parser("status", parents=[common], help="health, readiness, streams, models")
     status.add_argument("--json", action="store_true")

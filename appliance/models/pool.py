@@ -35,6 +35,7 @@ from typing import Any
 from appliance.errors import LimitError
 from appliance.models.batcher import BatchRecord, ModelBatcher
 from appliance.models.errors import ModelLoadError, as_declared
+from appliance.models.observers import batch_observer
 from appliance.models.providers import resolve_session_paths
 from appliance.models.session import PROCESS, LoadedModel, load_model
 from appliance.models.tuned import ModelTuning, describe_tuning, tuned
@@ -396,20 +397,7 @@ class ModelPool:
             batcher.stop(STOP_TIMEOUT_S)
 
     def _observer(self, model_id: str) -> Callable[[BatchRecord], None]:
-        run = self._metrics.model_inference.labels(model_id)
-        queue = self._metrics.model_queue.labels(model_id)
-        size = self._metrics.model_batch_size.labels(model_id)
-        on_batch = self._on_batch
-
-        def observe(rec: BatchRecord) -> None:
-            run.observe(rec.run_s)
-            size.observe(rec.batch_size)
-            for wait in rec.queue_wait_s:
-                queue.observe(wait)
-            if on_batch is not None:
-                on_batch(rec)
-
-        return observe
+        return batch_observer(self._metrics, model_id, self._on_batch)
 
 
 def _describe(batcher: ModelBatcher, users: int, pinned: bool) -> ModelStatus:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from appliance.errors import UnknownStreamError
+from appliance.observe.slowest import LastBatches, SlowestFrames, SlowFrame
 from pipelines.types import FrameResult
 
 WINDOW = 256  # frames: about 17 s at 15 fps, enough for a stable p99
@@ -99,32 +100,44 @@ class LatencyRing:
 
 
 class BlockLatencies:
-    """Every running stream's ring: the runtime subscribes this to the outputs once and
-    attaches a ring when a stream starts, detaches it when the stream stops."""
+    """Every running stream's ring and slowest frames (appliance/observe/slowest.py): the
+    runtime subscribes this to the outputs once and attaches a stream's when it starts,
+    detaches them when it stops. `batches` is told every model run (the pool's hook)."""
 
     def __init__(self, size: int = WINDOW) -> None:
         self._size = size
-        self._rings: dict[str, LatencyRing] = {}
+        self._rings: dict[str, tuple[LatencyRing, SlowestFrames]] = {}
+        self.batches = LastBatches()
 
     def __call__(self, result: FrameResult) -> None:
         """The subscriber: on the stream's worker thread, with each of its results."""
-        ring = self._rings.get(result.stream_id)
-        if ring is not None:
+        found = self._rings.get(result.stream_id)
+        if found is not None:
+            ring, slowest = found
             ring(result)
+            slowest(result)
 
     def attach(self, stream_id: str, blocks: Sequence[tuple[str, str]]) -> None:
         """A fresh window for a stream that starts (again) with these (id, type) blocks."""
-        self._rings[stream_id] = LatencyRing(stream_id, blocks, self._size)
+        ring = LatencyRing(stream_id, blocks, self._size)
+        self._rings[stream_id] = ring, SlowestFrames(stream_id, blocks, self.batches)
 
     def detach(self, stream_id: str) -> None:
         self._rings.pop(stream_id, None)
 
+    def slowest(self, stream_id: str, since_wall: float, limit: int) -> list[SlowFrame]:
+        """The stream's `limit` slowest frames captured since `since_wall` (epoch s)."""
+        found = self._rings.get(stream_id)
+        if found is None:
+            raise UnknownStreamError(stream_id)
+        return found[1].report(since_wall, limit)
+
     def report(self, stream_id: str) -> StreamLatency:
         """The stream's recent latency; UnknownStreamError if no stream runs with that id."""
-        ring = self._rings.get(stream_id)
-        if ring is None:
+        found = self._rings.get(stream_id)
+        if found is None:
             raise UnknownStreamError(stream_id)
-        return ring.report()
+        return found[0].report()
 
 
 def _percentiles(values_ms: np.ndarray) -> tuple[float | None, float | None]:

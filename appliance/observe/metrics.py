@@ -15,6 +15,7 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from appliance.observe.exemplars import FrameTags, Sampled, upper_bounds
 from pipelines.types import FrameResult
 
 # Video work spans sub-millisecond blocks to multi-second stalls: 0.5 ms .. 2 s. (Kept as a
@@ -37,7 +38,11 @@ LIMIT_HITS_HELP = "Requests and connections refused by a configured limit (limit
 class Metrics:
     """Every metric the appliance exports, registered in `self.registry`."""
 
-    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS, exemplars: bool = True) -> None:
+        # Exemplars on the latency histograms (appliance/observe/exemplars.py): the frame
+        # behind a bucket; `tags` says what else they name (the runtime wires its parts).
+        self.exemplars = exemplars
+        self.tags = FrameTags()
         r = self.registry = CollectorRegistry(auto_describe=True)
         # Every family in this registry; latency histograms share the configured buckets.
         histogram = functools.partial(Histogram, registry=r, buckets=tuple(buckets))
@@ -202,6 +207,13 @@ class Metrics:
             "CPU time the regression watch's host probe has used (its own cost).",
         )
 
+    def sampled(self, histogram: Histogram, *labels: str) -> Sampled | None:
+        """A child of `histogram` whose buckets keep recent exemplars; None when
+        exemplars are off (observe the plain child then)."""
+        if not self.exemplars:
+            return None
+        return Sampled(histogram.labels(*labels), upper_bounds(histogram))
+
     def remove_model(self, model_id: str) -> None:
         """Drop a released model's series: API workflows may name any number of models."""
         for histogram in (self.model_inference, self.model_queue, self.model_batch_size):
@@ -226,6 +238,13 @@ class StreamMetrics:
         self.blocks = BlockLatency(m, stream_id, blocks, LIVE)
         self.workflow = m.workflow_latency.labels(stream_id)
         self.age = m.frame_age.labels(stream_id)
+        self.tags = m.tags
+        self._sampled = (
+            m.sampled(m.workflow_latency, stream_id),
+            m.sampled(m.frame_age, stream_id),
+        )
+        if m.exemplars:
+            self.observe = self._observe_sampled  # type: ignore[method-assign]
         self.processed = m.frames.labels(stream_id, "processed")
         self.dropped = m.frames.labels(stream_id, "dropped")
         self.failed = m.frames.labels(stream_id, "failed")
@@ -238,6 +257,16 @@ class StreamMetrics:
         self.blocks.observe(result)
         self.workflow.observe(result.done_mono - result.start_mono)
         self.age.observe(result.age_seconds)
+        self.processed.inc()
+
+    def _observe_sampled(self, result: FrameResult) -> None:
+        """`observe`, each bucket keeping a recent frame as its exemplar."""
+        done, tags, sid, seq = result.done_mono, self.tags, self._id, result.seq
+        self.blocks.observe(result)
+        workflow, age = self._sampled
+        assert workflow is not None and age is not None  # made when exemplars are on
+        workflow.observe(done - result.start_mono, done, tags, sid, seq)
+        age.observe(result.age_seconds, done, tags, sid, seq)
         self.processed.inc()
 
     def remove_blocks(self, keep: Sequence[tuple[str, str]] = ()) -> None:
@@ -269,12 +298,24 @@ class BlockLatency:
         self._metric = metrics.block_latency
         self._labels = [(stream_id, b, t, variant) for b, t in blocks]
         self.children = tuple(self._metric.labels(*labels) for labels in self._labels)
+        self._stream, self._tags = stream_id, metrics.tags
+        if metrics.exemplars:
+            bounds = upper_bounds(self._metric)
+            self._sampled = tuple(Sampled(child, bounds) for child in self.children)
+            self.observe = self._observe_sampled  # type: ignore[method-assign]
 
     def observe(self, result: FrameResult) -> None:
         """Per frame: each block's run time (a block skipped on the frame is not)."""
         for child, span in zip(self.children, result.block_spans, strict=False):
             if span is not None:
                 child.observe(span[1] - span[0])
+
+    def _observe_sampled(self, result: FrameResult) -> None:
+        """`observe`, each bucket keeping a recent frame as its exemplar."""
+        done, tags, sid, seq = result.done_mono, self._tags, self._stream, result.seq
+        for child, span in zip(self._sampled, result.block_spans, strict=False):
+            if span is not None:
+                child.observe(span[1] - span[0], done, tags, sid, seq)
 
     def remove(self) -> None:
         for labels in self._labels:

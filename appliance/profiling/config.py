@@ -30,4 +30,7 @@ class ProfilingConfig(Strict):
     ort_sample_every_n_batches: Annotated[int, Field(ge=1)] = 16
     ort_max_runs_per_window: Annotated[int, Field(ge=1, le=1000)] = 100
     buckets: list[Annotated[float, Field(gt=0)]] | None = None  # histogram bounds, seconds
+    # OpenMetrics exemplars on the latency histograms: each bucket names a recent frame
+    # that landed in it, and its trace (docs/exemplars.md; cost: bench/exemplars.py).
+    exemplars: bool = True
     watch: WatchConfig = WatchConfig()

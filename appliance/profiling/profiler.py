@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from appliance.errors import WindowRequestError
 from appliance.models.batcher import BatchRecord
 from appliance.models.pool import ModelPool
 from appliance.observe.metrics import Metrics
 from appliance.observe.status import ProfilingStatus
 from appliance.profiling.config import ProfilingConfig
+from appliance.profiling.frametrace import FrameTrace, FrameTraces, RecentEvents
 from appliance.profiling.hooks import trace_batch
-from appliance.profiling.rolling import RollingWriter
+from appliance.profiling.rolling import FLUSH_S, RollingWriter
 from appliance.profiling.tracer import Tracer
 from appliance.profiling.windows import ProfilingWindows
 
@@ -37,6 +39,29 @@ class Profiler:
         )
         self._metrics = metrics
         self._windows: ProfilingWindows | None = None
+        # A frame's trace (GET /v1/streams/{id}/frames/{seq}/trace): the writer's last
+        # flushes in memory, then its files; the exemplars name the file and window.
+        self.recent = RecentEvents(keep_s=config.rotate_s + 2 * FLUSH_S)
+        self.writer.listeners.append(self.recent)
+        self.frames = FrameTraces(self.writer, self.recent, self._covering)
+        if self.tracer.enabled:
+            metrics.tags.trace_file = self.writer.current_name
+            metrics.tags.window = self._running_window
+
+    def _covering(self, t0_us: int, t1_us: int) -> tuple[str, Path] | None:
+        windows = self._windows
+        return None if windows is None else windows.covering(t0_us, t1_us)
+
+    def _running_window(self) -> str | None:
+        windows = self._windows
+        return None if windows is None else windows.running_id()
+
+    def frame_trace(self, stream: str, seq: int, around: int) -> FrameTrace:
+        """Frame `seq` of `stream` and its neighbours; FrameNotHeldError when no trace
+        held has it (WindowRequestError when tracing is off)."""
+        if not self.tracer.enabled:
+            raise WindowRequestError("profiling is disabled (profiling.enabled: false)")
+        return self.frames.trace(stream, seq, around)
 
     def on_batch(self, record: BatchRecord) -> None:
         """The model pool's per-batch hook: the batch's spans on the batcher's track."""

@@ -30,6 +30,7 @@ from typing import IO, Any
 import orjson
 from prometheus_client import Counter
 
+from appliance.profiling.frameindex import FrameRanges
 from appliance.profiling.tracer import Tracer
 
 log = logging.getLogger("appliance.profiling")
@@ -56,9 +57,11 @@ class TraceFile:
         self._out.write(b'{"traceEvents":[')
         self._empty = True
         self._named: set[tuple[str, int]] = set()  # metadata events written (name, tid)
+        self.frames = FrameRanges()  # which frames' workflow runs it holds
 
     def write(self, events: list[dict[str, Any]]) -> None:
         """Append events; each thread's and the process's name only once per file."""
+        self.frames.add(events)
         fresh = [e for e in events if e["ph"] != "M" or self._first_name(e)]
         for i in range(0, len(fresh), CHUNK):
             # orjson: the encoding in C, about 10x the standard library's, on the thread
@@ -75,7 +78,7 @@ class TraceFile:
         return True
 
     def close(self) -> Path:
-        other = json.dumps(self._other, separators=(",", ":"))
+        other = json.dumps({**self._other, "frames": self.frames.ranges}, separators=(",", ":"))
         self._out.write(f'],"displayTimeUnit":"ms","otherData":{other}}}'.encode())
         self._out.close()
         self._raw.close()
@@ -120,6 +123,9 @@ class RollingWriter:
         self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
         self._lock = threading.Lock()  # one drain at a time: no event taken twice
         self._file: TraceFile | None = None
+        self._next: Path | None = None  # the name the period's file will get
+        # The closed files this writer wrote, oldest first, and the frames each holds.
+        self.index: dict[Path, FrameRanges] = {}
         self._period_start: float | None = None  # monotonic s; None: no period open
         self._failed = False  # this period's file could not be written: drop its events
         self._stop = threading.Event()
@@ -176,8 +182,24 @@ class RollingWriter:
         except OSError as exc:
             self._fail(exc, trace, self.directory / "rolling")
 
+    def current_name(self) -> str:
+        """The name of the file the events recorded now will be written to (the file
+        being written, or the next one): an exemplar's `trace` label."""
+        trace = self._file
+        if trace is not None:
+            return trace.path.name
+        upcoming = self._next
+        if upcoming is None:
+            upcoming = self._next = self._next_path()
+        return upcoming.name
+
+    def writing(self, stream: str, seq: int) -> bool:
+        """Whether the file being written holds that frame's workflow run."""
+        trace = self._file
+        return trace is not None and trace.frames.holds(stream, seq)
+
     def _open(self) -> TraceFile:
-        path = self._next_path()
+        path, self._next = self._next or self._next_path(), None
         path.parent.mkdir(parents=True, exist_ok=True)
         other = {"source": "appliance rolling trace", "pid": self._tracer.pid}
         return TraceFile(path, self._compress, other)
@@ -192,6 +214,7 @@ class RollingWriter:
             return None
         try:
             path = trace.close()
+            self.index[path] = trace.frames
             self._retain(path.parent)
         except OSError as exc:
             self._fail(exc, trace)
@@ -224,3 +247,4 @@ class RollingWriter:
             total += f.stat().st_size
             if i >= self._keep_files or (i > 0 and total > self._keep_bytes):  # keep the newest
                 f.unlink(missing_ok=True)
+                self.index.pop(f, None)

@@ -57,6 +57,7 @@ class Window:
     error: str | None = None
     path: Path | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    span_us: tuple[int, int] = (0, 0)  # wall-clock µs it ran over, as the trace's `ts`
 
     def status(self) -> WindowStatus:
         return WindowStatus(
@@ -144,6 +145,20 @@ class ProfilingWindows:
     def active(self) -> bool:
         return self._running is not None
 
+    def running_id(self) -> str | None:
+        """The window running now (an exemplar's `window`), None when none does."""
+        running = self._running
+        return None if running is None else running.id
+
+    def covering(self, t0_us: int, t1_us: int) -> tuple[str, Path] | None:
+        """The newest done window whose trace spans [t0_us, t1_us] (wall-clock µs), as
+        (id, path); None when none does (appliance/profiling/frametrace.py)."""
+        for window in reversed(list(self._windows.values())):
+            lo, hi = window.span_us
+            if window.state == "done" and window.path is not None and lo <= t0_us <= t1_us <= hi:
+                return window.id, window.path
+        return None
+
     def get(self, window_id: str) -> WindowStatus:
         return self._window(window_id).status()
 
@@ -176,6 +191,8 @@ class ProfilingWindows:
             t0 = time.perf_counter()
             self._stop.wait(window.duration_s)
             t1 = time.perf_counter()
+            anchor = self._tracer.anchor_us
+            window.span_us = (int(t0 * 1e6 + anchor), int(t1 * 1e6 + anchor))
             self._writer.flush()  # hands this window's last events to the listener
             ops = self._restore(swapped)
             swapped = []

@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 
 from appliance.models.pool import ModelPool
 from appliance.observe.metrics import Metrics
+from appliance.observe.openmetrics import render as openmetrics_render
 from appliance.observe.status import (
     Origin,
     RuntimeStatus,
@@ -116,10 +117,12 @@ class RuntimeReads:
             stream.sync_metrics()
         self._outputs.sync_metrics()
 
-    def metrics_text(self) -> bytes:
-        """The Prometheus exposition, counters owned by other threads synced first."""
+    def metrics_text(self, openmetrics: bool = False) -> bytes:
+        """The Prometheus exposition, counters owned by other threads synced first: the
+        classic text format, or OpenMetrics (the only one that carries exemplars)."""
         self.sync_metrics()
-        return bytes(generate_latest(self._metrics.registry))
+        render = openmetrics_render if openmetrics else generate_latest
+        return bytes(render(self._metrics.registry))
 
 
 def _states(sinks: list[SinkStatus]) -> dict[str, str]:

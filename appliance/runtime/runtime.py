@@ -22,7 +22,8 @@ from appliance.models.pool import ModelPool
 from appliance.observe.audit import AuditLog
 from appliance.observe.blocklatency import BlockLatencies, StreamLatency
 from appliance.observe.latest import LatestResults
-from appliance.observe.metrics import Metrics
+from appliance.observe.metrics import LATENCY_BUCKETS, Metrics
+from appliance.observe.slowest import SlowFrame
 from appliance.observe.status import (
     ModelStatus,
     ProfilingStatus,
@@ -34,6 +35,7 @@ from appliance.observe.status import (
 from appliance.policy.files import FilePolicy
 from appliance.policy.hosts import SourceHosts
 from appliance.policy.request_files import request_policy
+from appliance.profiling.frametrace import AROUND, FrameTrace
 from appliance.profiling.profiler import Profiler
 from appliance.runtime.checking import Problems
 from appliance.runtime.commands import runtime_commands
@@ -86,7 +88,7 @@ class Runtime:
         # MQTT sessions take their own client ids (the broker drops a duplicate's).
         trace_dir = config.resolve(prof.dir)
         trace_dir = trace_dir if worker is None else trace_dir / f"worker-{worker}"
-        self.metrics = Metrics(*([prof.buckets] if prof.buckets else []))
+        self.metrics = Metrics(prof.buckets or LATENCY_BUCKETS, exemplars=prof.exemplars)
         self.profiler = Profiler(prof, trace_dir, self.metrics)
         # Read once at start, like `server`: a reload changes streams and models.
         self.limits = config.limits
@@ -389,6 +391,15 @@ class Runtime:
         """One stream's recent per-block latency; UnknownStreamError for an unknown id."""
         return self._block_latency.report(stream_id)
 
+    def slowest_frames(self, stream_id: str, since_wall: float, limit: int) -> list[SlowFrame]:
+        """The stream's slowest frames captured since `since_wall` (epoch s)."""
+        return self._block_latency.slowest(stream_id, since_wall, limit)
+
+    def frame_trace(self, stream_id: str, seq: int, around: int = AROUND) -> FrameTrace:
+        """Frame `seq` of a running stream and its neighbours, as a Chrome trace."""
+        self.streams.find(stream_id)  # UnknownStreamError
+        return self.profiler.frame_trace(stream_id, seq, around)
+
     def unfinished(self) -> list[str]:
         """Ids of the streams whose worker still runs (a file not yet at its end)."""
         return self.streams.unfinished()
@@ -424,9 +435,10 @@ class Runtime:
     def sync_metrics(self) -> None:
         self._reads.sync_metrics()
 
-    def metrics_text(self) -> bytes:
-        """The Prometheus exposition, counters owned by other threads synced first."""
-        return self._reads.metrics_text()
+    def metrics_text(self, openmetrics: bool = False) -> bytes:
+        """The Prometheus exposition (OpenMetrics, with exemplars, if asked), counters
+        owned by other threads synced first."""
+        return self._reads.metrics_text(openmetrics)
 
     # -- the regression watch and profiling windows ----------------------------------
     def regressions(self) -> WatchReport:
@@ -484,6 +496,7 @@ class Runtime:
         stream's): its spans, then the watch's samples."""
         self.profiler.on_batch(record)
         self.watch.models(record)
+        self._block_latency.batches(record)  # the slowest frames' model runs
 
     # -- supervision -------------------------------------------------------------------
     def _on_stalled(self, stream: Stream, reason: str) -> None:

@@ -202,6 +202,8 @@ class Stream:
             trace.bind()
         get, stop, clock = self.slot.get, self._stop, time.perf_counter
         demand = self._video
+        # The frame in work, for the exemplars of the model runs it waits for.
+        working, sid = self.metrics.tags.working, self.id
         while not stop.is_set():
             self._working_since = 0.0
             frame = get(GET_TIMEOUT_S)
@@ -210,6 +212,7 @@ class Stream:
                     break  # the source ended or failed, and its last frame was taken
                 continue
             self._working_since = now = clock()
+            working[sid] = frame.seq
             if self._switch is not None:  # at a frame boundary: this frame is the new one's
                 run, observe, trace = self._apply_switch()
             shadow = self.shadow  # replaced whole by the runtime: one read per frame

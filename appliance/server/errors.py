@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from appliance.config import ConfigError
 from appliance.errors import (
     FileAccessError,
+    FrameNotHeldError,
     LimitError,
     NoResultError,
     NoRollbackError,
@@ -119,6 +120,7 @@ class InvalidError(ApiError):
 _BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (UnknownStreamError, 404),
     (NoResultError, 404),
+    (FrameNotHeldError, 404),
     (StreamExistsError, 409),
     (NoShadowError, 404),
     (ShadowExistsError, 409),
@@ -160,6 +162,8 @@ def details_of(exc: Exception, status: int) -> list[str]:
         return [f"{format_location(e['loc'])}: {pydantic_message(e)}" for e in exc.errors()]
     if isinstance(exc, WindowBusyError):
         return [exc.running_id]  # the window to wait for
+    if isinstance(exc, FrameNotHeldError):  # where the stream's trace still begins
+        return [] if exc.oldest is None else [f"oldest_seq: {exc.oldest}"]
     return [_headline(exc)] if status == 422 else []
 
 

@@ -239,13 +239,18 @@ class MemberClients:
         timeout_s: float | None = None,
         *,
         even_down: bool = False,
+        accept: str | None = None,
     ) -> tuple[int, Any]:
-        """(status, JSON or text) of one request to member `index`; 503 if it is down."""
+        """(status, JSON or text) of one request to member `index`; 503 if it is down.
+        `accept`: the Accept header to send (the formats the caller reads)."""
         session, base = self._session(index, even_down)
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        headers = self._headers()
+        if accept is not None:
+            headers = {**headers, "Accept": accept}
         try:
             async with session.request(
-                method, base + path, json=body, headers=self._headers(), timeout=timeout
+                method, base + path, json=body, headers=headers, timeout=timeout
             ) as resp:
                 if resp.content_type == "application/json":
                     return resp.status, await resp.json()
@@ -260,10 +265,11 @@ class MemberClients:
         body: Any = None,
         indices: Iterable[int] | None = None,
         timeout_s: float | None = None,
+        accept: str | None = None,
     ) -> dict[int, tuple[int, Any]]:
         """The same call to several members at once; those not answering are left out."""
         chosen = list(range(self.count) if indices is None else indices)
-        calls = [self.call(i, method, path, body, timeout_s) for i in chosen]
+        calls = [self.call(i, method, path, body, timeout_s, accept=accept) for i in chosen]
         answers = await asyncio.gather(*calls, return_exceptions=True)
         out: dict[int, tuple[int, Any]] = {}
         for index, answer in zip(chosen, answers, strict=True):

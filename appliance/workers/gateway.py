@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from appliance.errors import UnknownStreamError
 from appliance.observe.audit import AuditLog
 from appliance.observe.metrics import LIMIT_HITS_HELP
+from appliance.observe.openmetrics import CONTENT_TYPE as OPENMETRICS_CONTENT_TYPE
 from appliance.observe.status import as_json
 from appliance.runtime.sharding import weight
 from appliance.server.audit import audit_middleware
@@ -43,6 +44,7 @@ from appliance.server.errors import error_middleware
 from appliance.server.routes import ROUTES
 from appliance.server.routes.access import AuditList, limit_of, whoami
 from appliance.server.routes.config import dry_run
+from appliance.server.routes.probes import wants_openmetrics
 from appliance.server.routes.tune import tune_per_process
 from appliance.server.routing import Fanout, Route
 from appliance.server.tls import TLS, tls_reloaded
@@ -180,7 +182,11 @@ async def ready(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     gw = gateway_of(request)
-    answers = await gw.clients.fan_out("GET", "/metrics", timeout_s=PROBE_TIMEOUT_S)
+    # OpenMetrics from the workers always: the one format that carries their exemplars,
+    # which the merge keeps (their links name the stream, which this gateway routes).
+    answers = await gw.clients.fan_out(
+        "GET", "/metrics", timeout_s=PROBE_TIMEOUT_S, accept=OPENMETRICS_CONTENT_TYPE
+    )
     texts = {i: body for i, (status, body) in answers.items() if status == 200}
     up = GaugeMetricFamily(
         "appliance_worker_up", "1 while the worker process answers.", labels=["worker"]
@@ -197,8 +203,10 @@ async def metrics(request: web.Request) -> web.Response:
     hits = CounterMetricFamily("appliance_limit_hits", LIMIT_HITS_HELP, labels=["limit", "worker"])
     for limit, count in sorted(gw.connection_hits.items()):
         hits.add_metric([limit, "gateway"], float(count))
-    body = await in_thread(merge_metrics, texts, [up, restarts, hits])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
+    body = await in_thread(merge_metrics, texts, [up, restarts, hits], openmetrics)
+    kind = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
+    return web.Response(body=body, headers={"Content-Type": kind})
 
 
 def merged_list(key: str, path: str) -> Handler:

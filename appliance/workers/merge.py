@@ -16,7 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+
+from appliance.observe.openmetrics import families as openmetrics_families
+from appliance.observe.openmetrics import render as openmetrics_latest
 
 WORKER_LABEL = "worker"
 
@@ -31,12 +33,15 @@ class _Families:
         return iter(self._families)
 
 
-def merge_metrics(texts: Mapping[int, str], own: Iterable[Metric] = ()) -> bytes:
-    """Worker index -> its /metrics text, as one exposition with `worker` labels, plus
-    the supervisor's `own` families. ValueError when a text does not parse."""
+def merge_metrics(
+    texts: Mapping[int, str], own: Iterable[Metric] = (), openmetrics: bool = False
+) -> bytes:
+    """Worker index -> its /metrics text in OpenMetrics (exemplars kept), as one
+    exposition with `worker` labels, plus the supervisor's `own` families: OpenMetrics or
+    the classic text format. ValueError when a text does not parse."""
     merged: dict[str, Metric] = {}
     for index, text in sorted(texts.items()):
-        for family in text_string_to_metric_families(text):
+        for family in openmetrics_families(text):
             into = merged.get(family.name)
             if into is None:
                 into = merged[family.name] = Metric(
@@ -44,14 +49,15 @@ def merge_metrics(texts: Mapping[int, str], own: Iterable[Metric] = ()) -> bytes
                 )
             label = str(index)
             for s in family.samples:
-                into.add_sample(s.name, {**s.labels, WORKER_LABEL: label}, s.value, s.timestamp)
+                labels = {**s.labels, WORKER_LABEL: label}
+                into.add_sample(s.name, labels, s.value, s.timestamp, s.exemplar)
     for family in own:  # the supervisor's samples of a family the workers have join it
         into = merged.setdefault(family.name, family)
         if into is not family:
             into.samples.extend(family.samples)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(merged.values()))
-    return generate_latest(registry)
+    return openmetrics_latest(registry) if openmetrics else generate_latest(registry)
 
 
 def merge_lists(

@@ -173,6 +173,31 @@ def owned_by_the_user(path: Path) -> set[str]:
     return owned
 
 
+def test_the_compose_prometheus_keeps_exemplars() -> None:
+    """Exemplar storage on (docs/exemplars.md), with the image's own config and storage
+    flags kept (a `command` replaces the image's whole CMD); no override file drops it,
+    and Grafana's exemplar links get the appliance's published address."""
+    services = compose()["services"]
+    command = services["prometheus"]["command"]
+    assert "--enable-feature=exemplar-storage" in command
+    assert "--config.file=/etc/prometheus/prometheus.yml" in command
+    assert "--storage.tsdb.path=/prometheus" in command
+    mounts = [v.split(":")[1] for v in services["prometheus"]["volumes"]]
+    assert "/etc/prometheus/prometheus.yml" in mounts
+    tls: dict[str, Any] = yaml.safe_load((COMPOSE.parent / "compose.tls.yaml").read_text())
+    for name, service in tls["services"].items():
+        assert (
+            "command" not in service or "--enable-feature=exemplar-storage" in service["command"]
+        ), name
+    (port,) = services["appliance"]["ports"]
+    published = port.split(":")[1]  # 127.0.0.1:HOST:CONTAINER
+    env = services["grafana"]["environment"]
+    assert env["APPLIANCE_URL"] == f"${{APPLIANCE_URL:-http://localhost:{published}}}"
+    assert tls["services"]["grafana"]["environment"]["APPLIANCE_URL"].endswith(
+        f"https://localhost:{published}}}"
+    )
+
+
 def test_the_compose_appliance_keeps_its_state_on_a_volume() -> None:
     """Its server.state_dir is a named volume, and the images make that folder the
     appliance user's: a fresh named volume takes the owner of the folder it is mounted on,

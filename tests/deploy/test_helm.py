@@ -158,3 +158,44 @@ def test_the_state_key_reaches_the_replicas_and_the_gateway(tmp_path: Path) -> N
     assert ref["secretKeyRef"] == {"name": "site-keys", "key": "state-key"}
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def test_no_prometheus_of_its_own_by_default(tmp_path: Path) -> None:
+    docs = render(tmp_path, "serviceMonitor.enabled=true")
+    assert not [d for d in docs if d["kind"] in ("Prometheus", "ServiceAccount", "Role")]
+
+
+def test_its_own_prometheus_keeps_exemplars_of_its_service_monitor(tmp_path: Path) -> None:
+    """monitoring.prometheus.create: a Prometheus resource with exemplar storage on
+    (docs/exemplars.md) whose selector picks the chart's ServiceMonitor, and an account
+    allowed to discover the replicas; without the ServiceMonitor the chart refuses it."""
+    docs = render(tmp_path, "serviceMonitor.enabled=true", "monitoring.prometheus.create=true")
+    prometheus = one(docs, "Prometheus")
+    assert prometheus["apiVersion"] == "monitoring.coreos.com/v1"
+    spec = prometheus["spec"]
+    assert spec["enableFeatures"] == ["exemplar-storage"]
+    assert spec["exemplars"]["maxSize"] > 0
+    monitor = one(docs, "ServiceMonitor")
+    wanted = spec["serviceMonitorSelector"]["matchLabels"]
+    assert wanted and wanted.items() <= monitor["metadata"]["labels"].items()
+    assert "serviceMonitorNamespaceSelector" not in spec  # its own namespace: the monitor's
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    assert spec["serviceAccountName"] == account
+    binding = one(docs, "RoleBinding")
+    assert binding["roleRef"]["name"] == one(docs, "Role")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": "default"}]  # fmt: skip
+    granted = {r for rule in one(docs, "Role")["rules"] if "list" in rule["verbs"]
+               for r in rule["resources"]}  # fmt: skip
+    assert {"services", "endpoints", "pods"} <= granted
+    for doc in docs:  # the operator's kinds have no schema here
+        if not doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+    mine = render(tmp_path, "serviceMonitor.enabled=true", "monitoring.prometheus.create=true",
+                  "monitoring.prometheus.serviceAccountName=prom")  # fmt: skip
+    assert one(mine, "Prometheus")["spec"]["serviceAccountName"] == "prom"
+    assert not [d for d in mine if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(tmp_path, "monitoring.prometheus.create=true")
+    assert "needs serviceMonitor.enabled" in refused.value.stderr

@@ -24,6 +24,7 @@ import yaml
 
 from tests.server.conftest import TOKEN, config_doc, demo_stream
 from tests.server.live import LiveServer, wait_for, write_yaml
+from tests.support import tracecheck
 from tests.support.appliance import ROOT
 from tests.support.processes import free_port
 
@@ -65,6 +66,7 @@ QUERY_DEADLINE_S = 25.0
 # Scrapes and rule evaluations: a rate needs two samples. (The first scrape still comes
 # about 5 s after Prometheus starts: its target discovery sends updates every 5 s.)
 SCRAPE = "250ms"
+ROTATE_S = 2.0  # the appliance's rolling trace period here
 
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool missing: install Debian's prometheus (tests/install_deps.sh)"
@@ -195,12 +197,37 @@ def test_dashboard_shape() -> None:
         assert name in metric_names(regressions), name
     annotated = {n for _, e in annotation_queries(doc) for n in metric_names(substitute(e))}
     assert {"appliance_block_regression", "appliance_host_slowdown"} <= annotated
+    # Exemplars (docs/exemplars.md): every quantile of a histogram whose buckets name a
+    # frame shows them, so a point leads to that frame's trace; other targets do not ask.
+    with_exemplars = ("appliance_block_latency_seconds", "appliance_workflow_latency_seconds",
+                      "appliance_frame_age_seconds", "appliance_model_inference_seconds",
+                      "appliance_model_queue_seconds")  # fmt: skip
+    latency_panels = set()
+    for panel in panels(doc):
+        for target in panel.get("targets", []):
+            names = metric_names(target["expr"])
+            framed = any(f"{h}_bucket" in names for h in with_exemplars)
+            if framed and "histogram_quantile" in target["expr"]:
+                latency_panels.add(panel["title"])
+                assert target.get("exemplar") is True, (panel["title"], target["refId"])
+            else:
+                assert "exemplar" not in target, (panel["title"], target["refId"])
+    assert {"Frame age p50 / p95 / p99", "Workflow latency p50 / p95 / p99",
+            "Block latency p50 / p95 / p99", "Model inference time p50 / p95 / p99",
+            "Model queue time p50 / p95 / p99"} <= latency_panels  # fmt: skip
 
 
 def test_grafana_provisioning() -> None:
     source = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text())
     (ds,) = source["datasources"]
     assert ds["type"] == "prometheus" and ds["url"].startswith("http")
+    # An exemplar's trace_id (`<stream>/frames/<seq>`) links to the frame's trace on the
+    # appliance: `$$` is a literal `$` to Grafana's provisioning, which expands the
+    # environment's ${APPLIANCE_URL} (compose.yaml sets it) and leaves ${__value.raw}.
+    (link,) = ds["jsonData"]["exemplarTraceIdDestinations"]
+    assert link["name"] == "trace_id" and link["urlDisplayLabel"]
+    assert "/v1/streams/$${__value.raw}/trace" in link["url"]
+    assert link["url"].startswith("${APPLIANCE_URL}/")
     provider = yaml.safe_load((PROVISIONING / "dashboards" / "appliance.yml").read_text())
     (prov,) = provider["providers"]
     assert prov["type"] == "file" and prov["options"]["path"]
@@ -264,9 +291,10 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     folder = tmp_path_factory.mktemp("appliance")
-    live = LiveServer(
-        write_yaml(folder, config_doc(demo_stream(STREAM)), "config.yaml"), token=TOKEN
-    )
+    # Short trace periods, few kept: a frame's rolling file closes, then rotates away,
+    # within a test (test_an_exemplar_leads_to_its_frame...).
+    doc = {**config_doc(demo_stream(STREAM)), "profiling": {"rotate_s": ROTATE_S, "keep_files": 3}}
+    live = LiveServer(write_yaml(folder, doc, "config.yaml"), token=TOKEN)
     live.start()
     try:
         wait_for(lambda: live.stream(STREAM)["frames_processed"] > 0, 30.0, "demo stream")
@@ -299,7 +327,8 @@ def prometheus(appliance: LiveServer, tmp_path_factory: pytest.TempPathFactory) 
     log = (folder / "prometheus.log").open("w")
     process = subprocess.Popen(
         [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}",
-         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+         f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--enable-feature=exemplar-storage"],
         stdout=log, stderr=subprocess.STDOUT, cwd=folder,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -412,3 +441,64 @@ def test_dashboard_queries_run_in_prometheus(appliance: LiveServer, prometheus: 
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     firing = {a["labels"]["alertname"] for a in _api(prometheus, "alerts")["data"]["alerts"]}
     assert not firing & {"ApplianceStreamDown", "ApplianceTraceWriteErrors"}, firing
+
+
+@needs_prometheus
+def test_an_exemplar_leads_to_its_frames_trace_then_its_file_then_a_404(
+    appliance: LiveServer, prometheus: str
+) -> None:
+    """Prometheus keeps the exemplars of a block's histogram (it scrapes OpenMetrics);
+    the link Grafana makes of one (`/v1/streams/${__value.raw}/trace`, trace_id) answers
+    a strict trace holding that frame's span of that block, of the exemplar's duration:
+    from memory, then from its rolling file, then 404 naming the oldest frame held."""
+    series = f'appliance_block_latency_seconds_bucket{{stream="{STREAM}",block="{BLOCK}"}}'
+
+    def exemplars() -> list[dict[str, Any]]:
+        now = time.time()
+        reply = _api(prometheus, "query_exemplars", query=series, start=str(now - 60), end=str(now))
+        return [e for s in reply.get("data") or [] for e in s["exemplars"]]
+
+    found: list[dict[str, Any]] = []
+
+    def some() -> bool:
+        found.extend(exemplars())
+        return bool(found)
+
+    wait_for(some, 30.0, "exemplars in Prometheus")
+    newest = max(found, key=lambda e: e["timestamp"])
+    labels, seq = newest["labels"], int(newest["labels"]["seq"])
+    assert labels["stream"] == STREAM and labels["trace_id"] == f"{STREAM}/frames/{seq}"
+    assert labels["trace"].startswith("trace-") and labels["trace"].endswith(".json")
+    link = f"/v1/streams/{labels['trace_id']}/trace"
+
+    def span_of_block(doc: dict[str, Any]) -> dict[str, Any]:
+        tracecheck.check(doc)
+        events = doc["traceEvents"]
+        (run,) = [e for e in events if e["name"] == "workflow.run" and e["args"]["seq"] == seq]
+        inside = [
+            e for e in events
+            if e["ph"] == "X" and e["name"] == BLOCK and e["tid"] == run["tid"]
+            and run["ts"] <= e["ts"] <= e["ts"] + e["dur"] <= run["ts"] + run["dur"]
+        ]  # fmt: skip
+        assert len(inside) == 1, inside
+        return dict(inside[0])
+
+    reply = appliance.call("GET", link)
+    assert reply.status == 200, reply.body
+    assert reply.headers["x-trace-source"] == "ring"
+    block = span_of_block(reply.json())
+    # The span is the observation: µs floored at each end (tracer.py), 2 µs at most apart.
+    assert abs(block["dur"] - float(newest["value"]) * 1e6) <= 2.0, (block, newest)
+
+    def source() -> str:
+        found = appliance.call("GET", link)
+        return "" if found.status != 200 else found.headers["x-trace-source"]
+
+    wait_for(lambda: source().startswith("file:trace-"), 6 * ROTATE_S + 10, "its rolling file")
+    assert span_of_block(appliance.call("GET", link).json())["dur"] == block["dur"]
+
+    wait_for(lambda: appliance.call("GET", link).status == 404, 6 * ROTATE_S + 10, "rotation")
+    gone = appliance.call("GET", link).json()["error"]
+    assert f"frame {seq} is in no trace still held" in gone["message"]
+    (oldest,) = gone["details"]
+    assert oldest.startswith("oldest_seq: ") and int(oldest.split()[-1]) > seq

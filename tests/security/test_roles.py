@@ -206,6 +206,10 @@ def sample(route: Route, clip: str) -> Sample:
         ("POST", "/v1/streams/{id}/webrtc"): Sample(path, {"sdp": "v=0", "type": "offer"}),
         ("POST", "/v1/config/reload"): Sample(path + "?dry_run=true", ok=frozenset({200})),
         ("DELETE", "/v1/tune"): Sample(path),  # 409: none runs (501 behind a gateway)
+        # Frame 1's trace: held (200), or rotated away already (404 naming the oldest).
+        ("GET", "/v1/streams/{id}/frames/{seq}/trace"): Sample(
+            path.replace("{seq}", "1"), ok=frozenset({200, 404})
+        ),
     }  # fmt: skip
     if key in special:
         return special[key]

@@ -242,6 +242,95 @@ def test_the_viewer_plays_a_stream_over_webrtc(server: LiveServer, browser: Any)
     assert page.errors == []
 
 
+# -- the slowest frames, each opening its frame's trace -----------------------------------------
+TIMELINE = """() => {
+    const svg = document.getElementById("frame-trace");
+    return { ...svg.dataset, visible: svg.checkVisibility(),
+             bars: svg.querySelectorAll("rect.bar").length,
+             marked: [...svg.querySelectorAll("rect.bar[data-frame='true']")].map((r) => ({
+                 ...r.dataset, width: Number(r.getAttribute("width")),
+                 title: r.querySelector("title").textContent })),
+             threads: [...svg.querySelectorAll("text.thread")].map((t) => t.textContent) };
+}"""
+FAR_SEQ = 2**53 - 1  # a frame no trace holds
+
+
+def first_slowest(page: Page, answers: list[Any]) -> tuple[int, dict[str, Any]]:
+    """The list's first row, once it has one: its frame, as the page's answer has it, and
+    its cells as drawn from it."""
+    first = page.tab.locator("#slowest tbody tr[data-seq]").first
+    first.wait_for()
+    seq = int(first.get_attribute("data-seq") or "")
+    frames = [f for a in answers if a.ok for f in a.json()["frames"] if f["seq"] == seq]
+    assert frames, seq
+    frame: dict[str, Any] = frames[-1]
+    assert frame["trace"] == f"/v1/streams/cam/frames/{seq}/trace"
+    cells = page.tab.locator(f"#slowest tbody tr[data-seq='{seq}'] td").all_inner_texts()
+    ms = {b["id"]: b["ms"] for b in frame["blocks"]}
+    assert frame["slowest_block"] == "people"  # the workflow's one block
+    assert cells[0] == str(seq) and cells[2] == f"{frame['total_ms']:.1f}", cells
+    assert cells[3] == f"people {ms['people']:.1f} ms", cells
+    assert cells[4] == str(frame["batch_size"]) and cells[5] == f"{frame['queue_wait_ms']:.1f}"
+    return seq, frame
+
+
+def test_the_viewer_lists_the_slowest_frames_and_draws_a_frames_trace(
+    server: LiveServer, browser: Any
+) -> None:
+    """The stream page's slowest frames (GET .../slowest, as the page got it) and, at the
+    click of a row, that frame's trace (GET .../frames/{seq}/trace with the token) drawn
+    as a timeline with the frame's own workflow.run marked, and offered as a file; a
+    frame rotated away says so (404, naming the oldest frame held)."""
+    page = Page(browser, token=True)
+    answers: list[Any] = []  # the page's own /slowest answers
+    page.tab.on("response", lambda r: answers.append(r) if "/slowest?" in r.url else None)
+    page.tab.goto(server.url + "/streams/cam")
+    seq, frame = first_slowest(page, answers)
+    screenshot(page, "viewer-slowest.png")
+
+    # The row's button (keyboard-reachable: a real <button>) opens the frame's trace.
+    row = page.tab.locator(f"#slowest tbody tr[data-seq='{seq}']")
+    button = row.get_by_role("button", name=f"Open the trace of frame {seq}")
+    with page.tab.expect_response(lambda r: r.url.endswith(frame["trace"])) as fetched:
+        button.click()
+    assert fetched.value.status == 200
+    page.tab.locator(f"#frame-trace[data-seq='{seq}']").wait_for()
+    doc = fetched.value.json()
+    shown = page.tab.evaluate(TIMELINE)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert shown["visible"] and shown["stream"] == "cam"
+    assert int(shown["bars"]) == shown["bars"] == len(spans) > 0
+    (marked,) = shown["marked"]  # the frame's own run, and only it
+    assert (marked["name"], marked["seq"], marked["frame"]) == ("workflow.run", str(seq), "true")
+    assert marked["width"] > 0 and marked["title"].startswith("workflow.run: ")
+    named = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M"
+             and e["name"] == "thread_name"}  # fmt: skip
+    assert shown["threads"] and set(shown["threads"]) <= named, shown["threads"]
+    assert page.text("#frame-trace-seq") == str(seq)
+    screenshot(page, "viewer-frame-trace.png")
+
+    # The same trace as a file, for ui.perfetto.dev: the frame's run is in it.
+    with page.tab.expect_download() as download:
+        page.tab.get_by_role("link", name="Download trace (Perfetto)").click()
+    assert download.value.suggested_filename == f"frame-cam-{seq}.json"
+    saved = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+    assert saved == doc and saved["otherData"]["seq"] == seq
+    runs = [e for e in saved["traceEvents"] if e.get("name") == "workflow.run"
+            and e["args"].get("seq") == seq and e["args"].get("stream") == "cam"]  # fmt: skip
+    assert len(runs) == 1
+
+    # A frame rotated away: the API's own 404 (the request sent on, for a frame none holds).
+    far = f"/v1/streams/cam/frames/{FAR_SEQ}/trace"
+    page.tab.route(f"**{frame['trace']}", lambda route: route.continue_(url=server.url + far))
+    button.click()
+    status = page.tab.locator("#frame-trace-status", has_text="no trace still held")
+    status.wait_for()
+    assert status.inner_text().startswith(f"Frame {seq}: stream 'cam': frame {FAR_SEQ} ")
+    assert "(the oldest held is " in status.inner_text()
+    assert page.tab.locator("#frame-trace-panel").is_hidden()
+    assert page.errors == []
+
+
 # -- the regression watch ---------------------------------------------------------------------
 def watched_server(live_server: LiveFactory, folder: Path, probe_us: list[int]) -> LiveServer:
     """`cam` with a watch comparing every second against a shared baseline (the file

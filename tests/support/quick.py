@@ -68,6 +68,7 @@ LIVE_FIXTURES: dict[str, str] = {
     "tests/faults/test_cameras.py::appliance": "LiveServer",
     "tests/faults/test_sinks.py::start_runtime": "a runtime, a clip in real time",
     "tests/profiling/test_gpu_stages.py::cpu_window": "a runtime, the demo in real time",
+    "tests/profiling/test_slowest_live.py::server": "LiveServer",
     "tests/profiling/test_windows.py::runtime": "a runtime, the demo in real time",
     "tests/security/test_api_tls.py::served": "`appliance serve` over TLS",
     "tests/security/test_api_tls.py::swapping": "`appliance serve` over TLS",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from appliance.server.routes import (
     access,
     config,
+    frames,
     latency,
     meta,
     models,
@@ -28,6 +29,7 @@ ROUTES: tuple[Route, ...] = (
     *streams.ROUTES,
     *shadow.ROUTES,
     *latency.ROUTES,
+    *frames.ROUTES,
     *results.ROUTES,
     *workflows.ROUTES,
     *models.ROUTES,

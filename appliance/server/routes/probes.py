@@ -11,7 +11,9 @@ import dataclasses
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 
+from appliance.observe.openmetrics import CONTENT_TYPE as OPENMETRICS_CONTENT_TYPE
 from appliance.observe.status import Readiness, as_json
 from appliance.policy.files import shown_path
 from appliance.policy.roles import Role
@@ -49,9 +51,18 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text format: streams, blocks, models, batches."""
-    body = await in_thread(runtime_of(request).metrics_text)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    """Prometheus text format: streams, blocks, models, batches; OpenMetrics, with the
+    latency histograms' exemplars, to a scraper that asks for it (Prometheus does)."""
+    openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
+    body = await in_thread(runtime_of(request).metrics_text, openmetrics)
+    kind = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
+    return web.Response(body=body, headers={"Content-Type": kind})
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """prometheus_client's own choice (`choose_encoder`): OpenMetrics when the Accept
+    header names it, the classic text format otherwise."""
+    return choose_encoder(accept)[1].startswith("application/openmetrics-text")
 
 
 TEXT = CONTENT_TYPE_LATEST.split(";")[0]
@@ -86,7 +97,11 @@ ROUTES = (
         "/metrics",
         metrics,
         "Prometheus metrics",
-        (Reply(200, "Prometheus text exposition", {"type": "string"}, TEXT),),
+        (
+            Reply(
+                200, "Prometheus text exposition (OpenMetrics if asked)", {"type": "string"}, TEXT
+            ),
+        ),
         probe=True,
         tag="probes",
         role=Role.VIEWER,

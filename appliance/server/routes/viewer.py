@@ -36,6 +36,7 @@ MODULES = (
     "shadow",
     "watch",
     "profile",
+    "slowest",
 )
 ASSETS = {
     **{f"/static/{m}.js": (f"{m}.js", "text/javascript") for m in MODULES},

@@ -1,12 +1,14 @@
 // One stream, large: its video (annotated by the workflow, or raw with the predictions
 // drawn by this page), what the player is doing and why, latency as rolling p50/p95,
 // its predictions, counts, per-block latency with the regression watch's verdicts.
-// Profiling windows live in profile.js, its shadow (a candidate workflow) in shadow.js.
+// Profiling windows live in profile.js, its shadow (a candidate workflow) in shadow.js,
+// its slowest frames and their traces in slowest.js.
 
 import { $, ApiError, apiJson, el, say, stateText, streamPath } from "./api.js";
 import { Overlay } from "./overlay.js";
 import { Player } from "./player.js";
 import { ShadowPanel } from "./shadow.js";
+import { SlowestPanel } from "./slowest.js";
 import { Rate, Rolling } from "./stats.js";
 import { drawWatch, refreshWatch } from "./watch.js";
 
@@ -29,6 +31,7 @@ export class StreamView {
     this.slower = new Map();
     this.overlay = new Overlay($("overlay"), $("video"));
     this.shadow = new ShadowPanel(id);
+    this.slowest = new SlowestPanel(id);
   }
 
   open() {
@@ -46,6 +49,7 @@ export class StreamView {
     this.refreshLatency();
     refreshWatch(this);
     this.shadow.open();
+    this.slowest.open();
     this.timers.push(setInterval(() => this.refreshLatency(), LATENCY_EVERY_MS));
     this.timers.push(setInterval(() => refreshWatch(this), WATCH_EVERY_MS));
     this.timers.push(setInterval(() => this.render(), RENDER_EVERY_MS));
@@ -55,6 +59,7 @@ export class StreamView {
   close() {
     this.timers.forEach(clearInterval);
     this.shadow.close();
+    this.slowest.close();
     this.player?.stop();
     this.player = null;
     this.overlay.reset();
