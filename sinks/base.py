@@ -119,6 +119,9 @@ class SinkContext:
 
     data_dir: Path  # a sink's files go below it (the webhook's dead letters)
     observe_send: Callable[[float], None] | None = None  # seconds per delivery (a histogram)
+    # A frame's result delivered: (stream, seq, start, end), perf_counter seconds from
+    # publish (or request) to ack (or answer). The runtime puts it on the frame's trace.
+    on_delivered: Callable[[str, int, float, float], None] | None = None
     on_command: CommandHandler | None = None  # the runtime's commands, for a sink taking them
     # `serve --workers` runs N processes: each appends this to its broker client ids (a
     # broker drops the older session of a duplicate id), and only one takes commands.
@@ -127,6 +130,10 @@ class SinkContext:
     # This sink's document across restarts (MQTT: the command signatures already used);
     # None without a state folder.
     kept: KeptDocument | None = None
+
+
+# Which frame a queued message is the result of: (stream, seq); None for other messages.
+FrameId = tuple[str, int]
 
 
 class SinkKind(Protocol):

@@ -195,7 +195,9 @@ def cut(
     ordered = sorted(runs)
     at = ordered.index(seq)
     seqs = ordered[max(0, at - around) : at + around + 1]
+    chosen = set(seqs)
     spans = [runs[s] for s in seqs] + [grabs[s] for s in seqs if s in grabs]
+    spans += _later_spans(events, stream, chosen)  # their sinks' deliveries
     t0 = min(e["ts"] for e in spans)
     t1 = max(e["ts"] + e["dur"] for e in spans)
     picked = _closed([e for e in events if e["ph"] != "M" and _overlaps(e, t0, t1)])
@@ -228,6 +230,18 @@ def _frame_spans(events: list[Event], stream: str) -> tuple[dict[int, Event], di
         elif e["name"] == "grab":
             grabs[args["seq"]] = e
     return runs, grabs
+
+
+def _later_spans(events: list[Event], stream: str, seqs: set[int]) -> list[Event]:
+    """The spans of these frames after their run: the sinks' deliveries."""
+    return [
+        e
+        for e in events
+        if e["ph"] == "X"
+        and e.get("cat") == "sink"
+        and (e.get("args") or {}).get("stream") == stream
+        and e["args"].get("seq") in seqs
+    ]
 
 
 def _overlaps(e: Mapping[str, Any], t0: int, t1: int) -> bool:

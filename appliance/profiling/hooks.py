@@ -172,3 +172,33 @@ def trace_batch(tracer: Tracer, rec: BatchRecord) -> None:
         tracer.span_for_stream(
             stream, "queue.wait", "queue", start - wait, start, args, flow_id, track
         )
+
+
+class SinkDeliveries:
+    """A sink's deliveries of frames' results as `deliver` spans (publish to ack, request
+    to answer), with the frame's stream and seq: a frame's trace shows when each sink got
+    it through (appliance/profiling/frametrace.py).
+
+    Deliveries overlap (QoS 1 publishes are pipelined; a webhook has several requests in
+    flight), and spans on one track must nest: each goes on the first of the sink's
+    tracks (`sink:<name>`, instances 0, 1, ...) whose last span ended before it began.
+    Called on the sink's event loop only, so the lanes need no lock."""
+
+    def __init__(self, tracer: Tracer, sink: str) -> None:
+        self._tracer = tracer
+        self._sink = sink
+        self._track = f"sink:{sink}"
+        self._ends: list[float] = []  # each lane's latest end, perf_counter s
+
+    def __call__(self, stream: str, seq: int, start: float, end: float) -> None:
+        tracer = self._tracer
+        if not tracer.enabled:
+            return
+        ends = self._ends
+        lane = next((i for i, last in enumerate(ends) if last <= start), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = max(ends[lane], end)
+        args = {"sink": self._sink, "stream": stream, "seq": seq}
+        tracer.span("deliver", "sink", start, end, args, tracer.track(self._track, lane))

@@ -29,6 +29,8 @@ from appliance.errors import FileAccessError
 from appliance.observe.metrics import Metrics
 from appliance.policy.files import FileKind, FilePolicy
 from appliance.policy.masking import mask_url
+from appliance.profiling.hooks import SinkDeliveries
+from appliance.profiling.tracer import Tracer
 from pipelines.types import Detections, FrameResult
 from sinks.base import KeptDocument, Sink, SinkContext, SinkStatus
 from sinks.mqtt.commands import CommandHandler
@@ -120,8 +122,10 @@ class Outputs:
         client_suffix: str = "",
         take_commands: bool = True,
         documents: Callable[[str], KeptDocument] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._configs = dict(configs)
+        self._tracer = tracer  # each frame's deliveries go on its trace (SinkDeliveries)
         # Each sink's document across restarts, by its name (None: no server.state_dir).
         self._documents = documents
         # False: MQTT sinks leave commands off whatever their config says (the workers of
@@ -173,6 +177,7 @@ class Outputs:
         context = SinkContext(
             data_dir=self._data_dir,
             observe_send=self._metrics.sink_send_seconds.labels(name).observe,
+            on_delivered=None if self._tracer is None else SinkDeliveries(self._tracer, name),
             on_command=self._on_command,
             client_suffix=self._client_suffix,
             take_commands=self._take_commands,

@@ -108,6 +108,7 @@ class Runtime:
             client_suffix="" if worker is None else f"-w{worker}",
             take_commands=take_commands,
             documents=sink_documents(config, worker, self.files),  # runtime/sinkstate.py
+            tracer=self.profiler.tracer,
         )
         self.audit = AuditLog(self.outputs.publish_event)  # changes: who, what, how it ended
         self.latest = LatestResults()  # every stream's newest result, for the API to read

@@ -47,7 +47,7 @@ from paho.mqtt.properties import Properties
 from pydantic import BaseModel
 
 from pipelines.types import FrameResult, iso_utc
-from sinks.base import KeptDocument, OutboxQueue, SinkContext, SinkState, SinkStatus
+from sinks.base import FrameId, KeptDocument, OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
 from sinks.mqtt.client import IN_FLIGHT, Link
 from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer, topics_of
@@ -69,6 +69,7 @@ class Outgoing:
     qos: int
     retain: bool = False
     properties: Properties | None = None
+    frame: FrameId | None = None  # the frame whose prediction it is (its trace's span)
 
     @property
     def size(self) -> int:
@@ -89,6 +90,7 @@ class MqttSink:
         on_command: CommandHandler | None = None,
         observe_send: Callable[[float], None] | None = None,
         kept: KeptDocument | None = None,
+        on_delivered: Callable[[str, int, float, float], None] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -97,6 +99,7 @@ class MqttSink:
         self._on_command = on_command
         self._kept = kept  # the signatures commands used, across restarts (mqtt_auth)
         self._observe_send = observe_send
+        self._on_delivered = on_delivered  # a prediction acked: its frame's trace span
         self._queue: OutboxQueue[Outgoing] = OutboxQueue(
             config.queue.max_messages, config.queue.max_bytes
         )
@@ -137,6 +140,7 @@ class MqttSink:
             on_command=context.on_command,
             observe_send=context.observe_send,
             kept=context.kept,
+            on_delivered=context.on_delivered,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -196,7 +200,8 @@ class MqttSink:
             self._count_dropped(1 + len(events))
             return True
         base, qos = f"{self._prefix}/{result.stream_id}", self.config.qos
-        self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos))
+        frame = (result.stream_id, result.seq)
+        self._put(Outgoing(f"{base}/predictions", encoded_prediction(result), qos, frame=frame))
         for event in events:
             self._put(Outgoing(f"{base}/events", encode(event_message(result, event)), qos))
         if events and result.image is not None and self._snapshot_due(result):
@@ -343,8 +348,12 @@ class MqttSink:
             return
         self._carried.discard(mid)
         self._sent += 1
+        now = time.perf_counter()
         if self._observe_send is not None:
-            self._observe_send(time.perf_counter() - entry[1])  # publish → ack, seconds
+            self._observe_send(now - entry[1])  # publish → ack, seconds
+        frame = entry[0].frame
+        if frame is not None and self._on_delivered is not None:
+            self._on_delivered(frame[0], frame[1], entry[1], now)
         self._wake.set()
 
     def link_up(self) -> None:

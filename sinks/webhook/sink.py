@@ -34,7 +34,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from pipelines.types import FrameResult
-from sinks.base import OutboxQueue, SinkContext, SinkState, SinkStatus
+from sinks.base import FrameId, OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import encode, encoded_prediction, notice
 from sinks.webhook.deadletter import DeadLetterFile
 from sinks.webhook.http import Attempt, WebhookConfig, headers_for, post, safe_url
@@ -58,6 +58,7 @@ class Delivery:
     attempts: int = 0
     last: Attempt | None = None
     settled: bool = False  # sent or dead-lettered: nothing left to do at shutdown
+    frame: FrameId | None = None  # the frame whose prediction it is (its trace's span)
 
 
 class WebhookSink:
@@ -75,6 +76,7 @@ class WebhookSink:
         *,
         data_dir: Path,
         observe_send: Callable[[float], None] | None = None,
+        on_delivered: Callable[[str, int, float, float], None] | None = None,
     ) -> None:
         if not _NAME.fullmatch(name):
             raise ValueError(f"sink name {name!r}: expected {_NAME.pattern}")
@@ -86,6 +88,7 @@ class WebhookSink:
         self.config = config
         self._url = safe_url(config.url)
         self._observe = observe_send
+        self._on_delivered = on_delivered  # a prediction delivered: its frame's trace span
         self._queue: OutboxQueue[Delivery] = OutboxQueue(
             config.queue.max_messages, config.queue.max_bytes
         )
@@ -106,7 +109,13 @@ class WebhookSink:
         """sinks.base.SinkKind: dead letters go below the context's data_dir."""
         if not isinstance(config, WebhookConfig):
             raise TypeError(f"webhook {name}: a WebhookConfig, not {type(config).__name__}")
-        return cls(name, config, data_dir=context.data_dir, observe_send=context.observe_send)
+        return cls(
+            name,
+            config,
+            data_dir=context.data_dir,
+            observe_send=context.observe_send,
+            on_delivered=context.on_delivered,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -126,7 +135,8 @@ class WebhookSink:
         if self._closing:
             return False
         body = encoded_prediction(result)
-        delivery = Delivery(uuid.uuid4().hex, "prediction", body, time.time())
+        frame = (result.stream_id, result.seq)
+        delivery = Delivery(uuid.uuid4().hex, "prediction", body, time.time(), frame=frame)
         return self._queue.put(delivery, len(body))
 
     def publish_event(self, stream_id: str | None, event: dict[str, Any]) -> None:
@@ -232,8 +242,11 @@ class WebhookSink:
             if self._state == SinkState.FAILING:
                 log.info("webhook %s (%s): delivering again", self.name, self._url)
             self._state, self._last_error = SinkState.OK, None
+            now = time.perf_counter()
             if self._observe is not None:
-                self._observe(time.perf_counter() - started)
+                self._observe(now - started)
+            if delivery.frame is not None and self._on_delivered is not None:
+                self._on_delivered(*delivery.frame, started, now)
         else:
             if self._state != SinkState.FAILING:
                 log.warning("webhook %s (%s): failing: %s", self.name, self._url, attempt.error)

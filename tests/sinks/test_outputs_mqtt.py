@@ -22,6 +22,7 @@ from appliance.runtime.shadow import ShadowSpec
 from appliance.runtime.sharding import assign
 from sinks.mqtt.sink import MqttSink
 from tests.sinks.conftest import Broker, Received, Subscriber
+from tests.support import tracecheck
 from tests.support.appliance import DEMO_CLIP, Served, detect_workflow, person_model
 
 WAIT_S = 30.0
@@ -72,6 +73,16 @@ def test_results_and_states_are_published(
     status = runtime.stream_status("cam")
     assert (status.outputs, status.sinks) == (["bus"], {"bus": "connected"})
     assert [s.name for s in runtime.status().sinks] == ["bus"]
+    # A published frame's trace shows its delivery: publish to PUBACK, on the sink's track.
+    seq = seqs[-3]
+    doc = runtime.frame_trace("cam", seq).doc
+    tracecheck.check(doc)
+    delivered = [e for e in doc["traceEvents"] if e["name"] == "deliver"]
+    assert {"sink": "bus", "stream": "cam", "seq": seq} in [e["args"] for e in delivered]
+    (run,) = [e for e in doc["traceEvents"] if e["name"] == "workflow.run"
+              and e["args"]["seq"] == seq]  # fmt: skip
+    mine = [e for e in delivered if e["args"]["seq"] == seq]
+    assert mine[0]["ts"] >= run["ts"] + run["dur"]  # published once the frame was done
 
 
 def test_commands_restart_a_stream_and_start_a_window(
