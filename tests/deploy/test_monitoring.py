@@ -221,13 +221,14 @@ def test_grafana_provisioning() -> None:
     source = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text())
     (ds,) = source["datasources"]
     assert ds["type"] == "prometheus" and ds["url"].startswith("http")
-    # An exemplar's trace_id (`<stream>/frames/<seq>`) links to the frame's trace on the
-    # appliance: `$$` is a literal `$` to Grafana's provisioning, which expands the
-    # environment's ${APPLIANCE_URL} (compose.yaml sets it) and leaves ${__value.raw}.
+    # An exemplar's trace_id (`<stream>/frames/<seq>`) links to the frame in the web
+    # viewer (/streams/{id}/frames/{seq}: a page, open without a token, that asks for one
+    # and draws the frame's trace; the API's route would answer the tab 401): `$$` is a
+    # literal `$` to Grafana's provisioning, which expands the environment's
+    # ${APPLIANCE_URL} (compose.yaml sets it) and leaves ${__value.raw}.
     (link,) = ds["jsonData"]["exemplarTraceIdDestinations"]
     assert link["name"] == "trace_id" and link["urlDisplayLabel"]
-    assert "/v1/streams/$${__value.raw}/trace" in link["url"]
-    assert link["url"].startswith("${APPLIANCE_URL}/")
+    assert link["url"] == "${APPLIANCE_URL}/streams/$${__value.raw}"
     provider = yaml.safe_load((PROVISIONING / "dashboards" / "appliance.yml").read_text())
     (prov,) = provider["providers"]
     assert prov["type"] == "file" and prov["options"]["path"]
@@ -448,9 +449,11 @@ def test_an_exemplar_leads_to_its_frames_trace_then_its_file_then_a_404(
     appliance: LiveServer, prometheus: str
 ) -> None:
     """Prometheus keeps the exemplars of a block's histogram (it scrapes OpenMetrics);
-    the link Grafana makes of one (`/v1/streams/${__value.raw}/trace`, trace_id) answers
-    a strict trace holding that frame's span of that block, of the exemplar's duration:
-    from memory, then from its rolling file, then 404 naming the oldest frame held."""
+    the link Grafana makes of one (`/streams/${__value.raw}`, trace_id) is the viewer's
+    page, open without a token, and the trace that page fetches for it
+    (`/v1/streams/${__value.raw}/trace`) is a strict trace holding that frame's span of
+    that block, of the exemplar's duration: from memory, then from its rolling file,
+    then 404 naming the oldest frame held."""
     series = f'appliance_block_latency_seconds_bucket{{stream="{STREAM}",block="{BLOCK}"}}'
 
     def exemplars() -> list[dict[str, Any]]:
@@ -469,6 +472,8 @@ def test_an_exemplar_leads_to_its_frames_trace_then_its_file_then_a_404(
     labels, seq = newest["labels"], int(newest["labels"]["seq"])
     assert labels["stream"] == STREAM and labels["trace_id"] == f"{STREAM}/frames/{seq}"
     assert labels["trace"].startswith("trace-") and labels["trace"].endswith(".json")
+    page = appliance.call("GET", f"/streams/{labels['trace_id']}", token=False)
+    assert page.status == 200 and page.headers["content-type"].startswith("text/html")
     link = f"/v1/streams/{labels['trace_id']}/trace"
 
     def span_of_block(doc: dict[str, Any]) -> dict[str, Any]:

@@ -96,9 +96,20 @@ def test_a_window_with_operators(runtime: Runtime) -> None:
         assert op["args"]["op_name"]
     # Every sampled run holds operators; no other run does.
     assert all(any(s["ts"] <= o["ts"] <= s["ts"] + s["dur"] for o in ops) for s in sampled)
+    # A frame the window covered, whose model run ORT profiled: its own trace is cut from
+    # the window's, the operators with it.
+    profiled = [r for r in runs if any(r["ts"] <= s["ts"] <= r["ts"] + r["dur"] for s in sampled)]
+    assert profiled
+    found = runtime.frame_trace("a", profiled[0]["args"]["seq"], around=0)
+    assert found.source == f"window:{status.id}"
+    tracecheck.check(found.doc)
+    assert any(e.get("cat") == "Node" for e in found.doc["traceEvents"])
     # The batcher is back on its own session: later frames still run.
     processed = runtime.stream_status("a").frames_processed
-    threading.Event().wait(0.5)
+    for _ in range(200):  # 10 s at most: a loaded machine runs a few frames a second
+        if runtime.stream_status("a").frames_processed > processed:
+            break
+        threading.Event().wait(0.05)
     assert runtime.stream_status("a").frames_processed > processed
 
 

@@ -210,6 +210,10 @@ def sample(route: Route, clip: str) -> Sample:
         ("GET", "/v1/streams/{id}/frames/{seq}/trace"): Sample(
             path.replace("{seq}", "1"), ok=frozenset({200, 404})
         ),
+        # The viewer's page on frame 1's trace: the page, whatever the frame (it reads it).
+        ("GET", "/streams/{id}/frames/{seq}"): Sample(
+            path.replace("{seq}", "1"), ok=frozenset({200})
+        ),
     }  # fmt: skip
     if key in special:
         return special[key]

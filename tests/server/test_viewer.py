@@ -28,7 +28,12 @@ from tests.server.conftest import TOKEN, WAIT_S, LiveFactory, config_doc, demo_s
 from tests.server.live import LiveServer, wait_for
 from tests.support.appliance import ROOT, detect_workflow
 
-PAGES = {"/": "text/html", "/streams/cam": "text/html", "/streams/no-such-cam": "text/html"}
+PAGES = {
+    "/": "text/html",
+    "/streams/cam": "text/html",
+    "/streams/no-such-cam": "text/html",
+    "/streams/cam/frames/1": "text/html",  # a frame's trace (Grafana's exemplar link)
+}
 ASSETS = {path: kind for path, (_, kind) in VIEWER_ASSETS.items()}
 STATIC = ROOT / "appliance" / "server" / "static"
 NOT_ASSETS = (
@@ -37,6 +42,7 @@ NOT_ASSETS = (
     "/static/../routes/viewer.py",
     "/static/%2e%2e/routes/viewer.py",
     "/streams/cam/extra",
+    "/streams/cam/frames/1/trace",
     "/viewer.js",
 )
 
@@ -328,6 +334,97 @@ def test_the_viewer_lists_the_slowest_frames_and_draws_a_frames_trace(
     assert status.inner_text().startswith(f"Frame {seq}: stream 'cam': frame {FAR_SEQ} ")
     assert "(the oldest held is " in status.inner_text()
     assert page.tab.locator("#frame-trace-panel").is_hidden()
+    assert page.errors == []
+
+
+# -- a frame's own address, /streams/{id}/frames/{seq}: where Grafana's exemplar link lands --
+IN_VIEW = """() => {
+    const r = document.getElementById("frame-trace-panel").getBoundingClientRect();
+    return window.scrollY > 0 && r.top >= 0 && r.top < window.innerHeight;
+}"""
+
+
+def slowest_seq(server: LiveServer) -> int:
+    """A frame of the stream's slowest list, as the API has it: its trace is held."""
+    frames: list[dict[str, Any]] = []
+
+    def listed() -> bool:
+        frames[:] = server.get_json("/v1/streams/cam/slowest")["frames"]
+        return bool(frames)
+
+    wait_for(listed, WAIT_S, "a slowest frame")
+    seq = int(frames[0]["seq"])
+    assert server.call("GET", frames[0]["trace"]).status == 200, seq
+    return seq
+
+
+def unlisted_seq(server: LiveServer) -> int:
+    """A recent frame that the slowest list does not hold, whose trace is held."""
+    found: list[int] = []
+
+    def held() -> bool:
+        listed = {f["seq"] for f in server.get_json("/v1/streams/cam/slowest")["frames"]}
+        seq = int(server.get_json("/v1/streams/cam/latest")["seq"]) - 3  # done, surely
+        if seq in listed or server.call("GET", f"/v1/streams/cam/frames/{seq}/trace").status != 200:
+            return False
+        found[:] = [seq]
+        return True
+
+    wait_for(held, WAIT_S, "a held frame outside the slowest list")
+    return found[0]
+
+
+def assert_frame_drawn(page: Page, seq: int) -> None:
+    page.tab.locator(f"#frame-trace[data-seq='{seq}']").wait_for()
+    shown = page.tab.evaluate(TIMELINE)
+    assert shown["visible"] and shown["stream"] == "cam" and int(shown["bars"]) > 0
+    (marked,) = shown["marked"]  # the frame's own run, and only it
+    assert (marked["name"], marked["seq"], marked["frame"]) == ("workflow.run", str(seq), "true")
+    assert page.text("#frame-trace-seq") == str(seq)
+    assert page.text("#frame-trace-status").startswith(f"Frame {seq}: ")
+
+
+def test_a_frames_address_opens_its_trace(server: LiveServer, browser: Any) -> None:
+    """`/streams/cam/frames/{seq}` (a Grafana exemplar's link, docs/exemplars.md) opens
+    the stream's page, then that frame's trace drawn as the list's rows draw it, scrolled
+    into view; a frame none holds says so (the API's 404), as a row does."""
+    seq = slowest_seq(server)
+    page = Page(browser, token=True)
+    page.tab.goto(f"{server.url}/streams/cam/frames/{seq}")
+    assert_frame_drawn(page, seq)
+    assert page.text("#stream-name") == "cam" and page.tab.locator("#grid").is_hidden()
+    page.tab.wait_for_function(IN_VIEW)  # scrolled to, below the video and the tables
+    screenshot(page, "viewer-frame-address.png")
+
+    page.tab.goto(f"{server.url}/streams/cam/frames/{FAR_SEQ}")
+    status = page.tab.locator("#frame-trace-status", has_text="no trace still held")
+    status.wait_for()
+    assert status.inner_text().startswith(f"Frame {FAR_SEQ}: stream 'cam': frame {FAR_SEQ} ")
+    assert page.tab.locator("#frame-trace-panel").is_hidden()
+    assert page.errors == []
+
+
+def test_a_frames_address_asks_for_the_token_then_opens_its_trace(
+    server: LiveServer, browser: Any
+) -> None:
+    """A tab opened from Grafana holds no token: the page's token form shows (the trace
+    answered 401 too), and once the token is entered the frame's trace opens, though the
+    frame is not one of the slowest listed."""
+    seq = unlisted_seq(server)
+    page = Page(browser)  # no token
+    trace = f"/v1/streams/cam/frames/{seq}/trace"
+    statuses: list[int] = []
+    page.tab.on("response", lambda r: statuses.append(r.status) if r.url.endswith(trace) else None)
+    page.tab.goto(f"{server.url}/streams/cam/frames/{seq}")
+    page.tab.locator("#token-form").wait_for(state="visible")
+    assert "needs its API token" in page.text("#token-reason")
+    assert page.tab.locator("#frame-trace-panel").is_hidden()
+    enter_token(page, WALL_TOKEN)  # a viewer's token is enough
+    assert_frame_drawn(page, seq)
+    page.tab.locator("#slowest tbody tr[data-seq]").first.wait_for()  # the list, not it
+    assert page.tab.locator(f"#slowest tbody tr[data-seq='{seq}']").count() == 0
+    assert 401 in statuses and 200 in statuses, statuses
+    assert page.tab.locator("#token-form").is_hidden()
     assert page.errors == []
 
 

@@ -73,6 +73,12 @@ async def viewer_stream_page(request: web.Request) -> web.Response:
     return await _file(PAGE, "text/html")
 
 
+async def viewer_frame_page(request: web.Request) -> web.Response:
+    """The web viewer, opening the stream and then the trace of the frame named in the
+    path (the page reads both): where a Grafana exemplar's link lands."""
+    return await _file(PAGE, "text/html")
+
+
 def _asset_handler(path: str, name: str, content_type: str) -> Handler:
     async def viewer_asset(request: web.Request) -> web.Response:
         """One of the viewer page's assets."""
@@ -101,6 +107,17 @@ ROUTES = (
         "/streams/{id}",
         viewer_stream_page,
         "Web viewer on one stream",
+        _HTML,
+        public=True,
+        tag="viewer",
+        role=Role.VIEWER,
+        workers=Fanout.ANY,
+    ),
+    Route(
+        "GET",
+        "/streams/{id}/frames/{seq}",
+        viewer_frame_page,
+        "Web viewer on one frame's trace",
         _HTML,
         public=True,
         tag="viewer",

@@ -2,8 +2,10 @@
 // refreshed every few seconds. Each row opens its frame's trace (the frame and its
 // neighbours, GET .../frames/{seq}/trace), fetched with the token: drawn here as a
 // timeline (a row per thread, a bar per span, the frame's own workflow.run marked) and
-// offered as a file for ui.perfetto.dev. The list and the timeline say what they show in
-// data attributes (seq, bars, frame): for tests and anyone checking.
+// offered as a file for ui.perfetto.dev. A frame the list may not hold opens the same way
+// from its own address, /streams/{id}/frames/{seq} (a Grafana exemplar's link: openFrame).
+// The list and the timeline say what they show in data attributes (seq, bars, frame): for
+// tests and anyone checking.
 
 import { $, api, apiJson, el, say, streamPath } from "./api.js";
 
@@ -25,6 +27,7 @@ export class SlowestPanel {
     this.frames = new Map(); // seq -> the newest answer's row for it
     this.rows = new Map(); // seq -> its <tr>, kept while listed (a click is not lost)
     this.opening = 0; // bumped per click: a late trace does not replace a newer one
+    this.shown = null; // the frame the page's address named, once shown (or its error)
   }
 
   open() {
@@ -93,21 +96,34 @@ export class SlowestPanel {
     return tr;
   }
 
-  /** Fetch the frame's trace with the token, draw it and offer it as a file. */
+  /** Frame `seq`'s trace, listed or not (the page's address named it), scrolled into
+   * view. A 401 leaves it to the token form: the page asks again with the new token
+   * until the frame has been shown (`shown`), then no more (a row opened since stays). */
+  async openFrame(seq) {
+    const trace = `${streamPath(this.id)}/frames/${seq}/trace`;
+    const shown = await this.openTrace({ seq, trace });
+    if (shown === null) return; // refused, overtaken or closed: nothing of it to show
+    this.shown = seq;
+    $(shown ? "frame-trace-panel" : "frame-trace-status").scrollIntoView({ block: "start" });
+  }
+
+  /** Fetch the frame's trace with the token, draw it and offer it as a file. True once
+   * drawn, false when the appliance said why not (shown), null otherwise (a 401, a
+   * newer click, the stream closed). */
   async openTrace(frame) {
-    if (!frame || !TRACE_PATH.test(frame.trace)) return;
+    if (!frame || !TRACE_PATH.test(frame.trace)) return null;
     const mine = ++this.opening;
     say("frame-trace-status", `Reading the trace of frame ${frame.seq}…`);
     let text;
     try {
       text = await (await api("GET", frame.trace)).text();
     } catch (err) { // 404 once rotated away: the message names the oldest frame held
-      if (mine !== this.opening || this.closed) return;
+      if (mine !== this.opening || this.closed) return null;
       $("frame-trace-panel").hidden = true;
       say("frame-trace-status", err.status === 401 ? "" : `Frame ${frame.seq}: ${err.message}`);
-      return;
+      return err.status === 401 ? null : false;
     }
-    if (mine !== this.opening || this.closed) return;
+    if (mine !== this.opening || this.closed) return null;
     const doc = JSON.parse(text);
     const drawn = drawTimeline($("frame-trace"), doc, this.id, frame.seq);
     say("frame-trace-seq", `${frame.seq}`);
@@ -118,6 +134,7 @@ export class SlowestPanel {
     $("frame-trace-panel").hidden = false;
     say("frame-trace-status", `Frame ${frame.seq}: ${drawn.bars} spans on ${drawn.threads} `
       + `threads over ${fixed(drawn.ms)} ms${drawn.frame ? "" : "; its run is not in the trace"}.`);
+    return true;
   }
 }
 

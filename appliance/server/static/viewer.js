@@ -70,14 +70,25 @@ async function refreshStreams() {
 }
 
 // -- which view: the grid at /, one stream at /streams/{id} ----------------------------------
+// and, at /streams/{id}/frames/{seq} (where a Grafana exemplar's link lands), that stream
+// with the frame's trace open: opened again after a new token until it shows.
+const PAGE_PATH = /^\/streams\/([^/]+)(?:\/frames\/([^/]+))?$/;
+
 function route() {
-  const match = location.pathname.match(/^\/streams\/([^/]+)$/);
+  const match = location.pathname.match(PAGE_PATH);
   const id = match ? decodeURIComponent(match[1]) : null;
   if (view && view.id !== id) closeStream();
   if (id && !view) openStream(id);
   else if (view && id) view.play(); // the same stream, e.g. after a new token
   grid.show(!id);
   if (!id) document.title = "appliance viewer";
+  if (view && match[2] !== undefined) openFrame(match[2]);
+}
+
+function openFrame(text) {
+  const seq = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!Number.isSafeInteger(seq)) say("frame-trace-status", `No frame ${text}: not a number.`);
+  else if (view.slowest.shown !== seq) view.slowest.openFrame(seq);
 }
 
 function openStream(id) {
