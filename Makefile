@@ -10,15 +10,21 @@ STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 CONFIG ?= configs/demo.yaml
 PYTEST_ARGS ?=
-# The suite in two workers on two cores, each test file on one (its module fixtures set
-# up once). A third worker filled the suite's waits (453 s with two, 369 s with three, one
-# run each, 7 Dec), but the suite has since become bound by CPU (718-841 CPU-s a run):
-# three workers then took 480-561 s, and the timing tests starved by the third failed
-# one in each of three runs. Two leave each test a core's share.
+# The suite in three workers on two cores, each test file on one (its module fixtures set
+# up once), the longest files first (tests/support/order.py). Three fill the suite's
+# waits (processes starting, cameras in real time). They had starved the timing tests
+# while models' idle threads spun (718-841 CPU-s a run, one failure in each of three
+# runs); with spinning off in the suite (tests/conftest.py) a run took 627 CPU-s, 447 s
+# with three workers and none failed (7 Dec, a fresh clone).
 # tests/support/durations.py writes where the time went to
 # tests/artifacts/durations.json (`make test-report`).
-TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+TEST_WORKERS ?= 3
+# Bytecode cached even where the environment says not to (PYTHONDONTWRITEBYTECODE, as
+# on this build machine): the suite starts hundreds of Python processes (`appliance
+# serve`, CLI runs, three workers), and each compiled the project from source, and
+# pytest rewrote every test module's asserts again in every worker (14 s of a worker's
+# 15 s collection; 6 s with the cache, 7 Dec).
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 N ?= 3
 
 .PHONY: install install-dev run test test-quick test-report test-flakes test-deps lint format bench docs clean
@@ -64,7 +70,7 @@ test-flakes: install-dev test-deps
 # marks the others `live` and, here, refuses any test that starts a process or a server
 # without being marked so.
 test-quick: install-dev
-	APPLIANCE_TEST_QUICK=1 $(BIN)/python -m pytest -n 2 -m "not live" $(PYTEST_ARGS)
+	APPLIANCE_TEST_QUICK=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -m "not live" $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .
