@@ -128,8 +128,9 @@ class FrameTraces:
         return cut(events, names, stream, seq, around), f"file:{path.name}"
 
     def _window(self, doc: Event, stream: str, seq: int, around: int) -> FrameTrace | None:
-        span = doc["otherData"]["span_us"]
-        hit = None if self.windows is None else self.windows(span[0], span[1])
+        # The frame's own run inside the window: its model runs were the window's.
+        run = doc["otherData"]["run_us"]
+        hit = None if self.windows is None else self.windows(run[0], run[1])
         if hit is None:
             return None
         window_id, path = hit
@@ -210,6 +211,7 @@ def cut(
         "seq": seq,
         "frames": seqs,
         "span_us": [t0, t1],
+        "run_us": [runs[seq]["ts"], runs[seq]["ts"] + runs[seq]["dur"]],
     }
     return {"traceEvents": meta + picked, "displayTimeUnit": "ms", "otherData": other}
 
