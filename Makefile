@@ -24,7 +24,10 @@ TEST_WORKERS ?= 3
 # serve`, CLI runs, three workers), and each compiled the project from source, and
 # pytest rewrote every test module's asserts again in every worker (14 s of a worker's
 # 15 s collection; 6 s with the cache, 7 Dec).
-PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+# --no-loadscope-reorder: pytest-xdist would hand out the files with the most tests first,
+# whatever their time, and undo tests/support/order.py (one-test files of 30 s came last).
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+          --no-loadscope-reorder
 N ?= 3
 
 .PHONY: install install-dev run test test-quick test-report test-flakes test-deps lint format bench docs clean
@@ -34,18 +37,26 @@ N ?= 3
 # README's "Two commands" says how much each downloads, measured on a fresh clone.
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The venv, with a current pip (`make install` and `make install-dev` alike).
+define VENV_READY
 	@$(PYTHON) -c 'import sys; sys.exit("Python >= 3.11 is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+endef
+
+$(STAMP): pyproject.toml
+	$(VENV_READY)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 install-dev: $(DEV)
 
-$(DEV): $(STAMP)
+# The appliance and the dev extra in one pip run (a second would build the editable
+# package and resolve every dependency again: 8 s of a fresh clone's `make test`).
+$(DEV): pyproject.toml
+	$(VENV_READY)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $@
+	touch $(STAMP) $@
 
 run: install
 	$(BIN)/appliance serve --config $(CONFIG)

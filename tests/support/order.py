@@ -10,7 +10,9 @@ classic greedy rule for filling two machines (LPT): what is left at the end is s
 The weights are each file's seconds in a past run (`tests/support/weights.json`,
 written by `python -m tests.support.report --weights`); a file with none is put among
 the middling ones, since new files start small but may start a server. Tests keep their
-order within a file: module fixtures are set up once either way.
+order within a file: module fixtures are set up once either way. pytest-xdist reorders
+the files by their number of tests unless told not to: `make test` passes
+`--no-loadscope-reorder`.
 """
 
 from __future__ import annotations
