@@ -47,15 +47,34 @@ def thread_cpu_ns() -> dict[str, int]:
     thread name with its `:stream` or `:model` suffix dropped ("work", "batch",
     "trace-writer"); threads Python did not start (ONNX Runtime's pools, FFmpeg's) are
     "native"."""
-    names = {t.native_id: t.name.split(":")[0] for t in threading.enumerate()}
     out: dict[str, int] = {}
+    for name, ns in threads_cpu_ns().values():
+        out[name] = out.get(name, 0) + ns
+    return out
+
+
+def threads_cpu_ns() -> dict[int, tuple[str, int]]:
+    """Each live thread's kind (as `thread_cpu_ns` names it) and CPU ns, by thread id."""
+    names = {t.native_id: t.name.split(":")[0] for t in threading.enumerate()}
+    out: dict[int, tuple[str, int]] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             first = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]
         except (OSError, IndexError):
             continue  # the thread ended meanwhile
-        name = names.get(int(tid), "native")
-        out[name] = out.get(name, 0) + int(first)
+        out[int(tid)] = (names.get(int(tid), "native"), int(first))
+    return out
+
+
+def cpu_between(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]
+) -> dict[str, int]:
+    """CPU ns spent between two `threads_cpu_ns` readings, by kind: per thread, so that a
+    thread that ended meanwhile (FFmpeg's decoder threads, when a looping clip is opened
+    again) takes only its own last stretch away, not its whole life's CPU from its kind."""
+    out: dict[str, int] = {}
+    for tid, (name, ns) in after.items():
+        out[name] = out.get(name, 0) + ns - before.get(tid, (name, 0))[1]
     return out
 
 
@@ -104,11 +123,11 @@ def run_loops(
     for s in range(start, start + LOOP, SEGMENT):
         switch(state)
         clock.wait_for(s + SETTLE)
-        cpu0 = thread_cpu_ns()
+        cpu0 = threads_cpu_ns()
         clock.wait_for(s + SEGMENT)
-        cpu1 = thread_cpu_ns()
+        cpu1 = threads_cpu_ns()
         seconds = clock.stamps[s + SEGMENT - 1] - clock.stamps[s + SETTLE - 1]
-        delta = {k: v - cpu0.get(k, 0) for k, v in cpu1.items()}
+        delta = cpu_between(cpu0, cpu1)
         segments.append(Segment(state, seconds, delta))
         state = not state
     switch(False)
