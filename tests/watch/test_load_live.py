@@ -59,10 +59,11 @@ def test_cameras_added_at_saturation_are_a_change_of_load_not_regressions(tmp_pa
         # The learned stream's blocks (or its model) wait for the added cameras: their
         # latency passes the gate while their own cost does not (on a quiet machine the
         # faces block waits twice as long). How far they wait is the machine's: one that
-        # was busy while learning learned a wide spread. About 5 comparisons of its rows
-        # under the load, then whatever waited must be the change's, and nothing raised.
+        # was busy while learning learned a wide spread. About 3 comparisons of its rows
+        # under the load (the first one the added cameras reach, and two more), then
+        # whatever waited must be the change's, and nothing raised.
         start = rt.regressions().comparisons
-        wait_until(lambda: rt.regressions().comparisons > start + 40, SLOWED_S,
+        wait_until(lambda: rt.regressions().comparisons > start + 24, SLOWED_S,
                    "comparisons under the added load")  # fmt: skip
         report = rt.regressions()
         assert all(v.own_ratio is None or v.own_ratio < 1.25 for v in waited(report)), report
