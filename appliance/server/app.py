@@ -23,6 +23,7 @@ from appliance.server.openapi import build_openapi
 from appliance.server.routes import ROUTES, STREAMING
 from appliance.server.routes.tune import TUNE
 from appliance.server.routes.webrtc import WEBRTC
+from appliance.server.routing import known_query
 from appliance.server.webrtc.sessions import WebRtcSessions
 from appliance.tune.job import TuneJob
 
@@ -54,7 +55,8 @@ def build_app(
     app[REFUSALS] = {"limit_hits": metrics.limit_hits, "file_refusals": metrics.file_refusals}
     for route in ROUTES:
         # add_route, not add_get: no implicit HEAD routes the document would not list.
-        app.router.add_route(route.method, route.path, route.handler, name=route.operation_id)
+        handler = known_query(route)
+        app.router.add_route(route.method, route.path, handler, name=route.operation_id)
     app[OPENAPI] = build_openapi(ROUTES, policy)
     sessions = app[WEBRTC] = WebRtcSessions(runtime, runtime.config.webrtc, bind_host)
     app.on_shutdown.append(lambda _: sessions.close_all())

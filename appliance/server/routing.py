@@ -7,13 +7,16 @@ neither the document, the roles nor the gateway can drift from the routes that a
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
+
 from appliance.policy.roles import Role
-from appliance.server.errors import Handler
+from appliance.server.errors import Handler, InvalidError
 
 # A pydantic model or a dataclass (its JSON Schema is generated), or a literal JSON Schema.
 Schema = type | Mapping[str, Any]
@@ -98,3 +101,22 @@ class Route:
     @property
     def description(self) -> str:
         return " ".join((self.handler.__doc__ or self.summary).split())
+
+
+def known_query(route: Route) -> Handler:
+    """The route's handler, refusing a request with a query parameter the route does not
+    declare (422, naming them): a misspelt `?limt=5` is not silently the default. Routes
+    that declare none are left as they are."""
+    if not route.query:
+        return route.handler
+    allowed, handler = frozenset(route.query), route.handler
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request) -> web.StreamResponse:
+        unknown = sorted(set(request.query) - allowed)
+        if unknown:  # as `?dry_run`'s own check words it (routes/config.py)
+            known = ", ".join(sorted(allowed))
+            raise InvalidError("invalid query", [f"{unknown[0][:64]!r}: unknown (known: {known})"])
+        return await handler(request)
+
+    return checked

@@ -88,6 +88,9 @@ def test_requests_out_of_bounds_are_refused_naming_the_parameter(server: LiveSer
                         ("since=2026-12-07T10:00:00", "since")):  # fmt: skip
         reply = server.call("GET", f"/v1/streams/cam/slowest?{query}")
         assert reply.status == 422 and reply.json()["error"]["message"].startswith(name), query
+    for path in ("/v1/streams/cam/slowest?limt=3", "/v1/streams/cam/frames/1/trace?arround=1"):
+        reply = server.call("GET", path)  # a misspelt parameter is not the default
+        assert reply.status == 422 and "unknown (known: " in reply.json()["error"]["details"][0]
     assert server.call("GET", "/v1/streams/nope/slowest").status == 404
     for path in ("/v1/streams/cam/frames/x1/trace", "/v1/streams/cam/frames/1/trace?around=99"):
         assert server.call("GET", path).status == 422, path
