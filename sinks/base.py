@@ -112,6 +112,10 @@ class KeptDocument(Protocol):
         ...
 
 
+# A frame's result delivered: (stream, seq, start, end), perf_counter seconds.
+Delivered = Callable[[str, int, float, float], None]
+
+
 @dataclass(frozen=True, slots=True)
 class SinkContext:
     """What the runtime gives every sink it builds, beside the sink's validated config.
@@ -121,7 +125,7 @@ class SinkContext:
     observe_send: Callable[[float], None] | None = None  # seconds per delivery (a histogram)
     # A frame's result delivered: (stream, seq, start, end), perf_counter seconds from
     # publish (or request) to ack (or answer). The runtime puts it on the frame's trace.
-    on_delivered: Callable[[str, int, float, float], None] | None = None
+    on_delivered: Delivered | None = None
     on_command: CommandHandler | None = None  # the runtime's commands, for a sink taking them
     # `serve --workers` runs N processes: each appends this to its broker client ids (a
     # broker drops the older session of a duplicate id), and only one takes commands.

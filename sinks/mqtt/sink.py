@@ -47,7 +47,15 @@ from paho.mqtt.properties import Properties
 from pydantic import BaseModel
 
 from pipelines.types import FrameResult, iso_utc
-from sinks.base import FrameId, KeptDocument, OutboxQueue, SinkContext, SinkState, SinkStatus
+from sinks.base import (
+    Delivered,
+    FrameId,
+    KeptDocument,
+    OutboxQueue,
+    SinkContext,
+    SinkState,
+    SinkStatus,
+)
 from sinks.messages import SCHEMA_VERSION, encode, encode_jpeg, encoded_prediction, notice
 from sinks.mqtt.client import IN_FLIGHT, Link
 from sinks.mqtt.commands import REPLY, CommandHandler, Request, answer, topics_of
@@ -90,7 +98,7 @@ class MqttSink:
         on_command: CommandHandler | None = None,
         observe_send: Callable[[float], None] | None = None,
         kept: KeptDocument | None = None,
-        on_delivered: Callable[[str, int, float, float], None] | None = None,
+        on_delivered: Delivered | None = None,
     ) -> None:
         self.name = name
         self.config = config

@@ -34,7 +34,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from pipelines.types import FrameResult
-from sinks.base import FrameId, OutboxQueue, SinkContext, SinkState, SinkStatus
+from sinks.base import Delivered, FrameId, OutboxQueue, SinkContext, SinkState, SinkStatus
 from sinks.messages import encode, encoded_prediction, notice
 from sinks.webhook.deadletter import DeadLetterFile
 from sinks.webhook.http import Attempt, WebhookConfig, headers_for, post, safe_url
@@ -76,7 +76,7 @@ class WebhookSink:
         *,
         data_dir: Path,
         observe_send: Callable[[float], None] | None = None,
-        on_delivered: Callable[[str, int, float, float], None] | None = None,
+        on_delivered: Delivered | None = None,
     ) -> None:
         if not _NAME.fullmatch(name):
             raise ValueError(f"sink name {name!r}: expected {_NAME.pattern}")

@@ -90,40 +90,27 @@ def _asset_handler(path: str, name: str, content_type: str) -> Handler:
 
 
 _HTML = (Reply(200, "the viewer page", {"type": "string"}, "text/html"),)
+
+
+def _page(path: str, handler: Handler, summary: str) -> Route:
+    """A route to the viewer's page: open (it holds no data), any worker answers it."""
+    return Route(
+        "GET",
+        path,
+        handler,
+        summary,
+        _HTML,
+        public=True,
+        tag="viewer",
+        role=Role.VIEWER,
+        workers=Fanout.ANY,
+    )
+
+
 ROUTES = (
-    Route(
-        "GET",
-        "/",
-        viewer_page,
-        "Web viewer",
-        _HTML,
-        public=True,
-        tag="viewer",
-        role=Role.VIEWER,
-        workers=Fanout.ANY,
-    ),
-    Route(
-        "GET",
-        "/streams/{id}",
-        viewer_stream_page,
-        "Web viewer on one stream",
-        _HTML,
-        public=True,
-        tag="viewer",
-        role=Role.VIEWER,
-        workers=Fanout.ANY,
-    ),
-    Route(
-        "GET",
-        "/streams/{id}/frames/{seq}",
-        viewer_frame_page,
-        "Web viewer on one frame's trace",
-        _HTML,
-        public=True,
-        tag="viewer",
-        role=Role.VIEWER,
-        workers=Fanout.ANY,
-    ),
+    _page("/", viewer_page, "Web viewer"),
+    _page("/streams/{id}", viewer_stream_page, "Web viewer on one stream"),
+    _page("/streams/{id}/frames/{seq}", viewer_frame_page, "Web viewer on one frame's trace"),
     *(
         Route(
             "GET",
